@@ -1,0 +1,232 @@
+/* kiln/tensor.h: tensors on a device and the operations on them. */
+#ifndef KILN_TENSOR_H
+#define KILN_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/device.h"
+#include "kiln/queue.h"
+#include "kiln/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_tensor_t kiln_tensor_t;
+
+#define KILN_MAX_DIMS 8
+
+/* Reduce over every axis (argument `axis` of the reductions). */
+#define KILN_ALL_AXES 0x7fffffff
+
+typedef enum kiln_dtype_t {
+  KILN_F32 = 0,
+  KILN_I32 = 1,
+  KILN_F16 = 2,  /* reserved: operations return KILN_DTYPE_MISMATCH for now */
+  KILN_BF16 = 3, /* reserved likewise */
+} kiln_dtype_t;
+
+/* "f32", "i32", "f16", "bf16"; "?" for an unknown value. Static storage. */
+const char *kiln_dtype_name(kiln_dtype_t dtype);
+/* Bytes per element, 0 for an unknown value. */
+size_t kiln_dtype_size(kiln_dtype_t dtype);
+
+/* The operation lists, once. Names match the kernels' op table
+ * (kernels/ops.def) and the op names of KILN_PROVIDER. */
+#define KILN_UNARY_OPS(X) \
+  X(NEG, neg) X(ABS, abs) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(RELU, relu) X(SIGMOID, sigmoid) X(TANH, tanh)
+#define KILN_BINARY_OPS(X) \
+  X(ADD, add) X(SUB, sub) X(MUL, mul) X(DIV, div) X(MAXIMUM, maximum) X(MINIMUM, minimum)
+
+typedef enum kiln_unary_op_t {
+#define KILN_UNARY_ENUM_(NAME, name) KILN_UNARY_##NAME,
+  KILN_UNARY_OPS(KILN_UNARY_ENUM_)
+#undef KILN_UNARY_ENUM_
+  KILN_UNARY_COUNT_
+} kiln_unary_op_t;
+
+typedef enum kiln_binary_op_t {
+#define KILN_BINARY_ENUM_(NAME, name) KILN_BINARY_##NAME,
+  KILN_BINARY_OPS(KILN_BINARY_ENUM_)
+#undef KILN_BINARY_ENUM_
+  KILN_BINARY_COUNT_
+} kiln_binary_op_t;
+
+/* Conventions for every function below:
+ * - Operations are enqueued on the current queue of the operands' device
+ *   (kiln_device_current_queue) and return at once; the result is a new tensor
+ *   the caller owns (release it). Reading to the host is where the caller waits.
+ * - Operands must live on one device, else KILN_DEVICE_MISMATCH with a message
+ *   naming both devices and the kiln_tensor_to call that fixes it. kiln never
+ *   copies between devices implicitly.
+ * - Shapes are int64_t arrays of `ndim` (0..KILN_MAX_DIMS) non-negative sizes.
+ *   A negative size, too many dims or a byte size that overflows size_t is
+ *   KILN_INVALID_ARGUMENT; a device allocation that does not fit is
+ *   KILN_OUT_OF_MEMORY. Nothing is written to *out on failure.
+ * - Every handle is safe to use from any thread. */
+
+/* ---- object ------------------------------------------------------------ */
+
+kiln_tensor_t *kiln_tensor_retain(kiln_tensor_t *tensor);
+/* Memory is recycled once enqueued work that uses it is done; never blocks. */
+void kiln_tensor_release(kiln_tensor_t *tensor);
+
+kiln_dtype_t kiln_tensor_dtype(const kiln_tensor_t *tensor);
+int kiln_tensor_ndim(const kiln_tensor_t *tensor);
+/* Arrays of ndim entries owned by the tensor. Strides are in elements. */
+const int64_t *kiln_tensor_shape(const kiln_tensor_t *tensor);
+const int64_t *kiln_tensor_strides(const kiln_tensor_t *tensor);
+int64_t kiln_tensor_numel(const kiln_tensor_t *tensor);
+kiln_device_t *kiln_tensor_device(const kiln_tensor_t *tensor);
+/* The buffer under the tensor (borrowed) and the tensor's first element in it. */
+kiln_buffer_t *kiln_tensor_buffer(const kiln_tensor_t *tensor);
+size_t kiln_tensor_offset_bytes(const kiln_tensor_t *tensor);
+bool kiln_tensor_is_contiguous(const kiln_tensor_t *tensor);
+
+/* The provider ("native", "blas", "clblast", "cublas", "cudnn") that ran the
+ * last operation the calling thread enqueued, "" if none. Static storage. */
+const char *kiln_last_provider(void);
+
+/* ---- creation ---------------------------------------------------------- */
+
+kiln_status_t kiln_tensor_empty(kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+                                const int64_t *shape, kiln_tensor_t **out);
+kiln_status_t kiln_tensor_zeros(kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+                                const int64_t *shape, kiln_tensor_t **out);
+kiln_status_t kiln_tensor_ones(kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+                               const int64_t *shape, kiln_tensor_t **out);
+kiln_status_t kiln_tensor_full(kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+                               const int64_t *shape, double value, kiln_tensor_t **out);
+/* 1-D [start, stop) by step (step != 0), as NumPy's arange. */
+kiln_status_t kiln_tensor_arange(kiln_device_t *device, kiln_dtype_t dtype, double start,
+                                 double stop, double step, kiln_tensor_t **out);
+/* A tensor holding a copy of `data` (numel * dtype size bytes, row-major). The
+ * host memory may be reused as soon as the call returns (it blocks until the
+ * data has left it). */
+kiln_status_t kiln_tensor_from_host(kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+                                    const int64_t *shape, const void *data, kiln_tensor_t **out);
+/* f32 uniform in [low, high) and normal(mean, stddev) from Philox4x32-10 with
+ * key `seed`: element i draws from counter i, so the same seed gives the same
+ * numbers on every backend and device. */
+kiln_status_t kiln_tensor_uniform(kiln_device_t *device, int ndim, const int64_t *shape,
+                                  uint64_t seed, float low, float high, kiln_tensor_t **out);
+kiln_status_t kiln_tensor_normal(kiln_device_t *device, int ndim, const int64_t *shape,
+                                 uint64_t seed, float mean, float stddev, kiln_tensor_t **out);
+
+/* ---- movement ---------------------------------------------------------- */
+
+/* Copy the tensor's elements, row-major, into host memory of `size` bytes
+ * (must be at least numel * dtype size, else KILN_INVALID_ARGUMENT). Blocks
+ * until the data arrived: this is where the caller waits for the device. */
+kiln_status_t kiln_tensor_read(const kiln_tensor_t *tensor, void *host, size_t size);
+/* The one value of a one-element tensor, as a double. Blocks. */
+kiln_status_t kiln_tensor_item(const kiln_tensor_t *tensor, double *out_value);
+
+/* A new tensor on `device` holding the same values; always a new copy, even on
+ * the same device. */
+kiln_status_t kiln_tensor_copy(const kiln_tensor_t *tensor, kiln_device_t *device,
+                               kiln_tensor_t **out);
+/* `tensor` itself (retained) when it already lives on `device`, a copy
+ * otherwise. */
+kiln_status_t kiln_tensor_to(kiln_tensor_t *tensor, kiln_device_t *device, kiln_tensor_t **out);
+
+/* A view with a new shape when the layout allows, else a contiguous copy. One
+ * size may be -1 (inferred). KILN_SHAPE_MISMATCH when counts differ. */
+kiln_status_t kiln_tensor_reshape(kiln_tensor_t *tensor, int ndim, const int64_t *shape,
+                                  kiln_tensor_t **out);
+/* Views sharing the tensor's memory. Negative dims count from the end. */
+kiln_status_t kiln_tensor_transpose(kiln_tensor_t *tensor, int dim0, int dim1, kiln_tensor_t **out);
+kiln_status_t kiln_tensor_permute(kiln_tensor_t *tensor, const int *perm, kiln_tensor_t **out);
+/* `tensor` itself (retained) when contiguous, else a contiguous copy. */
+kiln_status_t kiln_tensor_contiguous(kiln_tensor_t *tensor, kiln_tensor_t **out);
+
+/* ---- elementwise ------------------------------------------------------- */
+
+/* Unary ops on f32; neg, abs and relu on i32 too (others on i32 are
+ * KILN_DTYPE_MISMATCH). */
+kiln_status_t kiln_tensor_unary(kiln_unary_op_t op, const kiln_tensor_t *a, kiln_tensor_t **out);
+/* Binary ops with NumPy broadcasting; both operands of one dtype. i32 division
+ * truncates toward zero, and x / 0 is 0 for i32. */
+kiln_status_t kiln_tensor_binary(kiln_binary_op_t op, const kiln_tensor_t *a, const kiln_tensor_t *b,
+                                 kiln_tensor_t **out);
+/* a (op) scalar, the scalar converted to a's dtype. */
+kiln_status_t kiln_tensor_binary_scalar(kiln_binary_op_t op, const kiln_tensor_t *a, double scalar,
+                                        kiln_tensor_t **out);
+
+#define KILN_UNARY_DECL_(NAME, name) \
+  kiln_status_t kiln_tensor_##name(const kiln_tensor_t *a, kiln_tensor_t **out);
+KILN_UNARY_OPS(KILN_UNARY_DECL_)
+#undef KILN_UNARY_DECL_
+#define KILN_BINARY_DECL_(NAME, name)                                                      \
+  kiln_status_t kiln_tensor_##name(const kiln_tensor_t *a, const kiln_tensor_t *b,         \
+                                   kiln_tensor_t **out);                                   \
+  kiln_status_t kiln_tensor_##name##_scalar(const kiln_tensor_t *a, double scalar,         \
+                                            kiln_tensor_t **out);
+KILN_BINARY_OPS(KILN_BINARY_DECL_)
+#undef KILN_BINARY_DECL_
+
+/* ---- linear algebra ---------------------------------------------------- */
+
+/* op(a) @ op(b), op = transpose of the last two dims when trans_* is set.
+ * a: [M,K] or [B,M,K]; b: [K,N] or [B,K,N] (a 2-D operand broadcasts over the
+ * batch). f32 only. Result [M,N] or [B,M,N], contiguous. */
+kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b, bool trans_a,
+                                 bool trans_b, kiln_tensor_t **out);
+
+/* ---- reductions ----------------------------------------------------------
+ * Along `axis` (negative counts from the end) or KILN_ALL_AXES; keepdim keeps
+ * the reduced axis with size 1. sum and max on f32 and i32; mean on f32;
+ * argmax returns i32 indices (first maximum). max/argmax of an empty axis is
+ * KILN_INVALID_ARGUMENT; the sum of nothing is 0 and its mean NaN. */
+kiln_status_t kiln_tensor_sum(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
+kiln_status_t kiln_tensor_mean(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
+kiln_status_t kiln_tensor_max(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
+kiln_status_t kiln_tensor_argmax(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
+/* Frobenius norm, sqrt(sum(a*a)), over all elements: a 0-d f32 tensor. */
+kiln_status_t kiln_tensor_norm(const kiln_tensor_t *a, kiln_tensor_t **out);
+
+/* ---- neural-network operations ----------------------------------------- */
+
+/* Along the last axis, f32, numerically stable (max subtracted). */
+kiln_status_t kiln_tensor_softmax(const kiln_tensor_t *a, kiln_tensor_t **out);
+kiln_status_t kiln_tensor_log_softmax(const kiln_tensor_t *a, kiln_tensor_t **out);
+/* Mean over N of -log_softmax(logits)[n, labels[n]]: logits f32 [N,C],
+ * labels i32 [N]; a 0-d f32 tensor. A label outside [0, C) yields NaN (the
+ * labels live on the device; checking them would make the caller wait). */
+kiln_status_t kiln_tensor_cross_entropy(const kiln_tensor_t *logits, const kiln_tensor_t *labels,
+                                        kiln_tensor_t **out);
+
+typedef struct kiln_conv2d_params_t {
+  int32_t stride[2];   /* (h, w) >= 1 */
+  int32_t padding[2];  /* (h, w) >= 0, zeros */
+  int32_t dilation[2]; /* (h, w) >= 1 */
+} kiln_conv2d_params_t;
+
+/* Stride 1, padding 0, dilation 1. */
+kiln_conv2d_params_t kiln_conv2d_params_default(void);
+
+/* Cross-correlation as in deep-learning frameworks. x f32 [N,C,H,W], weight f32
+ * [K,C,R,S], bias f32 [K] or NULL; result [N,K,P,Q] with
+ * P = (H + 2*pad_h - dil_h*(R-1) - 1) / stride_h + 1 (likewise Q). params NULL
+ * means the defaults. KILN_SHAPE_MISMATCH when channels differ or the output
+ * would be empty of positions (P or Q < 1). */
+kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *weight,
+                                 const kiln_tensor_t *bias, const kiln_conv2d_params_t *params,
+                                 kiln_tensor_t **out);
+
+typedef struct kiln_pool2d_params_t {
+  int32_t kernel[2];  /* (h, w) >= 1 */
+  int32_t stride[2];  /* (h, w) >= 1; 0 means equal to kernel */
+  int32_t padding[2]; /* (h, w) >= 0 and <= kernel/2; padded cells never win */
+} kiln_pool2d_params_t;
+
+/* Max pooling over [N,C,H,W] f32; result [N,C,P,Q] as for conv2d. */
+kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_params_t *params,
+                                     kiln_tensor_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_TENSOR_H */

@@ -1,0 +1,57 @@
+/* kernels/philox.h: Philox4x32-10, the counter-based generator every backend uses for random tensors. */
+/*
+ * Written in the subset of C shared by C11, CUDA C and OpenCL C 1.2. The
+ * includer defines KILN_U32 and KILN_U64 (32- and 64-bit unsigned types),
+ * KILN_PHILOX_FN (function qualifiers: "static inline", "__device__ inline",
+ * "inline") and, for kiln_philox_normal, KILN_F_LOG, KILN_F_SQRT, KILN_F_COS.
+ *
+ * Element i of a tensor draws from counter (lo32(i), hi32(i), 0, 0) with key
+ * (lo32(seed), hi32(seed)), so the same seed gives the same numbers on every
+ * backend: bit for bit for uniform, within a few ulps for normal (log, sqrt and
+ * cos are the dialect's own).
+ */
+#ifndef KILN_KERNELS_PHILOX_H
+#define KILN_KERNELS_PHILOX_H
+
+#define KILN_PHILOX_M0 0xD2511F53u
+#define KILN_PHILOX_M1 0xCD9E8D57u
+#define KILN_PHILOX_W0 0x9E3779B9u
+#define KILN_PHILOX_W1 0xBB67AE85u
+
+/* The four 32-bit outputs for counter index i; out[0..3]. */
+KILN_PHILOX_FN void kiln_philox4x32_10(KILN_U64 i, KILN_U64 seed, KILN_U32 *out) {
+  KILN_U32 c0 = (KILN_U32)i, c1 = (KILN_U32)(i >> 32), c2 = 0u, c3 = 0u;
+  KILN_U32 k0 = (KILN_U32)seed, k1 = (KILN_U32)(seed >> 32);
+  for (int r = 0; r < 10; r++) {
+    KILN_U64 p0 = (KILN_U64)KILN_PHILOX_M0 * (KILN_U64)c0;
+    KILN_U64 p1 = (KILN_U64)KILN_PHILOX_M1 * (KILN_U64)c2;
+    KILN_U32 n0 = (KILN_U32)(p1 >> 32) ^ c1 ^ k0;
+    KILN_U32 n1 = (KILN_U32)p1;
+    KILN_U32 n2 = (KILN_U32)(p0 >> 32) ^ c3 ^ k1;
+    KILN_U32 n3 = (KILN_U32)p0;
+    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    k0 += KILN_PHILOX_W0;
+    k1 += KILN_PHILOX_W1;
+  }
+  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+/* Uniform in [low, high): the top 24 bits of the first output. */
+KILN_PHILOX_FN float kiln_philox_uniform(KILN_U64 i, KILN_U64 seed, float low, float high) {
+  KILN_U32 w[4];
+  kiln_philox4x32_10(i, seed, w);
+  float u = (float)(w[0] >> 8) * (1.0f / 16777216.0f);
+  return low + (high - low) * u;
+}
+
+/* Normal(mean, stddev) by Box-Muller on the first two outputs. */
+KILN_PHILOX_FN float kiln_philox_normal(KILN_U64 i, KILN_U64 seed, float mean, float stddev) {
+  KILN_U32 w[4];
+  kiln_philox4x32_10(i, seed, w);
+  float u1 = (float)((w[0] >> 8) + 1u) * (1.0f / 16777216.0f); /* (0, 1] so log is finite */
+  float u2 = (float)(w[1] >> 8) * (1.0f / 16777216.0f);
+  float radius = KILN_F_SQRT(-2.0f * KILN_F_LOG(u1));
+  return mean + stddev * radius * KILN_F_COS(6.28318530717958647692f * u2);
+}
+
+#endif /* KILN_KERNELS_PHILOX_H */
