@@ -271,6 +271,10 @@ typedef struct kiln_backend_iface_t {
   kiln_status_t (*op_run)(kiln_backend_queue_t *queue, kiln_provider_t provider, const kiln_op_t *op);
 } kiln_backend_iface_t;
 
+/* Plugins mark their entry point with this (the project builds with
+ * -fvisibility=hidden). */
+#define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))
+
 /* The entry point's type. */
 typedef const kiln_backend_iface_t *(*kiln_backend_entry_fn)(void);
 

@@ -12,6 +12,10 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 typedef struct kiln_device_t kiln_device_t;
 
 typedef enum kiln_device_type_t {
@@ -143,6 +147,10 @@ kiln_status_t kiln_backend_info(size_t index, kiln_backend_info_t *out_info);
 
 /* "loaded", "no device", "unavailable", "abi mismatch". Static storage. */
 const char *kiln_backend_state_name(kiln_backend_state_t state);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

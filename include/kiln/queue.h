@@ -13,6 +13,10 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 typedef struct kiln_buffer_t kiln_buffer_t;
 typedef struct kiln_queue_t kiln_queue_t;
 typedef struct kiln_event_t kiln_event_t;
@@ -119,6 +123,10 @@ kiln_status_t kiln_buffer_fill(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
                                size_t size, const void *pattern, size_t pattern_size,
                                uint32_t wait_count, kiln_event_t *const *wait_events,
                                kiln_event_t **out_event);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,10 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define KILN_VERSION_MAJOR 0
 #define KILN_VERSION_MINOR 1
 #define KILN_VERSION_PATCH 0
@@ -115,6 +119,10 @@ kiln_status_t kiln_cache_stats(kiln_cache_stats_t *out_stats);
  * $HOME/.cache/kiln), or NULL when none can be determined. Static storage owned
  * by kiln, valid until kiln_deinitialize. */
 const char *kiln_cache_dir(void);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,10 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 /* Every status code, once: X(NAME, value, "short description").
  * The X-macro keeps the enum, kiln_status_name() and the docs in step. */
 #define KILN_STATUS_MAP(X)                                                          \
@@ -61,6 +65,10 @@ kiln_status_t kiln_last_status(void);
 
 /* Forget the calling thread's last error. */
 void kiln_clear_error(void);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

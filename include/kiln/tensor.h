@@ -14,6 +14,10 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 typedef struct kiln_tensor_t kiln_tensor_t;
 
 #define KILN_MAX_DIMS 8
@@ -225,6 +229,10 @@ typedef struct kiln_pool2d_params_t {
 /* Max pooling over [N,C,H,W] f32; result [N,C,P,Q] as for conv2d. */
 kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_params_t *params,
                                      kiln_tensor_t **out);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }
