@@ -1,0 +1,605 @@
+/* tools/devinfo.c: the devinfo command: lists kiln's devices and backends as a table, key/value lines or JSON, and checks them. */
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kiln/kiln.h"
+
+/* Operations whose providers `-v` and `--json` list: the ones with vendor
+ * alternatives, and add as the elementwise representative. */
+static const char *const devinfo_ops[] = {"matmul", "conv2d", "max_pool2d", "softmax", "add"};
+#define DEVINFO_OP_COUNT (sizeof devinfo_ops / sizeof devinfo_ops[0])
+
+enum { DEVINFO_EXIT_OK = 0, DEVINFO_EXIT_CHECK_FAILED = 1, DEVINFO_EXIT_START_FAILED = 2 };
+
+/* One device as devinfo sees it: the device (NULL when it could not be
+ * opened), its info, or the error that kept us from reading it. */
+typedef struct devinfo_entry_t {
+  kiln_device_t *device;
+  kiln_device_info_t info;
+  bool ok;
+  char error[1024];
+  int same_card_as; /* index of the first device on another backend with the same identity, or -1 */
+} devinfo_entry_t;
+
+static void devinfo_usage(FILE *out) {
+  fputs("usage: devinfo [-v | --json | --check] [--help]\n"
+        "\n"
+        "Lists the compute devices kiln can use and the state of each backend.\n"
+        "\n"
+        "  (no option)  one line per device: '*' marks the default device; the first\n"
+        "               column is the selector that picks exactly that device and can be\n"
+        "               pasted into KILN_DEVICE. Then one line per backend.\n"
+        "  -v, --verbose  every property of every device as 'key: value' lines\n"
+        "  --json       one JSON document with the backends and every device property\n"
+        "  --check      run a small computation on every device against the CPU and\n"
+        "               print PASS or FAIL with the reason; exit 1 if any failed\n"
+        "  -h, --help   this text\n"
+        "\n"
+        "The environment chooses what kiln loads and shows: KILN_BACKEND, KILN_DEVICE,\n"
+        "KILN_CPU_DEVICES, KILN_BACKEND_PATH, KILN_POLICY, KILN_PROVIDER (see\n"
+        "docs/environment.md).\n"
+        "\n"
+        "Exit status: 0 listed (or every check passed), 1 a check failed or there was\n"
+        "no device to check, 2 bad usage or kiln failed to start.\n",
+        out);
+}
+
+/* ---- identity ------------------------------------------------------------ */
+
+/* UUIDs come as "GPU-1a2b..." from CUDA and as bare hex from OpenCL: compare
+ * the hex digits only, lower-cased. */
+static void devinfo_normalize_id(const char *in, char *out, size_t size) {
+  size_t n = 0;
+  if (!in) in = "";
+  if (!strncmp(in, "GPU-", 4)) in += 4;
+  for (; *in && n + 1 < size; in++) {
+    if (isxdigit((unsigned char)*in)) out[n++] = (char)tolower((unsigned char)*in);
+  }
+  out[n] = 0;
+}
+
+/* An all-zero UUID is what some drivers report when they do not know it. */
+static bool devinfo_id_usable(const char *normalized) {
+  if (!normalized[0]) return false;
+  for (const char *p = normalized; *p; p++) {
+    if (*p != '0') return true;
+  }
+  return false;
+}
+
+static bool devinfo_same_card(const kiln_device_info_t *a, const kiln_device_info_t *b) {
+  char x[80], y[80];
+  devinfo_normalize_id(a->uuid, x, sizeof x);
+  devinfo_normalize_id(b->uuid, y, sizeof y);
+  if (devinfo_id_usable(x) && devinfo_id_usable(y)) return strcmp(x, y) == 0;
+  if (a->pci_bus_id && b->pci_bus_id && a->pci_bus_id[0] && b->pci_bus_id[0]) {
+    /* "0000:3B:00.0" and "0000:3b:00.0" name the same slot. */
+    return strcasecmp(a->pci_bus_id, b->pci_bus_id) == 0;
+  }
+  return false;
+}
+
+static void devinfo_link_identities(devinfo_entry_t *entries, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    entries[i].same_card_as = -1;
+    if (!entries[i].ok) continue;
+    for (size_t j = 0; j < count; j++) {
+      if (j == i || !entries[j].ok) continue;
+      if (!strcmp(entries[i].info.backend, entries[j].info.backend)) continue;
+      if (devinfo_same_card(&entries[i].info, &entries[j].info)) {
+        entries[i].same_card_as = (int)j;
+        break;
+      }
+    }
+  }
+}
+
+static const char *devinfo_identity(const kiln_device_info_t *info) {
+  if (info->uuid && info->uuid[0]) return info->uuid;
+  if (info->pci_bus_id && info->pci_bus_id[0]) return info->pci_bus_id;
+  return "";
+}
+
+/* ---- gathering ------------------------------------------------------------ */
+
+static void devinfo_copy_error(char *out, size_t size, const char *what, kiln_status_t status) {
+  snprintf(out, size, "%s failed (%s): %s", what, kiln_status_name(status), kiln_last_error());
+}
+
+static devinfo_entry_t *devinfo_gather(size_t count) {
+  devinfo_entry_t *entries = calloc(count ? count : 1, sizeof *entries);
+  if (!entries) return NULL;
+  for (size_t i = 0; i < count; i++) {
+    devinfo_entry_t *e = &entries[i];
+    kiln_status_t status = kiln_device_get(i, &e->device);
+    if (status != KILN_OK) {
+      e->device = NULL;
+      devinfo_copy_error(e->error, sizeof e->error, "kiln_device_get", status);
+      continue;
+    }
+    status = kiln_device_info(e->device, &e->info);
+    if (status != KILN_OK) {
+      devinfo_copy_error(e->error, sizeof e->error, "kiln_device_info", status);
+      continue;
+    }
+    e->ok = true;
+  }
+  devinfo_link_identities(entries, count);
+  return entries;
+}
+
+static const char *devinfo_str(const char *s) { return s ? s : ""; }
+
+static void devinfo_format_bytes(uint64_t bytes, char *out, size_t size) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = (double)bytes;
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < sizeof units / sizeof units[0]) {
+    value /= 1024.0;
+    unit++;
+  }
+  if (bytes == 0) {
+    snprintf(out, size, "-");
+  } else if (unit == 0) {
+    snprintf(out, size, "%" PRIu64 " B", bytes);
+  } else {
+    snprintf(out, size, "%.1f %s", value, units[unit]);
+  }
+}
+
+/* Why no device is visible: the likely causes, in the user's terms. */
+static void devinfo_say_no_device(FILE *out) {
+  const char *device = getenv("KILN_DEVICE");
+  const char *backend = getenv("KILN_BACKEND");
+  fputs("No device: kiln found no visible compute device.\n", out);
+  if (device && *device) fprintf(out, "  KILN_DEVICE='%s' may exclude every device; unset it to see them all.\n", device);
+  if (backend && *backend) fprintf(out, "  KILN_BACKEND='%s' restricts the backends loaded.\n", backend);
+}
+
+/* ---- table ---------------------------------------------------------------- */
+
+static void devinfo_print_backends(FILE *out) {
+  size_t count = 0;
+  kiln_status_t status = kiln_backend_count(&count);
+  if (status != KILN_OK) {
+    fprintf(out, "backends: kiln_backend_count failed (%s): %s\n", kiln_status_name(status), kiln_last_error());
+    return;
+  }
+  fputs("\nBackends:\n", out);
+  if (count == 0) fputs("  (none considered: check KILN_BACKEND)\n", out);
+  for (size_t i = 0; i < count; i++) {
+    kiln_backend_info_t b;
+    status = kiln_backend_info(i, &b);
+    if (status != KILN_OK) {
+      fprintf(out, "  #%zu: kiln_backend_info failed (%s): %s\n", i, kiln_status_name(status), kiln_last_error());
+      continue;
+    }
+    const char *version = devinfo_str(b.version);
+    if (b.state == KILN_BACKEND_LOADED) {
+      fprintf(out, "  %-7s loaded (%zu device%s)%s%s  %s\n", devinfo_str(b.name), b.device_count,
+              b.device_count == 1 ? "" : "s", version[0] ? ", version " : "", version, devinfo_str(b.path));
+    } else {
+      const char *reason = devinfo_str(b.reason);
+      fprintf(out, "  %-7s %s: %s (path tried: %s)\n", devinfo_str(b.name), kiln_backend_state_name(b.state),
+              reason[0] ? reason : "no reason given", b.path && b.path[0] ? b.path : "none");
+    }
+  }
+}
+
+static int devinfo_table(devinfo_entry_t *entries, size_t count) {
+  if (count == 0) {
+    devinfo_say_no_device(stdout);
+  } else {
+    /* Column widths follow the longest selector and name, so the table stays
+     * aligned whatever the drivers call their devices. */
+    int sel_w = (int)strlen("SELECTOR"), name_w = (int)strlen("NAME");
+    for (size_t i = 0; i < count; i++) {
+      if (!entries[i].ok) continue;
+      int s = (int)strlen(devinfo_str(entries[i].info.selector));
+      int n = (int)strlen(devinfo_str(entries[i].info.name));
+      if (s > sel_w) sel_w = s;
+      if (n > name_w) name_w = n;
+    }
+    if (name_w > 48) name_w = 48;
+    printf("  %-*s %-7s %-11s %-*s %10s %5s  %s\n", sel_w, "SELECTOR", "BACKEND", "TYPE", name_w, "NAME",
+           "MEMORY", "CU", "IDENTITY");
+    for (size_t i = 0; i < count; i++) {
+      const devinfo_entry_t *e = &entries[i];
+      if (!e->ok) {
+        printf("  #%zu: %s\n", i, e->error);
+        continue;
+      }
+      char memory[32];
+      devinfo_format_bytes(e->info.memory_bytes, memory, sizeof memory);
+      char identity[256];
+      if (e->same_card_as >= 0) {
+        snprintf(identity, sizeof identity, "same card as %s (%s)", entries[e->same_card_as].info.selector,
+                 devinfo_identity(&e->info));
+      } else {
+        snprintf(identity, sizeof identity, "%s", devinfo_identity(&e->info));
+      }
+      printf("%c %-*s %-7s %-11s %-*.*s %10s %5" PRIu32 "  %s\n", e->info.is_default ? '*' : ' ', sel_w,
+             devinfo_str(e->info.selector), devinfo_str(e->info.backend), kiln_device_type_name(e->info.type),
+             name_w, name_w, devinfo_str(e->info.name), memory, e->info.compute_units, identity);
+    }
+    printf("(* the default device; pass a selector in KILN_DEVICE to pick a device)\n");
+  }
+  devinfo_print_backends(stdout);
+  return DEVINFO_EXIT_OK;
+}
+
+/* ---- verbose -------------------------------------------------------------- */
+
+static void devinfo_kv(const char *key, const char *value) { printf("  %s: %s\n", key, value); }
+
+static void devinfo_kv_u64(const char *key, uint64_t value) { printf("  %s: %" PRIu64 "\n", key, value); }
+
+static void devinfo_kv_bool(const char *key, bool value) { devinfo_kv(key, value ? "yes" : "no"); }
+
+static int devinfo_verbose(devinfo_entry_t *entries, size_t count) {
+  if (count == 0) devinfo_say_no_device(stdout);
+  for (size_t i = 0; i < count; i++) {
+    const devinfo_entry_t *e = &entries[i];
+    if (i) putchar('\n');
+    if (!e->ok) {
+      printf("device %zu:\n  error: %s\n", i, e->error);
+      continue;
+    }
+    const kiln_device_info_t *d = &e->info;
+    printf("device %" PRIu32 ": %s%s\n", d->index, devinfo_str(d->selector), d->is_default ? " (default)" : "");
+    devinfo_kv_u64("index", d->index);
+    devinfo_kv("selector", devinfo_str(d->selector));
+    devinfo_kv("backend", devinfo_str(d->backend));
+    devinfo_kv_u64("backend_index", d->backend_index);
+    devinfo_kv("type", kiln_device_type_name(d->type));
+    devinfo_kv("name", devinfo_str(d->name));
+    devinfo_kv("vendor", devinfo_str(d->vendor));
+    devinfo_kv("driver_version", devinfo_str(d->driver_version));
+    devinfo_kv("runtime_version", devinfo_str(d->runtime_version));
+    devinfo_kv("platform", devinfo_str(d->platform));
+    devinfo_kv("uuid", devinfo_str(d->uuid));
+    devinfo_kv("pci_bus_id", devinfo_str(d->pci_bus_id));
+    if (e->same_card_as >= 0) devinfo_kv("same_card_as", entries[e->same_card_as].info.selector);
+    char human[32];
+    devinfo_format_bytes(d->memory_bytes, human, sizeof human);
+    printf("  memory: %" PRIu64 " bytes (%s)\n", d->memory_bytes, human);
+    devinfo_format_bytes(d->memory_free_bytes, human, sizeof human);
+    printf("  memory_free: %" PRIu64 " bytes (%s)%s\n", d->memory_free_bytes, human,
+           d->memory_free_is_estimate ? " (estimate)" : "");
+    devinfo_format_bytes(d->max_alloc_bytes, human, sizeof human);
+    printf("  max_alloc: %" PRIu64 " bytes (%s)\n", d->max_alloc_bytes, human);
+    devinfo_format_bytes(d->local_memory_bytes, human, sizeof human);
+    printf("  local_memory: %" PRIu64 " bytes (%s)\n", d->local_memory_bytes, human);
+    devinfo_kv_u64("compute_units", d->compute_units);
+    devinfo_kv_u64("max_work_group_size", d->max_work_group_size);
+    devinfo_kv("compute_capability", devinfo_str(d->compute_capability));
+    devinfo_kv_bool("fp16", d->fp16);
+    devinfo_kv_bool("fp64", d->fp64);
+    devinfo_kv_bool("default", d->is_default);
+    size_t props = kiln_device_property_count(e->device);
+    for (size_t p = 0; p < props; p++) {
+      const char *key = NULL, *value = NULL;
+      kiln_status_t status = kiln_device_property(e->device, p, &key, &value);
+      if (status != KILN_OK) {
+        printf("  property %zu: error (%s): %s\n", p, kiln_status_name(status), kiln_last_error());
+        continue;
+      }
+      devinfo_kv(devinfo_str(key), devinfo_str(value));
+    }
+    for (size_t o = 0; o < DEVINFO_OP_COUNT; o++) {
+      const char *providers = kiln_device_providers(e->device, devinfo_ops[o]);
+      printf("  providers.%s: %s\n", devinfo_ops[o], providers ? providers : "(unknown op)");
+    }
+  }
+  devinfo_print_backends(stdout);
+  return DEVINFO_EXIT_OK;
+}
+
+/* ---- JSON ----------------------------------------------------------------- */
+
+/* A JSON string: quotes, backslashes and control characters escaped; bytes
+ * that are not valid UTF-8 become U+FFFD so the document always parses. */
+static void devinfo_json_string(FILE *out, const char *s) {
+  const unsigned char *p = (const unsigned char *)(s ? s : "");
+  fputc('"', out);
+  while (*p) {
+    unsigned char c = *p;
+    if (c == '"' || c == '\\') {
+      fputc('\\', out);
+      fputc(c, out);
+      p++;
+    } else if (c == '\n') {
+      fputs("\\n", out);
+      p++;
+    } else if (c == '\r') {
+      fputs("\\r", out);
+      p++;
+    } else if (c == '\t') {
+      fputs("\\t", out);
+      p++;
+    } else if (c < 0x20 || c == 0x7f) {
+      fprintf(out, "\\u%04x", c);
+      p++;
+    } else if (c < 0x80) {
+      fputc(c, out);
+      p++;
+    } else {
+      int len = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+      bool valid = len > 0 && !(c == 0xc0 || c == 0xc1) && c <= 0xf4;
+      for (int k = 1; valid && k < len; k++) {
+        if ((p[k] & 0xc0) != 0x80) valid = false;
+      }
+      if (valid) {
+        fwrite(p, 1, (size_t)len, out);
+        p += len;
+      } else {
+        fputs("\\ufffd", out);
+        p++;
+      }
+    }
+  }
+  fputc('"', out);
+}
+
+static void devinfo_json_key(FILE *out, const char *key) {
+  devinfo_json_string(out, key);
+  fputs(": ", out);
+}
+
+static void devinfo_json_backends(FILE *out) {
+  size_t count = 0;
+  fputs("  \"backends\": [", out);
+  if (kiln_backend_count(&count) != KILN_OK) count = 0;
+  for (size_t i = 0; i < count; i++) {
+    kiln_backend_info_t b;
+    fputs(i ? ",\n    {" : "\n    {", out);
+    if (kiln_backend_info(i, &b) != KILN_OK) {
+      devinfo_json_key(out, "error");
+      devinfo_json_string(out, kiln_last_error());
+      fputc('}', out);
+      continue;
+    }
+    devinfo_json_key(out, "name");
+    devinfo_json_string(out, b.name);
+    fputs(", ", out);
+    devinfo_json_key(out, "status");
+    devinfo_json_string(out, kiln_backend_state_name(b.state));
+    fputs(", ", out);
+    devinfo_json_key(out, "reason");
+    devinfo_json_string(out, b.reason);
+    fputs(", ", out);
+    devinfo_json_key(out, "path");
+    devinfo_json_string(out, b.path);
+    fputs(", ", out);
+    devinfo_json_key(out, "version");
+    devinfo_json_string(out, b.version);
+    fprintf(out, ", \"device_count\": %zu}", b.device_count);
+  }
+  fputs(count ? "\n  ],\n" : "],\n", out);
+}
+
+/* Properties as one JSON object. A key a backend reports twice (several
+ * "warning" lines, say) is merged into one value joined by newlines, because
+ * duplicate keys make JSON that parsers disagree on. */
+static void devinfo_json_properties(FILE *out, const kiln_device_t *device) {
+  size_t count = kiln_device_property_count(device);
+  const char **keys = calloc(count ? count : 1, sizeof *keys);
+  const char **values = calloc(count ? count : 1, sizeof *values);
+  fputs("\"properties\": {", out);
+  if (!keys || !values) {
+    free(keys);
+    free(values);
+    fputs("}", out);
+    return;
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (kiln_device_property(device, i, &keys[i], &values[i]) != KILN_OK) keys[i] = NULL;
+  }
+  bool first = true;
+  for (size_t i = 0; i < count; i++) {
+    if (!keys[i]) continue;
+    bool seen = false;
+    for (size_t j = 0; j < i && !seen; j++) seen = keys[j] && !strcmp(keys[j], keys[i]);
+    if (seen) continue;
+    if (!first) fputs(", ", out);
+    first = false;
+    devinfo_json_key(out, keys[i]);
+    /* Join repeated values by writing the JSON string by hand, piece by piece. */
+    size_t total = 0;
+    for (size_t j = i; j < count; j++) {
+      if (keys[j] && !strcmp(keys[j], keys[i])) total += strlen(devinfo_str(values[j])) + 1;
+    }
+    char *joined = malloc(total + 1);
+    if (!joined) {
+      devinfo_json_string(out, values[i]);
+      continue;
+    }
+    joined[0] = 0;
+    size_t used = 0;
+    for (size_t j = i; j < count; j++) {
+      if (!keys[j] || strcmp(keys[j], keys[i])) continue;
+      if (used) joined[used++] = '\n';
+      size_t len = strlen(devinfo_str(values[j]));
+      memcpy(joined + used, devinfo_str(values[j]), len);
+      used += len;
+      joined[used] = 0;
+    }
+    devinfo_json_string(out, joined);
+    free(joined);
+  }
+  fputs("}", out);
+  free(keys);
+  free(values);
+}
+
+static int devinfo_json(devinfo_entry_t *entries, size_t count) {
+  FILE *out = stdout;
+  fputs("{\n  \"version\": ", out);
+  devinfo_json_string(out, kiln_version());
+  fputs(",\n  \"default\": ", out);
+  int default_index = -1;
+  for (size_t i = 0; i < count && default_index < 0; i++) {
+    if (entries[i].ok && entries[i].info.is_default) default_index = (int)i;
+  }
+  if (default_index >= 0) {
+    fprintf(out, "%d", default_index);
+  } else {
+    fputs("null", out);
+  }
+  fputs(",\n", out);
+  devinfo_json_backends(out);
+  fputs("  \"devices\": [", out);
+  for (size_t i = 0; i < count; i++) {
+    const devinfo_entry_t *e = &entries[i];
+    fputs(i ? ",\n    {" : "\n    {", out);
+    fprintf(out, "\"index\": %zu, ", i);
+    if (!e->ok) {
+      devinfo_json_key(out, "error");
+      devinfo_json_string(out, e->error);
+      fputs(", \"is_default\": false}", out);
+      continue;
+    }
+    const kiln_device_info_t *d = &e->info;
+#define DEVINFO_JSON_STR_(key, value) \
+  do {                                \
+    devinfo_json_key(out, key);       \
+    devinfo_json_string(out, value);  \
+    fputs(", ", out);                 \
+  } while (0)
+    DEVINFO_JSON_STR_("selector", d->selector);
+    DEVINFO_JSON_STR_("backend", d->backend);
+    fprintf(out, "\"backend_index\": %" PRIu32 ", ", d->backend_index);
+    DEVINFO_JSON_STR_("type", kiln_device_type_name(d->type));
+    DEVINFO_JSON_STR_("name", d->name);
+    DEVINFO_JSON_STR_("vendor", d->vendor);
+    DEVINFO_JSON_STR_("driver_version", d->driver_version);
+    DEVINFO_JSON_STR_("runtime_version", d->runtime_version);
+    DEVINFO_JSON_STR_("platform", d->platform);
+    DEVINFO_JSON_STR_("uuid", d->uuid);
+    DEVINFO_JSON_STR_("pci_bus_id", d->pci_bus_id);
+    DEVINFO_JSON_STR_("compute_capability", d->compute_capability);
+#undef DEVINFO_JSON_STR_
+    fputs("\"same_card_as\": ", out);
+    if (e->same_card_as >= 0) {
+      devinfo_json_string(out, entries[e->same_card_as].info.selector);
+    } else {
+      fputs("null", out);
+    }
+    fprintf(out,
+            ", \"memory_bytes\": %" PRIu64 ", \"memory_free_bytes\": %" PRIu64
+            ", \"memory_free_is_estimate\": %s, \"max_alloc_bytes\": %" PRIu64
+            ", \"local_memory_bytes\": %" PRIu64 ", \"compute_units\": %" PRIu32
+            ", \"max_work_group_size\": %" PRIu32 ", \"fp16\": %s, \"fp64\": %s, \"is_default\": %s,\n     ",
+            d->memory_bytes, d->memory_free_bytes, d->memory_free_is_estimate ? "true" : "false",
+            d->max_alloc_bytes, d->local_memory_bytes, d->compute_units, d->max_work_group_size,
+            d->fp16 ? "true" : "false", d->fp64 ? "true" : "false", d->is_default ? "true" : "false");
+    devinfo_json_properties(out, e->device);
+    fputs(",\n     \"providers\": {", out);
+    for (size_t o = 0; o < DEVINFO_OP_COUNT; o++) {
+      const char *providers = kiln_device_providers(e->device, devinfo_ops[o]);
+      if (o) fputs(", ", out);
+      devinfo_json_key(out, devinfo_ops[o]);
+      if (providers) {
+        devinfo_json_string(out, providers);
+      } else {
+        fputs("null", out);
+      }
+    }
+    fputs("}}", out);
+  }
+  fputs(count ? "\n  ]\n}\n" : "]\n}\n", out);
+  return DEVINFO_EXIT_OK;
+}
+
+/* ---- check ---------------------------------------------------------------- */
+
+static int devinfo_check(devinfo_entry_t *entries, size_t count) {
+  if (count == 0) {
+    devinfo_say_no_device(stdout);
+    printf("FAIL: there is no device to check\n");
+    return DEVINFO_EXIT_CHECK_FAILED;
+  }
+  size_t failed = 0;
+  for (size_t i = 0; i < count; i++) {
+    devinfo_entry_t *e = &entries[i];
+    if (!e->device) {
+      printf("#%zu: FAIL: %s\n", i, e->error);
+      failed++;
+      continue;
+    }
+    const char *label = e->ok ? kiln_device_name(e->device) : kiln_device_selector(e->device);
+    printf("%s: ", devinfo_str(label));
+    fflush(stdout);
+    kiln_status_t status = kiln_device_check(e->device);
+    if (status == KILN_OK) {
+      printf("PASS\n");
+    } else {
+      printf("FAIL: %s: %s\n", kiln_status_name(status), kiln_last_error());
+      failed++;
+    }
+    fflush(stdout);
+  }
+  printf("%zu of %zu device%s passed\n", count - failed, count, count == 1 ? "" : "s");
+  return failed ? DEVINFO_EXIT_CHECK_FAILED : DEVINFO_EXIT_OK;
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+typedef enum devinfo_mode_t { DEVINFO_TABLE, DEVINFO_VERBOSE, DEVINFO_JSON, DEVINFO_CHECK } devinfo_mode_t;
+
+int main(int argc, char **argv) {
+  devinfo_mode_t mode = DEVINFO_TABLE;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    devinfo_mode_t next;
+    if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+      devinfo_usage(stdout);
+      return DEVINFO_EXIT_OK;
+    } else if (!strcmp(arg, "-v") || !strcmp(arg, "--verbose")) {
+      next = DEVINFO_VERBOSE;
+    } else if (!strcmp(arg, "--json")) {
+      next = DEVINFO_JSON;
+    } else if (!strcmp(arg, "--check")) {
+      next = DEVINFO_CHECK;
+    } else {
+      fprintf(stderr, "devinfo: unknown option '%s'\n\n", arg);
+      devinfo_usage(stderr);
+      return DEVINFO_EXIT_START_FAILED;
+    }
+    if (mode != DEVINFO_TABLE && mode != next) {
+      fprintf(stderr, "devinfo: choose one of -v, --json and --check (got '%s' after another)\n", arg);
+      return DEVINFO_EXIT_START_FAILED;
+    }
+    mode = next;
+  }
+
+  kiln_status_t status = kiln_ensure_initialized();
+  size_t count = 0;
+  if (status == KILN_OK) status = kiln_device_count(&count);
+  if (status != KILN_OK) {
+    fprintf(stderr, "devinfo: kiln failed to start (%s): %s\n", kiln_status_name(status), kiln_last_error());
+    return DEVINFO_EXIT_START_FAILED;
+  }
+
+  devinfo_entry_t *entries = devinfo_gather(count);
+  if (!entries) {
+    fprintf(stderr, "devinfo: out of host memory listing %zu devices\n", count);
+    return DEVINFO_EXIT_START_FAILED;
+  }
+  int rc = DEVINFO_EXIT_OK;
+  switch (mode) {
+    case DEVINFO_TABLE: rc = devinfo_table(entries, count); break;
+    case DEVINFO_VERBOSE: rc = devinfo_verbose(entries, count); break;
+    case DEVINFO_JSON: rc = devinfo_json(entries, count); break;
+    case DEVINFO_CHECK: rc = devinfo_check(entries, count); break;
+  }
+  fflush(stdout);
+  free(entries);
+  kiln_deinitialize();
+  return rc;
+}
