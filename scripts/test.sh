@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# scripts/test.sh: install what is missing, build, run every test, then again under AddressSanitizer and UBSan, then kiln-bench --quick.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
+cd "$KILN_ROOT"
+
+start=$SECONDS
+kiln_install_deps
+
+# Warnings are errors here, in CI or not.
+export KILN_WERROR=1
+
+kiln_configure build -Dwerror=true
+kiln_build build
+kiln_section "Tests (build)"
+meson test -C build --print-errorlogs --timeout-multiplier 3
+
+# The sanitizer build: address + undefined. The CUDA backend was built and
+# linked above; without a GPU its tests skip, so it is left out here to save
+# time. b_lundef=false: sanitized shared objects (libkiln, the plugins) leave
+# the sanitizer runtime's symbols to be resolved when they are loaded.
+kiln_configure build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
+  -Dbench=false -Dbuildtype=debugoptimized -Dwerror=true
+kiln_build build-asan
+kiln_section "Tests (build-asan: address, undefined)"
+# Any sanitizer report fails the test. Leaks inside third-party libraries
+# (PoCL, LLVM, the ICD loader, OpenBLAS) are suppressed by tests/lsan.supp.
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=1:print_summary=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:print_summary=1"
+export LSAN_OPTIONS="suppressions=$KILN_ROOT/tests/lsan.supp:print_suppressions=0"
+meson test -C build-asan --print-errorlogs --timeout-multiplier 10
+unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
+
+bench="build/bench/kiln-bench"
+if [ -x "$bench" ]; then
+  kiln_section "kiln-bench --quick (proves it runs; the numbers mean nothing here)"
+  bench_dir="$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-XXXXXX")"
+  trap 'rm -rf "$bench_dir"' EXIT
+  (cd "$bench_dir" && KILN_CACHE_DIR="$bench_dir/cache" "$KILN_ROOT/$bench" --quick)
+else
+  kiln_section "kiln-bench not built; skipped"
+fi
+
+kiln_section "All tests passed in $(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s"
