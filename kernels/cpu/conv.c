@@ -1,0 +1,253 @@
+/* kernels/cpu/conv.c: CONV2D on the CPU, lowered to kiln's SGEMM through im2col panels. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/gemm_internal.h"
+
+/* One im2col panel is kept near this size: large enough that the GEMM runs
+ * on wide tiles, small enough to stay in the last-level cache beside the
+ * GEMM's own packed panels, one per thread. */
+#define KILN_CONV_PANEL_BYTES ((int64_t)2 << 20)
+#define KILN_CONV_PANEL_MIN_COLS 64
+
+/* Below this many multiply-adds per thread the pool is not woken. */
+#define KILN_CONV_MIN_WORK_PER_THREAD ((int64_t)1 << 17)
+
+bool kiln_cpu_conv2d_is_pointwise(const kiln_op_t *op) {
+  return op->u.conv2d.r == 1 && op->u.conv2d.s == 1 && op->u.conv2d.stride[0] == 1 &&
+         op->u.conv2d.stride[1] == 1 && op->u.conv2d.pad[0] == 0 && op->u.conv2d.pad[1] == 0;
+}
+
+int64_t kiln_cpu_conv2d_panel_cols(const kiln_op_t *op) {
+  const int64_t crs = op->u.conv2d.c * op->u.conv2d.r * op->u.conv2d.s;
+  const int64_t pq = op->u.conv2d.p * op->u.conv2d.q;
+  int64_t cols = crs > 0 ? KILN_CONV_PANEL_BYTES / ((int64_t)sizeof(float) * crs) : pq;
+  cols = cols / KILN_CPU_GEMM_NR * KILN_CPU_GEMM_NR;
+  if (cols < KILN_CONV_PANEL_MIN_COLS) cols = KILN_CONV_PANEL_MIN_COLS;
+  return cols < pq ? cols : pq;
+}
+
+void kiln_cpu_conv2d_im2col(const kiln_op_t *op, const float *x, int64_t j0, int64_t cols,
+                            float *out_col) {
+  const int64_t h = op->u.conv2d.h, w = op->u.conv2d.w;
+  const int64_t r = op->u.conv2d.r, s = op->u.conv2d.s, q = op->u.conv2d.q;
+  const int64_t c = op->u.conv2d.c;
+  const int64_t st0 = op->u.conv2d.stride[0], st1 = op->u.conv2d.stride[1];
+  const int64_t pad0 = op->u.conv2d.pad[0], pad1 = op->u.conv2d.pad[1];
+  const int64_t dil0 = op->u.conv2d.dil[0], dil1 = op->u.conv2d.dil[1];
+
+  for (int64_t ci = 0; ci < c; ci++) {
+    for (int64_t ri = 0; ri < r; ri++) {
+      for (int64_t si = 0; si < s; si++) {
+        float *dst = out_col + ((ci * r + ri) * s + si) * cols;
+        /* Walk the columns one output row (of q cells) at a time: a row
+         * shares its input row, so only the column bounds vary within it. */
+        int64_t jj = 0;
+        while (jj < cols) {
+          const int64_t j = j0 + jj;
+          const int64_t pp = j / q, qq0 = j % q;
+          const int64_t seg = (q - qq0) < (cols - jj) ? (q - qq0) : (cols - jj);
+          const int64_t hh = pp * st0 - pad0 + ri * dil0;
+          float *d = dst + jj;
+          if (hh < 0 || hh >= h) {
+            memset(d, 0, sizeof(float) * (size_t)seg);
+          } else {
+            const float *xrow = x + (ci * h + hh) * w;
+            const int64_t ww0 = qq0 * st1 - pad1 + si * dil1;
+            if (st1 == 1) {
+              /* Contiguous: zeros, one copy of the valid span, zeros. */
+              int64_t lo = -ww0, hi = w - ww0;
+              if (lo < 0) lo = 0;
+              if (lo > seg) lo = seg;
+              if (hi > seg) hi = seg;
+              if (hi < lo) hi = lo;
+              memset(d, 0, sizeof(float) * (size_t)lo);
+              memcpy(d + lo, xrow + ww0 + lo, sizeof(float) * (size_t)(hi - lo));
+              memset(d + hi, 0, sizeof(float) * (size_t)(seg - hi));
+            } else {
+              for (int64_t t = 0; t < seg; t++) {
+                const int64_t ww = ww0 + t * st1;
+                d[t] = (ww >= 0 && ww < w) ? xrow[ww] : 0.0f;
+              }
+            }
+          }
+          jj += seg;
+        }
+      }
+    }
+  }
+}
+
+typedef struct conv_plan_t {
+  const kiln_op_t *op;
+  const float *x, *w, *bias;
+  float *y;
+  int64_t crs, pq, chunk, chunks; /* work item i: image i / chunks, columns (i % chunks) * chunk ... */
+  bool pointwise;
+} conv_plan_t;
+
+static void add_bias(const conv_plan_t *cp, float *y_cols, int64_t cols) {
+  if (!cp->bias) return;
+  for (int64_t kk = 0; kk < cp->op->u.conv2d.k; kk++) {
+    float *row = y_cols + kk * cp->pq;
+    const float bv = cp->bias[kk];
+    for (int64_t j = 0; j < cols; j++) row[j] += bv;
+  }
+}
+
+/* The convolution without any scratch memory, for when none could be had. */
+static void conv_direct(const conv_plan_t *cp, int64_t ni, int64_t j0, int64_t cols) {
+  const kiln_op_t *op = cp->op;
+  const int64_t c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
+  const int64_t r = op->u.conv2d.r, s = op->u.conv2d.s, q = op->u.conv2d.q;
+  const float *x = cp->x + ni * c * h * w;
+  for (int64_t kk = 0; kk < op->u.conv2d.k; kk++) {
+    float *yrow = cp->y + (ni * op->u.conv2d.k + kk) * cp->pq;
+    for (int64_t j = j0; j < j0 + cols; j++) {
+      const int64_t pp = j / q, qq = j % q;
+      float acc = cp->bias ? cp->bias[kk] : 0.0f;
+      for (int64_t ci = 0; ci < c; ci++)
+        for (int64_t ri = 0; ri < r; ri++) {
+          const int64_t hh = pp * op->u.conv2d.stride[0] - op->u.conv2d.pad[0] + ri * op->u.conv2d.dil[0];
+          if (hh < 0 || hh >= h) continue;
+          for (int64_t si = 0; si < s; si++) {
+            const int64_t ww = qq * op->u.conv2d.stride[1] - op->u.conv2d.pad[1] + si * op->u.conv2d.dil[1];
+            if (ww < 0 || ww >= w) continue;
+            acc += cp->w[((kk * c + ci) * r + ri) * s + si] * x[(ci * h + hh) * w + ww];
+          }
+        }
+      yrow[j] = acc;
+    }
+  }
+}
+
+/* Work items [begin, end) on one thread, each with a serial GEMM into its
+ * own im2col panel. */
+static void conv_items_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const conv_plan_t *cp = ctx;
+  const kiln_op_t *op = cp->op;
+  const int64_t chw = op->u.conv2d.c * op->u.conv2d.h * op->u.conv2d.w;
+  float *col = NULL;
+  if (!cp->pointwise) {
+    const size_t bytes = sizeof(float) * (size_t)(cp->crs * cp->chunk) + 64;
+    col = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  }
+  for (int64_t i = begin; i < end; i++) {
+    const int64_t ni = i / cp->chunks;
+    const int64_t j0 = (i % cp->chunks) * cp->chunk;
+    const int64_t cols = cp->pq - j0 < cp->chunk ? cp->pq - j0 : cp->chunk;
+    const float *x = cp->x + ni * chw;
+    float *y = cp->y + ni * op->u.conv2d.k * cp->pq + j0;
+    if (cp->pointwise) {
+      kiln_cpu_sgemm_isa(NULL, KILN_CPU_GEMM_ISA_AUTO, false, false, op->u.conv2d.k, cols, cp->crs,
+                         cp->w, cp->crs, x + j0, cp->pq, y, cp->pq);
+    } else if (col) {
+      kiln_cpu_conv2d_im2col(op, x, j0, cols, col);
+      kiln_cpu_sgemm_isa(NULL, KILN_CPU_GEMM_ISA_AUTO, false, false, op->u.conv2d.k, cols, cp->crs,
+                         cp->w, cp->crs, col, cols, y, cp->pq);
+    } else {
+      conv_direct(cp, ni, j0, cols);
+      continue;
+    }
+    add_bias(cp, y, cols);
+  }
+  free(col);
+}
+
+typedef struct im2col_job_t {
+  const kiln_op_t *op;
+  const float *x;
+  int64_t j0, cols;
+  float *col;
+} im2col_job_t;
+
+/* Splits one panel's im2col across the pool by input channel. */
+static void im2col_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const im2col_job_t *job = ctx;
+  kiln_op_t sub = *job->op;
+  const int64_t rs = job->op->u.conv2d.r * job->op->u.conv2d.s;
+  const int64_t hw = job->op->u.conv2d.h * job->op->u.conv2d.w;
+  sub.u.conv2d.c = end - begin;
+  kiln_cpu_conv2d_im2col(&sub, job->x + begin * hw, job->j0, job->cols, job->col + begin * rs * job->cols);
+}
+
+void kiln_cpu_conv2d_im2col_parallel(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x,
+                                     int64_t j0, int64_t cols, float *out_col) {
+  im2col_job_t job = {.op = op, .x = x, .j0 = j0, .cols = cols, .col = out_col};
+  const int64_t per_channel = op->u.conv2d.r * op->u.conv2d.s * cols;
+  int64_t grain = per_channel > 0 ? (1 << 15) / per_channel : 1;
+  if (grain < 1) grain = 1;
+  if (pool && op->u.conv2d.c > grain) {
+    kiln_cpu_parallel_for(pool, op->u.conv2d.c, grain, im2col_task, &job);
+  } else {
+    kiln_cpu_conv2d_im2col(op, x, j0, cols, out_col);
+  }
+}
+
+void kiln_cpu_conv2d_native(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x,
+                            const float *w, const float *bias, float *y) {
+  const int64_t n = op->u.conv2d.n, k = op->u.conv2d.k;
+  conv_plan_t cp = {
+      .op = op, .x = x, .w = w, .bias = op->u.conv2d.has_bias ? bias : NULL, .y = y,
+      .crs = op->u.conv2d.c * op->u.conv2d.r * op->u.conv2d.s,
+      .pq = op->u.conv2d.p * op->u.conv2d.q,
+      .pointwise = kiln_cpu_conv2d_is_pointwise(op),
+  };
+  if (n <= 0 || k <= 0 || cp.pq <= 0) return;
+  cp.chunk = cp.pointwise ? cp.pq : kiln_cpu_conv2d_panel_cols(op);
+  const int threads = pool ? kiln_cpu_pool_threads(pool) : 1;
+  const int64_t work = n * k * cp.pq * (cp.crs > 0 ? cp.crs : 1);
+
+  if (threads <= 1 || work < 2 * KILN_CONV_MIN_WORK_PER_THREAD) {
+    cp.chunks = (cp.pq + cp.chunk - 1) / cp.chunk;
+    conv_items_task(&cp, 0, n * cp.chunks, 0);
+    return;
+  }
+  /* Enough images (or panels) to give every thread several: each thread
+   * runs whole GEMMs on its own panels, nothing shared. */
+  int64_t chunks = (cp.pq + cp.chunk - 1) / cp.chunk;
+  if (n * chunks < 2 * threads && !cp.pointwise) {
+    /* Few images: cut each plane finer, down to one panel per thread, as
+     * long as the panels stay wide enough for the GEMM. */
+    int64_t want = (2 * threads + n - 1) / n;
+    int64_t cols = (cp.pq + want - 1) / want;
+    cols = (cols + KILN_CPU_GEMM_NR - 1) / KILN_CPU_GEMM_NR * KILN_CPU_GEMM_NR;
+    if (cols >= KILN_CONV_PANEL_MIN_COLS && cols < cp.chunk) {
+      cp.chunk = cols;
+      chunks = (cp.pq + cp.chunk - 1) / cp.chunk;
+    }
+  }
+  cp.chunks = chunks;
+  /* Panels are equal work, so they share out evenly when they divide among
+   * the threads or are many. */
+  if (n * chunks % threads == 0 || n * chunks >= 4 * threads) {
+    kiln_cpu_parallel_for(pool, n * chunks, 1, conv_items_task, &cp);
+    return;
+  }
+  /* Too few panels to share out: one panel at a time, each GEMM split across
+   * the pool. */
+  float *col = NULL;
+  if (!cp.pointwise) {
+    const size_t bytes = sizeof(float) * (size_t)(cp.crs * cp.chunk) + 64;
+    col = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!col) {
+      conv_items_task(&cp, 0, n * chunks, 0);
+      return;
+    }
+  }
+  const int64_t chw = op->u.conv2d.c * op->u.conv2d.h * op->u.conv2d.w;
+  for (int64_t i = 0; i < n * chunks; i++) {
+    const int64_t ni = i / chunks, j0 = (i % chunks) * cp.chunk;
+    const int64_t cols = cp.pq - j0 < cp.chunk ? cp.pq - j0 : cp.chunk;
+    const float *xi = x + ni * chw;
+    float *yi = y + ni * k * cp.pq + j0;
+    if (cp.pointwise) {
+      kiln_cpu_sgemm(pool, false, false, k, cols, cp.crs, w, cp.crs, xi + j0, cp.pq, yi, cp.pq);
+    } else {
+      kiln_cpu_conv2d_im2col_parallel(pool, op, xi, j0, cols, col);
+      kiln_cpu_sgemm(pool, false, false, k, cols, cp.crs, w, cp.crs, col, cols, yi, cp.pq);
+    }
+    add_bias(&cp, yi, cols);
+  }
+  free(col);
+}
