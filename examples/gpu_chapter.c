@@ -102,7 +102,8 @@ static void demo_dense_layer(kiln_device_t *device, kiln_tensor_t *batch) {
   DEMO_TRY(kiln_tensor_add(product, bias, &pre));
   DEMO_TRY(kiln_tensor_relu(pre, &out));
   printf("matmul ran with provider '%s'\n", kiln_last_provider());
-  demo_print("net(X)", out);
+  demo_print("X @ W + b", pre);
+  demo_print("net(X) = relu(X @ W + b)", out);
   printf("net[0].weight lives on %s; net(X) on %s\n", kiln_device_name(kiln_tensor_device(weight)),
          kiln_device_name(kiln_tensor_device(out)));
   kiln_tensor_release(out);

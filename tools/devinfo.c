@@ -135,6 +135,13 @@ static devinfo_entry_t *devinfo_gather(size_t count) {
 
 static const char *devinfo_str(const char *s) { return s ? s : ""; }
 
+/* Names come from drivers: control characters would break the table's lines. */
+static void devinfo_printable(const char *in, char *out, size_t size) {
+  size_t n = 0;
+  for (; in && *in && n + 1 < size; in++) out[n++] = iscntrl((unsigned char)*in) ? '?' : *in;
+  out[n] = 0;
+}
+
 static void devinfo_format_bytes(uint64_t bytes, char *out, size_t size) {
   static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double value = (double)bytes;
@@ -214,8 +221,9 @@ static int devinfo_table(devinfo_entry_t *entries, size_t count) {
         printf("  #%zu: %s\n", i, e->error);
         continue;
       }
-      char memory[32];
+      char memory[32], name[256];
       devinfo_format_bytes(e->info.memory_bytes, memory, sizeof memory);
+      devinfo_printable(e->info.name, name, sizeof name);
       char identity[256];
       if (e->same_card_as >= 0) {
         snprintf(identity, sizeof identity, "same card as %s (%s)", entries[e->same_card_as].info.selector,
@@ -225,7 +233,7 @@ static int devinfo_table(devinfo_entry_t *entries, size_t count) {
       }
       printf("%c %-*s %-7s %-11s %-*.*s %10s %5" PRIu32 "  %s\n", e->info.is_default ? '*' : ' ', sel_w,
              devinfo_str(e->info.selector), devinfo_str(e->info.backend), kiln_device_type_name(e->info.type),
-             name_w, name_w, devinfo_str(e->info.name), memory, e->info.compute_units, identity);
+             name_w, name_w, name, memory, e->info.compute_units, identity);
     }
     printf("(* the default device; pass a selector in KILN_DEVICE to pick a device)\n");
   }
@@ -235,7 +243,19 @@ static int devinfo_table(devinfo_entry_t *entries, size_t count) {
 
 /* ---- verbose -------------------------------------------------------------- */
 
-static void devinfo_kv(const char *key, const char *value) { printf("  %s: %s\n", key, value); }
+/* A value spanning lines (a build log, several warnings) keeps its lines
+ * indented under its key, so every line of -v still belongs to one device. */
+static void devinfo_kv(const char *key, const char *value) {
+  printf("  %s: ", key);
+  for (const char *p = value; *p; p++) {
+    if (*p == '\n') {
+      fputs("\n      ", stdout);
+    } else {
+      putchar(*p);
+    }
+  }
+  putchar('\n');
+}
 
 static void devinfo_kv_u64(const char *key, uint64_t value) { printf("  %s: %" PRIu64 "\n", key, value); }
 
