@@ -1,0 +1,369 @@
+/* runtime/config.c: every KILN_* setting, merged from the API and the environment and validated in one place. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+#define KILN_DEFAULT_BACKENDS "cuda,opencl,cpu"
+#define KILN_BACKEND_GRAMMAR \
+  "use backend names ([a-z0-9_]+) joined by ',' in priority order, each once, e.g. \"opencl,cpu\""
+#define KILN_PROVIDER_GRAMMAR                                                                \
+  "use op=provider pairs joined by ',', e.g. \"matmul=blas,conv2d=native\"; providers: native, " \
+  "blas, clblast, cublas, cudnn"
+
+/* ---- names ------------------------------------------------------------------- */
+
+static const char *const kiln_provider_names[KILN_PROVIDER_COUNT] = {
+#define KILN_PROVIDER_NAME_(NAME, name) #name,
+    KILN_PROVIDERS(KILN_PROVIDER_NAME_)
+#undef KILN_PROVIDER_NAME_
+};
+
+static const char *const kiln_op_kind_names[KILN_OP_COUNT] = {
+#define KILN_OP_KIND_NAME_(NAME, name) #name,
+    KILN_OP_KINDS(KILN_OP_KIND_NAME_)
+#undef KILN_OP_KIND_NAME_
+};
+
+/* The op names KILN_PROVIDER accepts: the kinds, then every unary and binary
+ * op, which share their kind's kernels and therefore its provider. */
+static const struct {
+  const char *name;
+  kiln_op_kind_t kind;
+} kiln_op_names[] = {
+#define KILN_OP_KIND_ENTRY_(NAME, name) {#name, KILN_OP_##NAME},
+    KILN_OP_KINDS(KILN_OP_KIND_ENTRY_)
+#undef KILN_OP_KIND_ENTRY_
+#define KILN_UNARY_ENTRY_(NAME, name) {#name, KILN_OP_UNARY},
+    KILN_UNARY_OPS(KILN_UNARY_ENTRY_)
+#undef KILN_UNARY_ENTRY_
+#define KILN_BINARY_ENTRY_(NAME, name) {#name, KILN_OP_BINARY},
+    KILN_BINARY_OPS(KILN_BINARY_ENTRY_)
+#undef KILN_BINARY_ENTRY_
+};
+
+const char *kiln__provider_name(kiln_provider_t provider) {
+  if ((int)provider < 0 || provider >= KILN_PROVIDER_COUNT) return "unknown";
+  return kiln_provider_names[provider];
+}
+
+const char *kiln__op_kind_name(kiln_op_kind_t kind) {
+  if ((int)kind < 0 || kind >= KILN_OP_COUNT) return "unknown";
+  return kiln_op_kind_names[kind];
+}
+
+/* The kind an op name of KILN_PROVIDER stands for, or -1. device.c uses it for
+ * kiln_device_providers so that both accept the same names. */
+int kiln__op_kind_lookup(const char *name);
+int kiln__op_kind_lookup(const char *name) {
+  for (size_t i = 0; i < sizeof kiln_op_names / sizeof kiln_op_names[0]; i++)
+    if (!strcmp(kiln_op_names[i].name, name)) return (int)kiln_op_names[i].kind;
+  return -1;
+}
+
+/* "fill, arange, ..., add, ..." for messages. */
+static void kiln_op_name_list(char *out, size_t size) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < sizeof kiln_op_names / sizeof kiln_op_names[0] && used < size; i++) {
+    int n = snprintf(out + used, size - used, "%s%s", i ? ", " : "", kiln_op_names[i].name);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+}
+
+/* ---- KILN_PROVIDER ------------------------------------------------------------- */
+
+kiln_status_t kiln__parse_providers(const char *text, int out_overrides[KILN_OP_COUNT]) {
+  if (!text)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "provider overrides are NULL; %s, or \"\" to clear them",
+                           KILN_PROVIDER_GRAMMAR);
+  int overrides[KILN_OP_COUNT];
+  const char *set_by[KILN_OP_COUNT];
+  for (int k = 0; k < KILN_OP_COUNT; k++) {
+    overrides[k] = KILN_PROVIDER_NONE;
+    set_by[k] = NULL;
+  }
+  char *copy = strdup(text);
+  if (!copy) return kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory copying provider overrides");
+  kiln_status_t status = KILN_OK;
+  /* "" clears every override; otherwise every item must be a pair. */
+  if (copy[0]) {
+    char *cursor = copy;
+    for (;;) {
+      char *comma = strchr(cursor, ',');
+      if (comma) *comma = '\0';
+      char *item = cursor;
+      if (!item[0]) {
+        status = kiln__set_error(KILN_INVALID_ARGUMENT, "empty item in \"%s\"; %s", text,
+                                 KILN_PROVIDER_GRAMMAR);
+        break;
+      }
+      char *eq = strchr(item, '=');
+      if (!eq) {
+        status = kiln__set_error(KILN_INVALID_ARGUMENT, "\"%s\" has no '='; %s", item,
+                                 KILN_PROVIDER_GRAMMAR);
+        break;
+      }
+      *eq = '\0';
+      const char *op = item, *provider = eq + 1;
+      int kind = kiln__op_kind_lookup(op);
+      if (kind < 0) {
+        char ops[512];
+        kiln_op_name_list(ops, sizeof ops);
+        status = kiln__set_error(KILN_INVALID_ARGUMENT, "unknown op \"%s\" in \"%s=%s\"; ops: %s", op,
+                                 op, provider, ops);
+        break;
+      }
+      int chosen = -1;
+      for (int p = 0; p < KILN_PROVIDER_COUNT; p++)
+        if (!strcmp(kiln_provider_names[p], provider)) chosen = p;
+      if (chosen < 0) {
+        status = kiln__set_error(KILN_INVALID_ARGUMENT,
+                                 "unknown provider \"%s\" in \"%s=%s\"; use one of: native, blas, "
+                                 "clblast, cublas, cudnn",
+                                 provider, op, provider);
+        break;
+      }
+      /* add and mul share the binary kernels: asking two providers for them
+       * cannot be honoured, so say so instead of picking one. */
+      if (overrides[kind] != KILN_PROVIDER_NONE && overrides[kind] != chosen) {
+        status = kiln__set_error(KILN_INVALID_ARGUMENT,
+                                 "\"%s\" and \"%s\" both set the provider of %s ops (%s, then %s); give "
+                                 "it once",
+                                 set_by[kind], op, kiln_op_kind_names[kind],
+                                 kiln_provider_names[overrides[kind]], provider);
+        break;
+      }
+      overrides[kind] = chosen;
+      set_by[kind] = op;
+      if (!comma) break;
+      cursor = comma + 1;
+    }
+  }
+  if (status == KILN_OK) memcpy(out_overrides, overrides, sizeof overrides);
+  free(copy);
+  return status;
+}
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+/* The API value when set, else the variable when set and not empty, else NULL.
+ * *out_source names where it came from, for messages. */
+static const char *kiln_setting(const char *api_value, const char *api_field, const char *variable,
+                                const char **out_source) {
+  /* An empty string counts as unset, in the API as in the environment. */
+  if (api_value && api_value[0]) {
+    *out_source = api_field;
+    return api_value;
+  }
+  const char *env = getenv(variable);
+  *out_source = variable;
+  return env && env[0] ? env : NULL;
+}
+
+static bool kiln_is_name(const char *s, size_t len) {
+  if (len == 0) return false;
+  for (size_t i = 0; i < len; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
+static kiln_status_t kiln_parse_backends(const char *source, const char *text, kiln__config_t *out) {
+  out->backend_count = 0;
+  const char *cursor = text;
+  for (;;) {
+    const char *comma = strchr(cursor, ',');
+    size_t len = comma ? (size_t)(comma - cursor) : strlen(cursor);
+    if (len == 0)
+      return kiln__set_error(KILN_INVALID_ARGUMENT, "%s=\"%s\" has an empty backend name; %s", source,
+                             text, KILN_BACKEND_GRAMMAR);
+    if (!kiln_is_name(cursor, len) || len >= sizeof out->backends[0])
+      return kiln__set_error(KILN_INVALID_ARGUMENT, "%s=\"%s\": \"%.*s\" is not a backend name; %s",
+                             source, text, (int)len, cursor, KILN_BACKEND_GRAMMAR);
+    for (size_t i = 0; i < out->backend_count; i++)
+      if (strlen(out->backends[i]) == len && !strncmp(out->backends[i], cursor, len))
+        return kiln__set_error(KILN_INVALID_ARGUMENT, "%s=\"%s\" names \"%.*s\" twice; %s", source,
+                               text, (int)len, cursor, KILN_BACKEND_GRAMMAR);
+    if (out->backend_count == KILN_MAX_BACKENDS)
+      return kiln__set_error(KILN_INVALID_ARGUMENT, "%s=\"%s\" names more than %d backends; %s", source,
+                             text, KILN_MAX_BACKENDS, KILN_BACKEND_GRAMMAR);
+    memcpy(out->backends[out->backend_count], cursor, len);
+    out->backends[out->backend_count][len] = '\0';
+    out->backend_count++;
+    if (!comma) return KILN_OK;
+    cursor = comma + 1;
+  }
+}
+
+static char *kiln_join_path(const char *base, const char *tail) {
+  size_t n = strlen(base) + strlen(tail) + 2;
+  char *out = malloc(n);
+  if (out) snprintf(out, n, "%s/%s", base, tail);
+  return out;
+}
+
+static kiln_status_t kiln_oom(const char *what) {
+  return kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory copying %s", what);
+}
+
+/* ---- kiln__config_load ------------------------------------------------------------ */
+
+kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
+  if (!out) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__config_load: out is NULL");
+  kiln_config_t none;
+  kiln_config_initialize(&none);
+  if (!api) api = &none;
+
+  kiln__config_t c;
+  memset(&c, 0, sizeof c);
+  c.policy = KILN_POLICY_VENDOR;
+  c.log_level = KILN_LOG_OFF;
+  c.cpu_devices = 1;
+  for (int k = 0; k < KILN_OP_COUNT; k++) c.overrides[k] = KILN_PROVIDER_NONE;
+
+  const char *source, *value;
+  kiln_status_t status = KILN_OK;
+
+  /* KILN_BACKEND */
+  value = kiln_setting(api->backend, "kiln_config_t.backend", "KILN_BACKEND", &source);
+  c.backends_explicit = value != NULL;
+  status = kiln_parse_backends(source, value ? value : KILN_DEFAULT_BACKENDS, &c);
+  if (status != KILN_OK) goto fail;
+
+  /* KILN_DEVICE: validated now, matched against devices by the registry. */
+  value = kiln_setting(api->device, "kiln_config_t.device", "KILN_DEVICE", &source);
+  if (value) {
+    kiln__selector_t selector;
+    status = kiln__selector_parse(value, &selector);
+    if (status != KILN_OK) {
+      kiln__wrap_error(status, "%s=\"%s\" is not a device selector", source, value);
+      goto fail;
+    }
+    c.device_selector = strdup(value);
+    if (!c.device_selector) {
+      status = kiln_oom("KILN_DEVICE");
+      goto fail;
+    }
+  }
+
+  /* KILN_POLICY */
+  value = kiln_setting(api->policy, "kiln_config_t.policy", "KILN_POLICY", &source);
+  if (value) {
+    if (!strcmp(value, "vendor")) c.policy = KILN_POLICY_VENDOR;
+    else if (!strcmp(value, "portable")) c.policy = KILN_POLICY_PORTABLE;
+    else if (!strcmp(value, "fastest")) c.policy = KILN_POLICY_FASTEST;
+    else {
+      status = kiln__set_error(KILN_INVALID_ARGUMENT,
+                               "%s=\"%s\" is not a policy; use one of: vendor, portable, fastest", source,
+                               value);
+      goto fail;
+    }
+  }
+
+  /* KILN_PROVIDER */
+  value = kiln_setting(api->provider, "kiln_config_t.provider", "KILN_PROVIDER", &source);
+  if (value) {
+    status = kiln__parse_providers(value, c.overrides);
+    if (status != KILN_OK) {
+      kiln__wrap_error(status, "%s=\"%s\"", source, value);
+      goto fail;
+    }
+  }
+
+  /* KILN_CACHE_DIR, else the XDG cache, else ~/.cache; no home means no cache. */
+  value = kiln_setting(api->cache_dir, "kiln_config_t.cache_dir", "KILN_CACHE_DIR", &source);
+  {
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    const char *home = getenv("HOME");
+    if (value) c.cache_dir = strdup(value);
+    else if (xdg && xdg[0]) c.cache_dir = kiln_join_path(xdg, "kiln");
+    else if (home && home[0]) c.cache_dir = kiln_join_path(home, ".cache/kiln");
+    bool wanted = value || (xdg && xdg[0]) || (home && home[0]);
+    if (wanted && !c.cache_dir) {
+      status = kiln_oom("the cache directory");
+      goto fail;
+    }
+  }
+
+  /* KILN_CPU_DEVICES */
+  if (api->cpu_devices >= 0) {
+    if (api->cpu_devices < 1 || api->cpu_devices > KILN_MAX_DEVICES) {
+      status = kiln__set_error(KILN_INVALID_ARGUMENT,
+                               "kiln_config_t.cpu_devices=%d is out of range; use an integer from 1 to %d "
+                               "(or -1 for the environment's value)",
+                               api->cpu_devices, KILN_MAX_DEVICES);
+      goto fail;
+    }
+    c.cpu_devices = api->cpu_devices;
+  } else {
+    value = getenv("KILN_CPU_DEVICES");
+    if (value && value[0]) {
+      char *end = NULL;
+      errno = 0;
+      long n = strtol(value, &end, 10);
+      bool digits = value[0] >= '0' && value[0] <= '9';
+      if (!digits || errno || *end || n < 1 || n > KILN_MAX_DEVICES) {
+        status = kiln__set_error(KILN_INVALID_ARGUMENT,
+                                 "KILN_CPU_DEVICES=\"%s\" is not a device count; use an integer from 1 to %d",
+                                 value, KILN_MAX_DEVICES);
+        goto fail;
+      }
+      c.cpu_devices = (int)n;
+    }
+  }
+
+  /* KILN_BACKEND_PATH: directories, checked when plugins are searched. */
+  value = kiln_setting(api->backend_path, "kiln_config_t.backend_path", "KILN_BACKEND_PATH", &source);
+  if (value) {
+    c.backend_path = strdup(value);
+    if (!c.backend_path) {
+      status = kiln_oom("KILN_BACKEND_PATH");
+      goto fail;
+    }
+  }
+
+  /* KILN_LOG */
+  value = kiln_setting(api->log, "kiln_config_t.log", "KILN_LOG", &source);
+  if (value) {
+    static const char *const levels[] = {"off", "error", "warn", "info", "debug"};
+    int found = -1;
+    for (int i = 0; i < 5; i++)
+      if (!strcmp(levels[i], value)) found = i;
+    if (found < 0) {
+      status = kiln__set_error(KILN_INVALID_ARGUMENT,
+                               "%s=\"%s\" is not a log level; use one of: off, error, warn, info, debug",
+                               source, value);
+      goto fail;
+    }
+    c.log_level = (kiln_log_level_t)found;
+  }
+
+  *out = c;
+  return KILN_OK;
+
+fail:
+  kiln__config_free(&c);
+  return status;
+}
+
+void kiln__config_free(kiln__config_t *config) {
+  if (!config) return;
+  free(config->device_selector);
+  free(config->cache_dir);
+  free(config->backend_path);
+  config->device_selector = NULL;
+  config->cache_dir = NULL;
+  config->backend_path = NULL;
+}
+
+void kiln_config_initialize(kiln_config_t *config) {
+  if (!config) return;
+  memset(config, 0, sizeof *config);
+  config->cpu_devices = -1;
+}
