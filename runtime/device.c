@@ -1,0 +1,294 @@
+/* runtime/device.c: the public device and backend queries: enumeration, lookup by selector, info, properties. */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/internal.h"
+
+/* config.c owns the op names of KILN_PROVIDER; this lookup shares them. */
+int kiln__op_kind_lookup(const char *name);
+
+/* Keys of the per-op providers properties, one per op kind. */
+static const char *const kiln_provider_keys[KILN_OP_COUNT] = {
+#define KILN_PROVIDER_KEY_(NAME, name) "providers." #name,
+    KILN_OP_KINDS(KILN_PROVIDER_KEY_)
+#undef KILN_PROVIDER_KEY_
+};
+
+/* Whether a handle is one of the devices kiln lists now: a stale handle from
+ * before kiln_deinitialize is refused instead of dereferenced. */
+static bool kiln_device_known(const kiln_device_t *device) {
+  for (size_t i = 0; i < kiln__rt.device_count; i++)
+    if (kiln__rt.devices[i] == device) return true;
+  return false;
+}
+
+static kiln_status_t kiln_device_check_arg(const char *call, const kiln_device_t *device) {
+  kiln_status_t status = kiln__ensure();
+  if (status != KILN_OK) return status;
+  if (!device) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: device is NULL; get one from kiln_device_get", call);
+  if (!kiln_device_known(device))
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "%s: %p is not a device of this kiln (released by kiln_deinitialize?); get one "
+                           "from kiln_device_get",
+                           call, (const void *)device);
+  return KILN_OK;
+}
+
+/* "cpu:0, opencl:0" for messages. */
+static void kiln_visible_list(char *out, size_t size) {
+  size_t used = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < kiln__rt.device_count && used < size; i++) {
+    int n = snprintf(out + used, size - used, "%s%s", i ? ", " : "", kiln__rt.devices[i]->selector);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+  if (!kiln__rt.device_count) snprintf(out, size, "none (check KILN_BACKEND and KILN_DEVICE)");
+}
+
+kiln_status_t kiln_device_count(size_t *out_count) {
+  kiln_status_t status = kiln__ensure();
+  if (status != KILN_OK) return status;
+  if (!out_count) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_device_count: out_count is NULL");
+  *out_count = kiln__rt.device_count;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_device_get(size_t index, kiln_device_t **out_device) {
+  kiln_status_t status = kiln__ensure();
+  if (status != KILN_OK) return status;
+  if (!out_device) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_device_get: out_device is NULL");
+  if (index >= kiln__rt.device_count)
+    return kiln__set_error(KILN_NOT_FOUND, "kiln_device_get(%zu): there are %zu visible devices; use an index below %zu "
+                           "(kiln_device_count)",
+                           index, kiln__rt.device_count, kiln__rt.device_count);
+  *out_device = kiln__rt.devices[index];
+  return KILN_OK;
+}
+
+kiln_status_t kiln_device_default(kiln_device_t **out_device) {
+  kiln_status_t status = kiln__ensure();
+  if (status != KILN_OK) return status;
+  if (!out_device) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_device_default: out_device is NULL");
+  if (!kiln__rt.default_device)
+    return kiln__set_error(KILN_NOT_FOUND,
+                           "no device is visible: KILN_BACKEND and KILN_DEVICE excluded every device; run "
+                           "devinfo to see what exists");
+  *out_device = kiln__rt.default_device;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_device_find(const char *selector, kiln_device_t **out_device) {
+  kiln_status_t status = kiln__ensure();
+  if (status != KILN_OK) return status;
+  if (!selector || !out_device)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_device_find: selector (%p) or out_device (%p) is NULL",
+                           (const void *)selector, (void *)out_device);
+  /* A bare word is shorthand: a type ("gpu") for every backend, else a
+   * backend ("cpu", "opencl") with any device. */
+  char text[96];
+  if (!strchr(selector, ':') && !strchr(selector, ';') && selector[0] && selector[0] != '!' &&
+      strlen(selector) < 40) {
+    if (!strcmp(selector, "gpu") || !strcmp(selector, "accelerator"))
+      snprintf(text, sizeof text, "*:%s", selector);
+    else
+      snprintf(text, sizeof text, "%s:*", selector);
+  } else {
+    if (strlen(selector) >= sizeof text)
+      return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_device_find: selector \"%.40s...\" is too long for one "
+                             "term; use backend:device, e.g. \"cuda:0\"", selector);
+    strcpy(text, selector);
+  }
+  kiln__selector_t parsed;
+  status = kiln__selector_parse(text, &parsed);
+  if (status != KILN_OK) return kiln__wrap_error(status, "kiln_device_find(\"%s\")", selector);
+  if (parsed.count != 1 || parsed.terms[0].discard)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "kiln_device_find(\"%s\"): give one term that names one device, such as \"cuda:0\", "
+                           "\"opencl:gpu\" or \"cpu\" (no ';', ',' or '!')",
+                           selector);
+  for (size_t i = 0; i < kiln__rt.device_count; i++) {
+    kiln_device_t *d = kiln__rt.devices[i];
+    if (kiln__selector_accepts(&parsed, d->backend->name, d->desc.type, d->backend_index)) {
+      *out_device = d;
+      return KILN_OK;
+    }
+  }
+  char list[1024];
+  kiln_visible_list(list, sizeof list);
+  return kiln__set_error(KILN_NOT_FOUND, "kiln_device_find(\"%s\"): no visible device matches; visible: %s", selector,
+                         list);
+}
+
+kiln_device_t *kiln_try_gpu(size_t i) {
+  if (kiln__ensure() != KILN_OK) return NULL;
+  size_t seen = 0;
+  for (size_t d = 0; d < kiln__rt.device_count; d++) {
+    if (kiln__rt.devices[d]->desc.type != KILN_DEVICE_GPU) continue;
+    if (seen++ == i) return kiln__rt.devices[d];
+  }
+  for (size_t d = 0; d < kiln__rt.device_count; d++)
+    if (kiln__rt.devices[d]->desc.type == KILN_DEVICE_CPU) return kiln__rt.devices[d];
+  return kiln__rt.default_device;
+}
+
+kiln_status_t kiln_try_all_gpus(kiln_device_t **out_devices, size_t capacity, size_t *out_count) {
+  kiln_status_t status = kiln__ensure();
+  if (status != KILN_OK) return status;
+  if (!out_count || (!out_devices && capacity))
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "kiln_try_all_gpus: out_count (%p) is NULL, or out_devices is NULL with capacity %zu",
+                           (void *)out_count, capacity);
+  size_t n = 0;
+  for (size_t d = 0; d < kiln__rt.device_count; d++) {
+    if (kiln__rt.devices[d]->desc.type != KILN_DEVICE_GPU) continue;
+    if (n < capacity) out_devices[n] = kiln__rt.devices[d];
+    n++;
+  }
+  if (n == 0) {
+    kiln_device_t *cpu = kiln_try_gpu(0);
+    if (!cpu)
+      return kiln__set_error(KILN_NOT_FOUND, "kiln_try_all_gpus: no GPU and no CPU device is visible; check "
+                             "KILN_BACKEND and KILN_DEVICE");
+    if (capacity) out_devices[0] = cpu;
+    n = 1;
+  }
+  *out_count = n;
+  return KILN_OK;
+}
+
+kiln_device_t *kiln_device_retain(kiln_device_t *device) { return device; }
+
+void kiln_device_release(kiln_device_t *device) { (void)device; }
+
+kiln_status_t kiln_device_info(const kiln_device_t *device, kiln_device_info_t *out_info) {
+  kiln_status_t status = kiln_device_check_arg("kiln_device_info", device);
+  if (status != KILN_OK) return status;
+  if (!out_info) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_device_info: out_info is NULL");
+  const kiln_backend_device_desc_t *desc = &device->desc;
+  kiln_device_info_t info;
+  memset(&info, 0, sizeof info);
+  info.index = device->index;
+  info.selector = device->selector;
+  info.backend = device->backend->name;
+  info.backend_index = device->backend_index;
+  info.type = desc->type;
+  info.name = desc->name;
+  info.vendor = desc->vendor;
+  info.driver_version = desc->driver_version;
+  info.runtime_version = desc->runtime_version;
+  info.platform = desc->platform;
+  info.uuid = desc->uuid;
+  info.pci_bus_id = desc->pci_bus_id;
+  info.memory_bytes = desc->memory_bytes;
+  info.memory_free_bytes = desc->memory_bytes;
+  info.memory_free_is_estimate = true;
+  if (device->iface->device_memory_free) {
+    uint64_t free_bytes = 0;
+    if (device->iface->device_memory_free(device->impl, &free_bytes) == KILN_OK) {
+      info.memory_free_bytes = free_bytes;
+      info.memory_free_is_estimate = desc->memory_free_is_estimate;
+    } else {
+      /* The query failing is no reason to fail the whole info call. */
+      kiln_clear_error();
+    }
+  }
+  info.max_alloc_bytes = desc->max_alloc_bytes;
+  info.local_memory_bytes = desc->local_memory_bytes;
+  info.compute_units = desc->compute_units;
+  info.max_work_group_size = desc->max_work_group_size;
+  info.compute_capability = desc->compute_capability;
+  info.fp16 = desc->fp16;
+  info.fp64 = desc->fp64;
+  info.is_default = device->is_default;
+  *out_info = info;
+  return KILN_OK;
+}
+
+const char *kiln_device_selector(const kiln_device_t *device) { return device ? device->selector : ""; }
+
+const char *kiln_device_name(const kiln_device_t *device) { return device ? device->display_name : "(no device)"; }
+
+/* Op kinds with a provider beyond native: each is one "providers.<op>" property. */
+static bool kiln_has_vendor_provider(const kiln_device_t *device, int kind) {
+  uint32_t mask = device->provider_mask[kind][0] | device->provider_mask[kind][1];
+  return (mask & ~(1u << KILN_PROVIDER_NATIVE)) != 0;
+}
+
+size_t kiln_device_property_count(const kiln_device_t *device) {
+  if (!device || kiln__ensure() != KILN_OK || !kiln_device_known(device)) return 0;
+  size_t n = device->desc.property_count;
+  for (int k = 0; k < KILN_OP_COUNT; k++) n += kiln_has_vendor_provider(device, k);
+  return n;
+}
+
+kiln_status_t kiln_device_property(const kiln_device_t *device, size_t i, const char **out_key,
+                                   const char **out_value) {
+  kiln_status_t status = kiln_device_check_arg("kiln_device_property", device);
+  if (status != KILN_OK) return status;
+  if (!out_key || !out_value)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_device_property: out_key (%p) or out_value (%p) is NULL",
+                           (void *)out_key, (void *)out_value);
+  if (i < device->desc.property_count) {
+    *out_key = device->desc.properties[i].key;
+    *out_value = device->desc.properties[i].value;
+    return KILN_OK;
+  }
+  size_t j = i - device->desc.property_count;
+  for (int k = 0; k < KILN_OP_COUNT; k++) {
+    if (!kiln_has_vendor_provider(device, k)) continue;
+    if (j-- == 0) {
+      *out_key = kiln_provider_keys[k];
+      *out_value = device->providers_text[k];
+      return KILN_OK;
+    }
+  }
+  return kiln__set_error(KILN_NOT_FOUND, "kiln_device_property(%s, %zu): the device has %zu properties", device->selector,
+                         i, kiln_device_property_count(device));
+}
+
+const char *kiln_device_providers(const kiln_device_t *device, const char *op) {
+  if (!device || !op || kiln__ensure() != KILN_OK || !kiln_device_known(device)) return NULL;
+  int kind = kiln__op_kind_lookup(op);
+  if (kind < 0) return NULL;
+  return device->providers_text[kind];
+}
+
+const char *kiln_device_type_name(kiln_device_type_t type) {
+  switch (type) {
+    case KILN_DEVICE_CPU: return "cpu";
+    case KILN_DEVICE_GPU: return "gpu";
+    case KILN_DEVICE_ACCELERATOR: return "accelerator";
+    case KILN_DEVICE_OTHER: return "other";
+  }
+  return "other";
+}
+
+kiln_status_t kiln_backend_count(size_t *out_count) {
+  kiln_status_t status = kiln__ensure();
+  if (status != KILN_OK) return status;
+  if (!out_count) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_backend_count: out_count is NULL");
+  *out_count = kiln__rt.backend_count;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_backend_info(size_t index, kiln_backend_info_t *out_info) {
+  kiln_status_t status = kiln__ensure();
+  if (status != KILN_OK) return status;
+  if (!out_info) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_backend_info: out_info is NULL");
+  if (index >= kiln__rt.backend_count)
+    return kiln__set_error(KILN_NOT_FOUND, "kiln_backend_info(%zu): kiln considered %zu backends; use an index below %zu",
+                           index, kiln__rt.backend_count, kiln__rt.backend_count);
+  *out_info = kiln__rt.backends[index].info;
+  return KILN_OK;
+}
+
+const char *kiln_backend_state_name(kiln_backend_state_t state) {
+  switch (state) {
+    case KILN_BACKEND_LOADED: return "loaded";
+    case KILN_BACKEND_NO_DEVICE: return "no device";
+    case KILN_BACKEND_UNAVAILABLE: return "unavailable";
+    case KILN_BACKEND_ABI_MISMATCH: return "abi mismatch";
+  }
+  return "unknown";
+}
