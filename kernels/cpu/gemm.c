@@ -222,6 +222,105 @@ static void gemm_task(void *ctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
+/* ---- matrix-vector products (m == 1 or n == 1) ------------------------------------
+ * A register tile would waste 15 of its 16 columns (or 5 of 6 rows) here, and
+ * the product is bound by reading the matrix once, so stream it instead. */
+
+typedef float kiln_gemv_v4 __attribute__((vector_size(16)));
+
+typedef struct gemv_problem_t {
+  bool axpy;          /* false: out[i] = dot(mat + i*ld, vec); true: out[j] = sum_l vec[l] * mat[l*ld + j] */
+  int64_t len, k;     /* outputs, reduction length */
+  const float *mat;
+  int64_t ld;
+  const float *vec;
+  int64_t vec_stride;
+  float *out;
+  int64_t out_stride;
+} gemv_problem_t;
+
+static float dot_contiguous(const float *restrict x, const float *restrict y, int64_t k) {
+  kiln_gemv_v4 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, t0, t1;
+  int64_t l = 0;
+  for (; l + 16 <= k; l += 16) {
+    memcpy(&t0, x + l, 16), memcpy(&t1, y + l, 16), s0 += t0 * t1;
+    memcpy(&t0, x + l + 4, 16), memcpy(&t1, y + l + 4, 16), s1 += t0 * t1;
+    memcpy(&t0, x + l + 8, 16), memcpy(&t1, y + l + 8, 16), s2 += t0 * t1;
+    memcpy(&t0, x + l + 12, 16), memcpy(&t1, y + l + 12, 16), s3 += t0 * t1;
+  }
+  s0 = (s0 + s1) + (s2 + s3);
+  float sum = (s0[0] + s0[1]) + (s0[2] + s0[3]);
+  for (; l < k; l++) sum += x[l] * y[l];
+  return sum;
+}
+
+static void gemv_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const gemv_problem_t *g = ctx;
+  /* The vector is read once per output (dot) or per row (axpy): make it
+   * contiguous first when it is a strided column. */
+  const float *vec = g->vec;
+  float *gathered = NULL;
+  if (g->vec_stride != 1) {
+    gathered = malloc(sizeof(float) * (size_t)g->k);
+    if (gathered) {
+      for (int64_t l = 0; l < g->k; l++) gathered[l] = g->vec[l * g->vec_stride];
+      vec = gathered;
+    }
+  }
+  const int64_t vs = gathered || g->vec_stride == 1 ? 1 : g->vec_stride;
+  if (!g->axpy) {
+    for (int64_t i = begin; i < end; i++) {
+      const float *row = g->mat + i * g->ld;
+      float sum = 0.0f;
+      if (vs == 1) {
+        sum = dot_contiguous(row, vec, g->k);
+      } else {
+        for (int64_t l = 0; l < g->k; l++) sum += row[l] * vec[l * vs];
+      }
+      g->out[i * g->out_stride] = sum;
+    }
+  } else {
+    /* Outputs in chunks that stay in L1 while every row of the matrix
+     * streams past them. */
+    enum { CHUNK = 512 };
+    float acc[CHUNK];
+    for (int64_t j0 = begin; j0 < end; j0 += CHUNK) {
+      const int64_t len = min_i64(CHUNK, end - j0);
+      memset(acc, 0, sizeof(acc));
+      for (int64_t l = 0; l < g->k; l++) {
+        const float v = vec[l * vs];
+        const float *restrict row = g->mat + l * g->ld + j0;
+        for (int64_t j = 0; j < len; j++) acc[j] += v * row[j];
+      }
+      for (int64_t j = 0; j < len; j++) g->out[(j0 + j) * g->out_stride] = acc[j];
+    }
+  }
+  free(gathered);
+}
+
+static void gemv(kiln_cpu_pool_t *pool, const gemm_problem_t *p) {
+  gemv_problem_t g;
+  if (p->n == 1) {
+    g = (gemv_problem_t){
+        .axpy = p->trans_a, .len = p->m, .k = p->k, .mat = p->a, .ld = p->lda, .vec = p->b,
+        .vec_stride = p->trans_b ? 1 : p->ldb, .out = p->c, .out_stride = p->ldc,
+    };
+  } else {
+    g = (gemv_problem_t){
+        .axpy = !p->trans_b, .len = p->n, .k = p->k, .mat = p->b, .ld = p->ldb, .vec = p->a,
+        .vec_stride = p->trans_a ? p->lda : 1, .out = p->c, .out_stride = 1,
+    };
+  }
+  const int threads = pool ? kiln_cpu_pool_threads(pool) : 1;
+  if (threads > 1 && g.len * g.k >= 2 * KILN_GEMM_MIN_WORK_PER_THREAD) {
+    int64_t grain = KILN_GEMM_MIN_WORK_PER_THREAD / g.k;
+    if (grain < 1) grain = 1;
+    kiln_cpu_parallel_for(pool, g.len, grain, gemv_task, &g);
+  } else {
+    gemv_task(&g, 0, g.len, 0);
+  }
+}
+
 /* Split `threads` into a tm x tn grid whose largest cell (counted in padded
  * tiles) is smallest; ties go to splitting M, whose slices share nothing. */
 static void choose_grid(int64_t m, int64_t n, int threads, int *out_tm, int *out_tn) {
@@ -261,6 +360,10 @@ void kiln_cpu_sgemm_isa(kiln_cpu_pool_t *pool, kiln_cpu_gemm_isa_t isa, bool tra
       .a = a, .lda = lda, .b = b, .ldb = ldb, .c = c, .ldc = ldc,
       .ukernel = ukernel_for(isa), .tm = 1, .tn = 1,
   };
+  if (m == 1 || n == 1) {
+    gemv(pool, &g);
+    return;
+  }
 
   int threads = pool ? kiln_cpu_pool_threads(pool) : 1;
   const int64_t work = m * n * k;
