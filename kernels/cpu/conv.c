@@ -62,7 +62,7 @@ void kiln_cpu_conv2d_im2col(const kiln_op_t *op, const float *x, int64_t j0, int
               if (hi > seg) hi = seg;
               if (hi < lo) hi = lo;
               memset(d, 0, sizeof(float) * (size_t)lo);
-              memcpy(d + lo, xrow + ww0 + lo, sizeof(float) * (size_t)(hi - lo));
+              if (hi > lo) memcpy(d + lo, xrow + ww0 + lo, sizeof(float) * (size_t)(hi - lo));
               memset(d + hi, 0, sizeof(float) * (size_t)(seg - hi));
             } else {
               for (int64_t t = 0; t < seg; t++) {
