@@ -1,4 +1,6 @@
 /* tests/test_config.c: every KILN_* variable: valid values, each malformed value's status and message, API over env. */
+#include <pthread.h>
+
 #include "common.h"
 #include "runtime/internal.h"
 
@@ -309,6 +311,27 @@ START_TEST(test_failed_start_is_remembered) {
 }
 END_TEST
 
+static void *kt_start_thread(void *arg) {
+  size_t *count = arg;
+  if (kiln_device_count(count) != KILN_OK) *count = 0;
+  return NULL;
+}
+
+START_TEST(test_concurrent_start) {
+  /* Many threads racing to start kiln: one start happens, all see it. */
+  kt_clear_env();
+  setenv("KILN_BACKEND", "cpu", 1);
+  setenv("KILN_CPU_DEVICES", "3", 1);
+  pthread_t threads[8];
+  size_t counts[8];
+  for (int i = 0; i < 8; i++) ck_assert_int_eq(pthread_create(&threads[i], NULL, kt_start_thread, &counts[i]), 0);
+  for (int i = 0; i < 8; i++) pthread_join(threads[i], NULL);
+  for (int i = 0; i < 8; i++) ck_assert_uint_eq(counts[i], 3);
+  kiln_deinitialize();
+  kt_clear_env();
+}
+END_TEST
+
 static Suite *config_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("variables");
@@ -323,6 +346,7 @@ static Suite *config_suite(void) {
   tcase_add_test(api, test_policy_api);
   tcase_add_test(api, test_initialize_rules);
   tcase_add_test(api, test_failed_start_is_remembered);
+  tcase_add_test(api, test_concurrent_start);
   suite_add_tcase(s, api);
   return s;
 }
