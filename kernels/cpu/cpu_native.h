@@ -1,0 +1,76 @@
+/* kernels/cpu/cpu_native.h: the CPU backend's native kernels for every op but GEMM, convolution and pooling (private). */
+#ifndef KILN_CPU_NATIVE_H
+#define KILN_CPU_NATIVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/cpu/threadpool.h"
+#include "runtime/backend.h"
+
+/* Every kernel gets the op as the core resolved it, the output at its view's
+ * offset and the inputs at theirs (element 0 of each view), and runs on the
+ * calling thread, spreading large work over `pool`. They cannot fail: the
+ * backend checked dtypes and ops before enqueuing (kiln_cpu_native_supports). */
+
+/* Items each thread takes at least, for memory-bound elementwise work: below
+ * it, waking helpers costs more than it saves. */
+#define KILN_CPU_GRAIN_ELEMENTWISE 32768
+
+/* Whether op (kind, dtype of in[0] or out, sub-op) has a native kernel. */
+bool kiln_cpu_native_supports(const kiln_op_t *op);
+/* The same question for a whole kind and dtype (op_providers). */
+bool kiln_cpu_native_supports_kind(kiln_op_kind_t kind, kiln_dtype_t dtype);
+
+void kiln_cpu_fill(kiln_cpu_pool_t *pool, const kiln_op_t *op, void *out);
+void kiln_cpu_arange(kiln_cpu_pool_t *pool, const kiln_op_t *op, void *out);
+void kiln_cpu_random(kiln_cpu_pool_t *pool, const kiln_op_t *op, void *out);
+void kiln_cpu_copy(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in, void *out);
+void kiln_cpu_unary(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in, void *out);
+void kiln_cpu_binary(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *a, const void *b, void *out);
+void kiln_cpu_binary_scalar(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *a, void *out);
+void kiln_cpu_reduce(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in, void *out);
+void kiln_cpu_softmax(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *in, float *out);
+void kiln_cpu_cross_entropy(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *logits,
+                            const int32_t *labels, float *out);
+
+/* Bytes per element (the core's kiln_dtype_size, kept here so the kernels
+ * need nothing from the core). */
+static inline size_t kiln_cpu_dtype_size(kiln_dtype_t dtype) {
+  return (dtype == KILN_F16 || dtype == KILN_BF16) ? 2u : 4u;
+}
+
+/* Convert a double to i32 the way every kiln backend does: NaN -> 0, out of
+ * range -> the nearest limit, else truncation toward zero. */
+static inline int32_t kiln_cpu_double_to_i32(double v) {
+  if (v != v) return 0;
+  if (v >= 2147483647.0) return 2147483647;
+  if (v <= -2147483648.0) return (-2147483647 - 1);
+  return (int32_t)v;
+}
+
+/* ---- walking strided views --------------------------------------------------
+ * An output of `ndim` dims (contiguous) and up to two strided inputs, with
+ * dims merged where every operand is contiguous across them, so that the
+ * innermost loop is as long as possible. */
+typedef struct kiln_cpu_walk_t {
+  int ndim;                        /* >= 1 */
+  int64_t shape[KILN_MAX_DIMS];
+  int64_t stride[2][KILN_MAX_DIMS];
+  int64_t numel;
+} kiln_cpu_walk_t;
+
+/* Build the walk of `out`'s shape for `n_in` inputs (1 or 2). */
+void kiln_cpu_walk_init(const kiln_view_t *out, const kiln_view_t *in, int n_in, kiln_cpu_walk_t *out_walk);
+
+/* Called for each run of the innermost dim: `count` output elements starting
+ * at linear index `pos`, inputs at element offsets off0/off1 with inner
+ * strides s0/s1. */
+typedef void (*kiln_cpu_row_fn)(void *ctx, int64_t pos, int64_t off0, int64_t off1, int64_t count);
+
+/* Visit linear output indices [begin, end) row by row. */
+void kiln_cpu_walk_range(const kiln_cpu_walk_t *walk, int64_t begin, int64_t end, kiln_cpu_row_fn fn,
+                         void *ctx);
+
+#endif /* KILN_CPU_NATIVE_H */

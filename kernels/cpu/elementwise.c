@@ -1,0 +1,258 @@
+/* kernels/cpu/elementwise.c: UNARY, BINARY and BINARY_SCALAR for f32 and i32, expanded from the shared op table kernels/ops.def. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_native.h"
+
+#define KILN_F_EXP(x) expf(x)
+#define KILN_F_LOG(x) logf(x)
+#define KILN_F_SQRT(x) sqrtf(x)
+#define KILN_F_TANH(x) tanhf(x)
+#define KILN_F_FABS(x) fabsf(x)
+
+/* Each formula becomes one row function: `n` outputs from inputs with element
+ * strides s (0 = broadcast). The unit-stride cases are separate loops so that
+ * the compiler vectorises them; the output never aliases an input (the core
+ * always writes a fresh tensor). */
+#define KILN_CPU_UNARY_ROW_(T, SUFFIX, NAME, expr)                                              \
+  static void unary_##SUFFIX##_##NAME(const void *in_, int64_t s, void *out_, int64_t n) {      \
+    const T *restrict in = in_;                                                                \
+    T *restrict out = out_;                                                                    \
+    if (s == 1) {                                                                              \
+      for (int64_t i = 0; i < n; i++) {                                                        \
+        const T x = in[i];                                                                     \
+        out[i] = expr;                                                                         \
+      }                                                                                        \
+    } else {                                                                                   \
+      for (int64_t i = 0; i < n; i++) {                                                        \
+        const T x = in[i * s];                                                                 \
+        out[i] = expr;                                                                         \
+      }                                                                                        \
+    }                                                                                          \
+  }
+
+#define KILN_CPU_BINARY_ROW_(T, SUFFIX, NAME, expr)                                             \
+  static void binary_##SUFFIX##_##NAME(const void *pa_, int64_t sa, const void *pb_, int64_t sb,  \
+                                       void *out_, int64_t n) {                                \
+    const T *restrict pa = pa_;                                                                \
+    const T *restrict pb = pb_;                                                                \
+    T *restrict out = out_;                                                                    \
+    if (sa == 1 && sb == 1) {                                                                  \
+      for (int64_t i = 0; i < n; i++) {                                                        \
+        const T a = pa[i], b = pb[i];                                                          \
+        out[i] = expr;                                                                         \
+      }                                                                                        \
+    } else if (sa == 1 && sb == 0) {                                                           \
+      const T b = pb[0];                                                                       \
+      for (int64_t i = 0; i < n; i++) {                                                        \
+        const T a = pa[i];                                                                     \
+        out[i] = expr;                                                                         \
+      }                                                                                        \
+    } else if (sa == 0 && sb == 1) {                                                           \
+      const T a = pa[0];                                                                       \
+      for (int64_t i = 0; i < n; i++) {                                                        \
+        const T b = pb[i];                                                                     \
+        out[i] = expr;                                                                         \
+      }                                                                                        \
+    } else {                                                                                   \
+      for (int64_t i = 0; i < n; i++) {                                                        \
+        const T a = pa[i * sa], b = pb[i * sb];                                                \
+        out[i] = expr;                                                                         \
+      }                                                                                        \
+    }                                                                                          \
+  }
+
+#define KILN_UNARY_F32(NAME, expr) KILN_CPU_UNARY_ROW_(float, f32, NAME, expr)
+#define KILN_UNARY_I32(NAME, expr) KILN_CPU_UNARY_ROW_(int, i32, NAME, expr)
+#define KILN_BINARY_F32(NAME, expr) KILN_CPU_BINARY_ROW_(float, f32, NAME, expr)
+#define KILN_BINARY_I32(NAME, expr) KILN_CPU_BINARY_ROW_(int, i32, NAME, expr)
+#include "ops.def"
+
+/* The row functions by op and dtype (void pointers: f32 and i32 are both
+ * four bytes, so the walk is the same). NULL: no formula for that dtype. */
+typedef void (*unary_row_fn)(const void *in, int64_t s, void *out, int64_t n);
+typedef void (*binary_row_fn)(const void *a, int64_t sa, const void *b, int64_t sb, void *out, int64_t n);
+
+static const unary_row_fn unary_f32[KILN_UNARY_COUNT_] = {
+#define KILN_UNARY_F32(NAME, expr) [KILN_UNARY_##NAME] = unary_f32_##NAME,
+#include "ops.def"
+};
+static const unary_row_fn unary_i32[KILN_UNARY_COUNT_] = {
+#define KILN_UNARY_I32(NAME, expr) [KILN_UNARY_##NAME] = unary_i32_##NAME,
+#include "ops.def"
+};
+static const binary_row_fn binary_f32[KILN_BINARY_COUNT_] = {
+#define KILN_BINARY_F32(NAME, expr) [KILN_BINARY_##NAME] = binary_f32_##NAME,
+#include "ops.def"
+};
+static const binary_row_fn binary_i32[KILN_BINARY_COUNT_] = {
+#define KILN_BINARY_I32(NAME, expr) [KILN_BINARY_##NAME] = binary_i32_##NAME,
+#include "ops.def"
+};
+
+static unary_row_fn unary_row(kiln_unary_op_t op, kiln_dtype_t dtype) {
+  if ((unsigned)op >= KILN_UNARY_COUNT_) return NULL;
+  if (dtype == KILN_F32) return unary_f32[op];
+  if (dtype == KILN_I32) return unary_i32[op];
+  return NULL;
+}
+
+static binary_row_fn binary_row(kiln_binary_op_t op, kiln_dtype_t dtype) {
+  if ((unsigned)op >= KILN_BINARY_COUNT_) return NULL;
+  if (dtype == KILN_F32) return binary_f32[op];
+  if (dtype == KILN_I32) return binary_i32[op];
+  return NULL;
+}
+
+bool kiln_cpu_native_supports_kind(kiln_op_kind_t kind, kiln_dtype_t dtype) {
+  switch (kind) {
+  case KILN_OP_FILL:
+  case KILN_OP_ARANGE:
+  case KILN_OP_COPY:
+  case KILN_OP_UNARY:
+  case KILN_OP_BINARY:
+  case KILN_OP_BINARY_SCALAR:
+  case KILN_OP_REDUCE:
+    return dtype == KILN_F32 || dtype == KILN_I32;
+  case KILN_OP_RANDOM:
+  case KILN_OP_MATMUL:
+  case KILN_OP_SOFTMAX:
+  case KILN_OP_CROSS_ENTROPY:
+  case KILN_OP_CONV2D:
+  case KILN_OP_MAX_POOL2D:
+    return dtype == KILN_F32;
+  default:
+    return false;
+  }
+}
+
+bool kiln_cpu_native_supports(const kiln_op_t *op) {
+  /* The dtype that decides is the input's where there is one (REDUCE's
+   * argmax writes i32 from f32). */
+  kiln_dtype_t dtype = op->out.dtype;
+  switch (op->kind) {
+  case KILN_OP_FILL:
+  case KILN_OP_ARANGE:
+  case KILN_OP_RANDOM:
+    break;
+  case KILN_OP_CROSS_ENTROPY:
+    return op->in[0].dtype == KILN_F32 && op->in[1].dtype == KILN_I32 && dtype == KILN_F32;
+  default:
+    dtype = op->in[0].dtype;
+    break;
+  }
+  if (!kiln_cpu_native_supports_kind(op->kind, dtype)) return false;
+  switch (op->kind) {
+  case KILN_OP_UNARY:
+    return unary_row(op->u.unary.op, dtype) != NULL && op->out.dtype == dtype;
+  case KILN_OP_BINARY:
+    return binary_row(op->u.binary.op, dtype) != NULL && op->in[1].dtype == dtype && op->out.dtype == dtype;
+  case KILN_OP_BINARY_SCALAR:
+    return binary_row(op->u.binary.op, dtype) != NULL && op->out.dtype == dtype;
+  case KILN_OP_COPY:
+    return op->out.dtype == dtype;
+  case KILN_OP_REDUCE:
+    switch (op->u.reduce.op) {
+    case KILN_REDUCE_SUM:
+    case KILN_REDUCE_MAX:
+      return op->out.dtype == dtype;
+    case KILN_REDUCE_ARGMAX:
+      return op->out.dtype == KILN_I32;
+    case KILN_REDUCE_MEAN:
+    case KILN_REDUCE_NORM:
+      return dtype == KILN_F32 && op->out.dtype == KILN_F32;
+    default:
+      return false;
+    }
+  default:
+    return true;
+  }
+}
+
+typedef struct elementwise_job_t {
+  kiln_cpu_walk_t walk;
+  unary_row_fn unary;
+  binary_row_fn binary;
+  const char *in0, *in1;
+  char *out;
+} elementwise_job_t;
+
+enum { ESIZE = 4 };
+
+static void unary_rows(void *ctx, int64_t pos, int64_t off0, int64_t off1, int64_t count) {
+  const elementwise_job_t *j = ctx;
+  j->unary(j->in0 + off0 * ESIZE, j->walk.stride[0][j->walk.ndim - 1], j->out + pos * ESIZE, count);
+}
+
+static void binary_rows(void *ctx, int64_t pos, int64_t off0, int64_t off1, int64_t count) {
+  const elementwise_job_t *j = ctx;
+  const int inner = j->walk.ndim - 1;
+  j->binary(j->in0 + off0 * ESIZE, j->walk.stride[0][inner], j->in1 + off1 * ESIZE, j->walk.stride[1][inner],
+            j->out + pos * ESIZE, count);
+}
+
+static void unary_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  elementwise_job_t *j = ctx;
+  kiln_cpu_walk_range(&j->walk, begin, end, unary_rows, j);
+}
+
+static void binary_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  elementwise_job_t *j = ctx;
+  kiln_cpu_walk_range(&j->walk, begin, end, binary_rows, j);
+}
+
+/* Transcendentals cost tens of cycles per element, so they split earlier. */
+static int64_t unary_grain(kiln_unary_op_t op) {
+  switch (op) {
+  case KILN_UNARY_EXP:
+  case KILN_UNARY_LOG:
+  case KILN_UNARY_SIGMOID:
+  case KILN_UNARY_TANH:
+    return KILN_CPU_GRAIN_ELEMENTWISE / 8;
+  default:
+    return KILN_CPU_GRAIN_ELEMENTWISE;
+  }
+}
+
+void kiln_cpu_unary(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in, void *out) {
+  elementwise_job_t j;
+  kiln_cpu_walk_init(&op->out, op->in, 1, &j.walk);
+  j.unary = unary_row(op->u.unary.op, op->out.dtype);
+  j.binary = NULL;
+  j.in0 = in;
+  j.in1 = NULL;
+  j.out = out;
+  kiln_cpu_parallel_for(pool, j.walk.numel, unary_grain(op->u.unary.op), unary_task, &j);
+}
+
+void kiln_cpu_binary(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *a, const void *b, void *out) {
+  elementwise_job_t j;
+  kiln_cpu_walk_init(&op->out, op->in, 2, &j.walk);
+  j.unary = NULL;
+  j.binary = binary_row(op->u.binary.op, op->out.dtype);
+  j.in0 = a;
+  j.in1 = b;
+  j.out = out;
+  kiln_cpu_parallel_for(pool, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, binary_task, &j);
+}
+
+void kiln_cpu_binary_scalar(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *a, void *out) {
+  union { float f; int32_t i; } scalar;
+  if (op->out.dtype == KILN_F32)
+    scalar.f = (float)op->u.binary.scalar;
+  else
+    scalar.i = kiln_cpu_double_to_i32(op->u.binary.scalar);
+  /* The scalar is a second operand broadcast over every dim. */
+  kiln_view_t in[2];
+  in[0] = op->in[0];
+  memset(&in[1], 0, sizeof in[1]);
+  in[1].ndim = op->out.ndim;
+  elementwise_job_t j;
+  kiln_cpu_walk_init(&op->out, in, 2, &j.walk);
+  j.unary = NULL;
+  j.binary = binary_row(op->u.binary.op, op->out.dtype);
+  j.in0 = a;
+  j.in1 = (const char *)&scalar;
+  j.out = out;
+  kiln_cpu_parallel_for(pool, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, binary_task, &j);
+}

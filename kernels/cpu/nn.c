@@ -1,0 +1,99 @@
+/* kernels/cpu/nn.c: SOFTMAX / log-softmax over rows and CROSS_ENTROPY (mean of -log_softmax at the label), max-subtracted. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/cpu_native.h"
+
+/* Row maximum; NaN wins, so a row holding NaN comes out NaN. */
+static float row_max(const float *x, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; i++)
+    if (x[i] > m || x[i] != x[i]) {
+      m = x[i];
+      if (m != m) break;
+    }
+  return m;
+}
+
+typedef struct softmax_job_t {
+  const kiln_op_t *op;
+  const float *in;
+  float *out;
+} softmax_job_t;
+
+static void softmax_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const softmax_job_t *j = ctx;
+  const int64_t cols = j->op->u.softmax.cols;
+  const bool log_out = j->op->u.softmax.log;
+  for (int64_t r = begin; r < end; r++) {
+    const float *x = j->in + r * cols;
+    float *y = j->out + r * cols;
+    const float m = row_max(x, cols);
+    /* Subtracting the maximum keeps every exp in (0, 1]; the sum is kept
+     * in double so that long rows do not lose their small terms. */
+    double sum = 0.0;
+    for (int64_t i = 0; i < cols; i++) {
+      float e = expf(x[i] - m);
+      if (!log_out) y[i] = e;
+      sum += e;
+    }
+    if (log_out) {
+      const float shift = m + (float)log(sum);
+      for (int64_t i = 0; i < cols; i++) y[i] = x[i] - shift;
+    } else {
+      const float inv = (float)(1.0 / sum);
+      for (int64_t i = 0; i < cols; i++) y[i] *= inv;
+    }
+  }
+}
+
+void kiln_cpu_softmax(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *in, float *out) {
+  softmax_job_t j = {op, in, out};
+  const int64_t cols = op->u.softmax.cols;
+  const int64_t grain = cols >= 4096 ? 1 : 4096 / (cols + 1) + 1;
+  kiln_cpu_parallel_for(pool, op->u.softmax.rows, grain, softmax_task, &j);
+}
+
+typedef struct ce_job_t {
+  const kiln_op_t *op;
+  const float *logits;
+  const int32_t *labels;
+  double *partial;
+} ce_job_t;
+
+static void ce_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const ce_job_t *j = ctx;
+  const int64_t c = j->op->u.cross_entropy.c;
+  double total = 0.0;
+  for (int64_t r = begin; r < end; r++) {
+    const float *x = j->logits + r * c;
+    const int32_t label = j->labels[r];
+    if (label < 0 || label >= c) {
+      total += NAN; /* a label out of range has no loss: say so with NaN */
+      continue;
+    }
+    const float m = row_max(x, c);
+    double sum = 0.0;
+    for (int64_t i = 0; i < c; i++) sum += expf(x[i] - m);
+    total += -((double)x[label] - (double)m - log(sum));
+  }
+  j->partial[thread] += total;
+}
+
+void kiln_cpu_cross_entropy(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *logits,
+                            const int32_t *labels, float *out) {
+  const int64_t n = op->u.cross_entropy.n, c = op->u.cross_entropy.c;
+  const int threads = kiln_cpu_pool_threads(pool);
+  double one = 0.0;
+  double *partial = threads > 1 ? calloc((size_t)threads, sizeof *partial) : &one;
+  ce_job_t j = {op, logits, labels, partial ? partial : &one};
+  const int64_t grain = c >= 4096 ? 1 : 4096 / (c + 1) + 1;
+  if (partial)
+    kiln_cpu_parallel_for(pool, n, grain, ce_task, &j);
+  else
+    ce_task(&j, 0, n, 0); /* no memory for partials: one thread does it */
+  double total = 0.0;
+  for (int t = 0; t < (partial && partial != &one ? threads : 1); t++) total += j.partial[t];
+  if (partial && partial != &one) free(partial);
+  out[0] = (float)(total / (double)n); /* n == 0: NaN, the mean of nothing */
+}
