@@ -239,10 +239,11 @@ static kiln_status_t cpu_device_describe(size_t index, kiln_backend_device_desc_
   add_property(d, "blas", "%s",
                kiln_cpu_blas_available() ? "yes (provider 'blas' for matmul and conv2d)"
                                          : "no (kiln was built without a CBLAS)");
-  add_property(d, "memory_shared",
-               g_device_count > 1 ? "yes: the %zu CPU devices share the machine's physical memory"
-                                  : "yes: the CPU device's memory is the machine's physical memory (%zu device)",
-               g_device_count);
+  if (g_device_count > 1)
+    add_property(d, "memory_shared", "yes: the %zu CPU devices share the machine's physical memory",
+                 g_device_count);
+  else
+    add_property(d, "memory_shared", "yes: the CPU device's memory is the machine's physical memory");
   add_property(d, "usable_cpus", "%d (sched_getaffinity), split among %zu CPU device%s", g_usable_cpus,
                g_device_count, g_device_count == 1 ? "" : "s");
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
