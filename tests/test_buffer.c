@@ -1,0 +1,226 @@
+/* tests/test_buffer.c: buffers and the per-device pool: exact round trips, fills, copies, reuse, exhaustion, size 0. */
+#include <stdint.h>
+
+#include "common.h"
+#include "runtime/internal.h"
+
+static kiln_device_t *kt_cpu(void) {
+  kiln_device_t *device = NULL;
+  KT_OK(kiln_device_find("cpu", &device));
+  return device;
+}
+
+static void kt_pattern(unsigned char *bytes, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i++) bytes[i] = (unsigned char)((i * 131u + seed * 17u + (i >> 8)) & 0xff);
+}
+
+START_TEST(test_write_read_round_trip) {
+  kiln_device_t *d = kt_cpu();
+  kiln_queue_t *q = kiln_device_current_queue(d);
+  enum { N = 100003 };
+  static unsigned char in[N], out[N];
+  kt_pattern(in, N, 1);
+  kiln_buffer_t *b = NULL;
+  KT_OK(kiln_buffer_create(d, N, &b));
+  ck_assert_uint_eq(kiln_buffer_size(b), N);
+  ck_assert_ptr_eq(kiln_buffer_device(b), d);
+  KT_OK(kiln_buffer_write(q, b, 0, in, N, true, 0, NULL, NULL));
+  memset(out, 0, N);
+  KT_OK(kiln_buffer_read(q, b, 0, out, N, true, 0, NULL, NULL));
+  ck_assert_mem_eq(in, out, N);
+
+  /* A sub-range at an odd offset, written without blocking, read after an event. */
+  unsigned char part[1000], back[1000];
+  kt_pattern(part, sizeof part, 7);
+  kiln_event_t *written = NULL;
+  KT_OK(kiln_buffer_write(q, b, 777, part, sizeof part, false, 0, NULL, &written));
+  KT_OK(kiln_event_wait(written));
+  KT_OK(kiln_buffer_read(q, b, 777, back, sizeof back, true, 1, &written, NULL));
+  ck_assert_mem_eq(part, back, sizeof part);
+  KT_OK(kiln_buffer_read(q, b, 0, out, N, true, 0, NULL, NULL));
+  ck_assert_mem_eq(out, in, 777);
+  ck_assert_mem_eq(out + 777, part, sizeof part);
+  ck_assert_mem_eq(out + 1777, in + 1777, N - 1777);
+  kiln_event_release(written);
+  kiln_buffer_release(b);
+}
+END_TEST
+
+START_TEST(test_fill_patterns) {
+  kiln_device_t *d = kt_cpu();
+  kiln_queue_t *q = kiln_device_current_queue(d);
+  kiln_buffer_t *b = NULL;
+  KT_OK(kiln_buffer_create(d, 64, &b));
+  unsigned char zero = 0, out[64];
+  KT_OK(kiln_buffer_fill(q, b, 0, 64, &zero, 1, 0, NULL, NULL));
+  uint8_t p1 = 0xab;
+  uint16_t p2 = 0x1234;
+  uint32_t p4 = 0xdeadbeef;
+  KT_OK(kiln_buffer_fill(q, b, 4, 8, &p1, 1, 0, NULL, NULL));
+  KT_OK(kiln_buffer_fill(q, b, 16, 8, &p2, 2, 0, NULL, NULL));
+  KT_OK(kiln_buffer_fill(q, b, 32, 16, &p4, 4, 0, NULL, NULL));
+  KT_OK(kiln_buffer_read(q, b, 0, out, 64, true, 0, NULL, NULL));
+  unsigned char want[64] = {0};
+  memset(want + 4, 0xab, 8);
+  for (int i = 0; i < 4; i++) memcpy(want + 16 + 2 * i, &p2, 2);
+  for (int i = 0; i < 4; i++) memcpy(want + 32 + 4 * i, &p4, 4);
+  ck_assert_mem_eq(out, want, 64);
+
+  KT_FAILS(kiln_buffer_fill(q, b, 0, 6, &p4, 4, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "multiples of pattern_size 4");
+  KT_FAILS(kiln_buffer_fill(q, b, 0, 6, &p4, 3, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "pattern_size 3");
+  KT_FAILS(kiln_buffer_fill(q, b, 60, 8, &p4, 4, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "outside the buffer of 64 bytes");
+  kiln_buffer_release(b);
+}
+END_TEST
+
+START_TEST(test_copy_same_device) {
+  kiln_device_t *d = kt_cpu();
+  kiln_queue_t *q = kiln_device_current_queue(d);
+  enum { N = 5000 };
+  unsigned char in[N], out[N];
+  kt_pattern(in, N, 3);
+  kiln_buffer_t *a = NULL, *b = NULL;
+  KT_OK(kiln_buffer_create(d, N, &a));
+  KT_OK(kiln_buffer_create(d, N, &b));
+  unsigned char zero = 0;
+  KT_OK(kiln_buffer_fill(q, b, 0, N, &zero, 1, 0, NULL, NULL));
+  KT_OK(kiln_buffer_write(q, a, 0, in, N, false, 0, NULL, NULL));
+  kiln_event_t *done = NULL;
+  KT_OK(kiln_buffer_copy(q, a, 100, b, 50, 1000, 0, NULL, &done));
+  KT_OK(kiln_event_wait(done));
+  kiln_event_release(done);
+  KT_OK(kiln_buffer_read(q, b, 0, out, N, true, 0, NULL, NULL));
+  unsigned char want[N] = {0};
+  memcpy(want + 50, in + 100, 1000);
+  ck_assert_mem_eq(out, want, N);
+
+  /* A copy on a second queue still sees the write enqueued on the current one. */
+  kiln_queue_t *q2 = NULL;
+  KT_OK(kiln_queue_create(d, &q2));
+  kt_pattern(in, N, 9);
+  KT_OK(kiln_buffer_write(q, a, 0, in, N, false, 0, NULL, NULL));
+  KT_OK(kiln_buffer_copy(q2, a, 0, b, 0, N, 0, NULL, NULL));
+  KT_OK(kiln_queue_finish(q2));
+  KT_OK(kiln_buffer_read(q2, b, 0, out, N, true, 0, NULL, NULL));
+  ck_assert_mem_eq(out, in, N);
+
+  KT_FAILS(kiln_buffer_copy(q, a, 0, a, 10, 100, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "overlap");
+  KT_FAILS(kiln_buffer_copy(q, a, N - 10, b, 0, 11, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "outside the source buffer");
+  kiln_queue_release(q2);
+  kiln_buffer_release(a);
+  kiln_buffer_release(b);
+}
+END_TEST
+
+START_TEST(test_pool_reuse) {
+  kiln_device_t *d = kt_cpu();
+  kiln_queue_t *q = kiln_device_current_queue(d);
+  kiln_buffer_t *b = NULL;
+  KT_OK(kiln_buffer_create(d, 1000, &b));
+  unsigned char data[1000] = {1};
+  KT_OK(kiln_buffer_write(q, b, 0, data, sizeof data, false, 0, NULL, NULL));
+  kiln_backend_buffer_t *impl = b->impl;
+  kiln_buffer_release(b);
+  /* Same queue, same size class: the very block comes back, with no wait. */
+  KT_OK(kiln_buffer_create(d, 900, &b));
+  ck_assert_ptr_eq(b->impl, impl);
+  ck_assert_uint_ge(b->capacity, 1000);
+  kiln_buffer_release(b);
+
+  /* A block last used on another queue returns only once that queue finished. */
+  kiln_queue_t *q2 = NULL;
+  KT_OK(kiln_queue_create(d, &q2));
+  KT_OK(kiln_buffer_create(d, 1000, &b));
+  ck_assert_ptr_eq(b->impl, impl);
+  KT_OK(kiln_buffer_write(q2, b, 0, data, sizeof data, false, 0, NULL, NULL));
+  kiln_buffer_release(b);
+  kiln_buffer_t *other = NULL;
+  KT_OK(kiln_buffer_create(d, 1000, &other));
+  ck_assert_ptr_ne(other->impl, impl);
+  KT_OK(kiln_queue_finish(q2));
+  KT_OK(kiln_buffer_create(d, 1000, &b));
+  ck_assert_ptr_eq(b->impl, impl);
+  kiln_buffer_release(b);
+  kiln_buffer_release(other);
+
+  /* Trimming empties the pool. */
+  ck_assert_uint_gt(d->pool.pooled_bytes, 0);
+  kiln__pool_trim(d);
+  ck_assert_uint_eq(d->pool.pooled_bytes, 0);
+  kiln_queue_release(q2);
+}
+END_TEST
+
+START_TEST(test_out_of_memory) {
+  kiln_device_t *d = kt_cpu();
+  kiln_device_info_t info;
+  KT_OK(kiln_device_info(d, &info));
+  kiln_buffer_t *b = NULL;
+  size_t huge = (size_t)info.memory_bytes * 4;
+  KT_FAILS(kiln_buffer_create(d, huge, &b), KILN_OUT_OF_MEMORY, "cannot allocate");
+  ck_assert_ptr_null(b);
+  char size_text[64];
+  snprintf(size_text, sizeof size_text, "%zu bytes", huge);
+  ck_assert_msg(strstr(kiln_last_error(), size_text) && strstr(kiln_last_error(), "cpu:0"), "%s", kiln_last_error());
+  KT_FAILS(kiln_buffer_create(d, SIZE_MAX, &b), KILN_OUT_OF_MEMORY, "cpu:0");
+  /* The device still works afterwards. */
+  KT_OK(kiln_buffer_create(d, 4096, &b));
+  kiln_buffer_release(b);
+}
+END_TEST
+
+START_TEST(test_size_zero) {
+  kiln_device_t *d = kt_cpu();
+  kiln_queue_t *q = kiln_device_current_queue(d);
+  kiln_buffer_t *b = NULL;
+  KT_OK(kiln_buffer_create(d, 0, &b));
+  ck_assert_uint_eq(kiln_buffer_size(b), 0);
+  KT_OK(kiln_buffer_write(q, b, 0, NULL, 0, true, 0, NULL, NULL));
+  KT_OK(kiln_buffer_read(q, b, 0, NULL, 0, true, 0, NULL, NULL));
+  kiln_event_t *e = NULL;
+  KT_OK(kiln_buffer_copy(q, b, 0, b, 0, 0, 0, NULL, &e));
+  KT_OK(kiln_event_wait(e));
+  kiln_event_release(e);
+  KT_FAILS(kiln_buffer_read(q, b, 0, NULL, 1, true, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "outside the buffer of 0 bytes");
+  kiln_buffer_release(b);
+}
+END_TEST
+
+START_TEST(test_bad_arguments) {
+  kiln_device_t *d = kt_cpu();
+  kiln_queue_t *q = kiln_device_current_queue(d);
+  kiln_buffer_t *b = NULL;
+  KT_FAILS(kiln_buffer_create(NULL, 16, &b), KILN_INVALID_ARGUMENT, "kiln_buffer_create: device is NULL");
+  KT_FAILS(kiln_buffer_create(d, 16, NULL), KILN_INVALID_ARGUMENT, "out_buffer is NULL");
+  KT_OK(kiln_buffer_create(d, 16, &b));
+  char host[32];
+  KT_FAILS(kiln_buffer_write(NULL, b, 0, host, 16, true, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "queue is NULL");
+  KT_FAILS(kiln_buffer_write(q, NULL, 0, host, 16, true, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "buffer is NULL");
+  KT_FAILS(kiln_buffer_write(q, b, 8, host, 16, true, 0, NULL, NULL), KILN_INVALID_ARGUMENT,
+           "bytes [8, 8 + 16) lie outside the buffer of 16 bytes");
+  KT_FAILS(kiln_buffer_write(q, b, SIZE_MAX, host, 2, true, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "outside the buffer");
+  KT_FAILS(kiln_buffer_read(q, b, 0, NULL, 16, true, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "host memory is NULL");
+  KT_FAILS(kiln_buffer_read(q, b, 0, host, 16, true, 2, NULL, NULL), KILN_INVALID_ARGUMENT, "wait_count is 2");
+  kiln_event_t *events[1] = {NULL};
+  KT_FAILS(kiln_buffer_read(q, b, 0, host, 16, true, 1, events, NULL), KILN_INVALID_ARGUMENT, "wait event 0 of 1 is NULL");
+  kiln_buffer_release(b);
+  kiln_buffer_release(NULL);
+  ck_assert_ptr_null(kiln_buffer_retain(NULL));
+}
+END_TEST
+
+int main(void) {
+  kt_private_cache_dir();
+  setenv("KILN_BACKEND", "cpu", 1);
+  Suite *s = suite_create("buffer");
+  TCase *tc = tcase_create("buffer");
+  tcase_add_test(tc, test_write_read_round_trip);
+  tcase_add_test(tc, test_fill_patterns);
+  tcase_add_test(tc, test_copy_same_device);
+  tcase_add_test(tc, test_pool_reuse);
+  tcase_add_test(tc, test_out_of_memory);
+  tcase_add_test(tc, test_size_zero);
+  tcase_add_test(tc, test_bad_arguments);
+  suite_add_tcase(s, tc);
+  return kt_run_suite(s);
+}
