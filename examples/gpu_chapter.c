@@ -97,7 +97,7 @@ static void demo_dense_layer(kiln_device_t *device, kiln_tensor_t *batch) {
   int64_t w_shape[2] = {3, 1}, b_shape[1] = {1};
   kiln_tensor_t *weight = NULL, *bias = NULL, *product = NULL, *pre = NULL, *out = NULL;
   DEMO_TRY(kiln_tensor_normal(device, 2, w_shape, 42, 0.0f, 0.5f, &weight));
-  DEMO_TRY(kiln_tensor_full(device, KILN_F32, 1, b_shape, 0.1, &bias));
+  DEMO_TRY(kiln_tensor_full(device, KILN_F32, 1, b_shape, 1.0, &bias));
   DEMO_TRY(kiln_tensor_matmul(batch, weight, false, false, &product));
   DEMO_TRY(kiln_tensor_add(product, bias, &pre));
   DEMO_TRY(kiln_tensor_relu(pre, &out));

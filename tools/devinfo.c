@@ -192,8 +192,16 @@ static void devinfo_print_backends(FILE *out) {
               b.device_count == 1 ? "" : "s", version[0] ? ", version " : "", version, devinfo_str(b.path));
     } else {
       const char *reason = devinfo_str(b.reason);
-      fprintf(out, "  %-7s %s: %s (path tried: %s)\n", devinfo_str(b.name), kiln_backend_state_name(b.state),
-              reason[0] ? reason : "no reason given", b.path && b.path[0] ? b.path : "none");
+      const char *path = devinfo_str(b.path);
+      fprintf(out, "  %-7s %s: %s", devinfo_str(b.name), kiln_backend_state_name(b.state),
+              reason[0] ? reason : "no reason given");
+      /* The loader's reason often names the path already; say it once. */
+      if (!path[0]) {
+        fputs(" (no path tried)", out);
+      } else if (!strstr(reason, path)) {
+        fprintf(out, " (path tried: %s)", path);
+      }
+      fputc('\n', out);
     }
   }
 }
@@ -302,6 +310,7 @@ static int devinfo_verbose(devinfo_entry_t *entries, size_t count) {
     devinfo_kv_bool("fp64", d->fp64);
     devinfo_kv_bool("default", d->is_default);
     size_t props = kiln_device_property_count(e->device);
+    bool provider_shown[DEVINFO_OP_COUNT] = {false};
     for (size_t p = 0; p < props; p++) {
       const char *key = NULL, *value = NULL;
       kiln_status_t status = kiln_device_property(e->device, p, &key, &value);
@@ -310,8 +319,13 @@ static int devinfo_verbose(devinfo_entry_t *entries, size_t count) {
         continue;
       }
       devinfo_kv(devinfo_str(key), devinfo_str(value));
+      /* A backend may list providers among its properties already. */
+      for (size_t o = 0; o < DEVINFO_OP_COUNT; o++) {
+        if (key && !strncmp(key, "providers.", 10) && !strcmp(key + 10, devinfo_ops[o])) provider_shown[o] = true;
+      }
     }
     for (size_t o = 0; o < DEVINFO_OP_COUNT; o++) {
+      if (provider_shown[o]) continue;
       const char *providers = kiln_device_providers(e->device, devinfo_ops[o]);
       printf("  providers.%s: %s\n", devinfo_ops[o], providers ? providers : "(unknown op)");
     }
