@@ -193,10 +193,19 @@ static void devinfo_print_backends(FILE *out) {
     } else {
       const char *reason = devinfo_str(b.reason);
       const char *path = devinfo_str(b.path);
+      char hidden[96];
+      if (!reason[0] && b.state == KILN_BACKEND_NO_DEVICE && b.device_count > 0) {
+        /* Loaded with devices, none visible: the selection hid them. */
+        snprintf(hidden, sizeof hidden, "its %zu device%s hidden by KILN_DEVICE", b.device_count,
+                 b.device_count == 1 ? " is" : "s are");
+        reason = hidden;
+      }
       fprintf(out, "  %-7s %s: %s", devinfo_str(b.name), kiln_backend_state_name(b.state),
               reason[0] ? reason : "no reason given");
       /* The loader's reason often names the path already; say it once. */
-      if (!path[0]) {
+      if (!strcmp(path, "builtin")) {
+        fputs(" (built into libkiln)", out);
+      } else if (!path[0]) {
         fputs(" (no path tried)", out);
       } else if (!strstr(reason, path)) {
         fprintf(out, " (path tried: %s)", path);
