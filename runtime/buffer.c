@@ -11,6 +11,7 @@ void kiln__queue_mark_done(kiln_queue_t *queue, uint64_t stamp);
 kiln_status_t kiln__queues_attach(kiln_device_t *device);
 void kiln__queues_detach(kiln_device_t *device);
 void kiln__dispatch_reset(void);
+kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_buffer_t **out_buffer);
 
 /* A pool entry carries the buffer object with its block, so that reusing a
  * pooled block allocates nothing at all. */
@@ -191,9 +192,11 @@ static void kiln_pool_put(kiln_device_t *device, kiln_pool_entry_t *entry) {
   kiln_entries_free(device, chain);
 }
 
-kiln_status_t kiln__buffer_create(kiln_device_t *device, kiln_queue_t *queue, size_t size,
-                                  kiln_buffer_t **out_buffer) {
-  if (!queue) queue = device->default_queue;
+/* reuse_queue: the id of the queue the buffer is for, whose own pending work
+ * on a block does not matter; 0 when the caller may use it on any queue, so
+ * that only idle blocks will do. */
+static kiln_status_t kiln_buffer_make(kiln_device_t *device, uint64_t reuse_queue, size_t size,
+                                      kiln_buffer_t **out_buffer) {
   uint64_t max_alloc = device->desc.max_alloc_bytes ? device->desc.max_alloc_bytes : device->desc.memory_bytes;
   if (max_alloc && (uint64_t)size > max_alloc)
     return kiln__set_error(KILN_OUT_OF_MEMORY,
@@ -211,7 +214,7 @@ kiln_status_t kiln__buffer_create(kiln_device_t *device, kiln_queue_t *queue, si
   kiln_pool_entry_t *entry = NULL;
   if (c >= 0) {
     pthread_mutex_lock(&pool->lock);
-    entry = kiln_pool_take(device, c, queue->id);
+    entry = kiln_pool_take(device, c, reuse_queue);
     if (entry) {
       pool->pooled_bytes -= entry->block.capacity;
       pool->live_bytes += entry->block.capacity;
@@ -260,6 +263,16 @@ kiln_status_t kiln__buffer_create(kiln_device_t *device, kiln_queue_t *queue, si
   return KILN_OK;
 }
 
+kiln_status_t kiln__buffer_create(kiln_device_t *device, kiln_queue_t *queue, size_t size,
+                                  kiln_buffer_t **out_buffer) {
+  if (!queue) queue = device->default_queue;
+  return kiln_buffer_make(device, queue->id, size, out_buffer);
+}
+
+kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_buffer_t **out_buffer) {
+  return kiln_buffer_make(device, 0, size, out_buffer);
+}
+
 /* ---- public buffer API ------------------------------------------------------------ */
 
 kiln_status_t kiln_buffer_create(kiln_device_t *device, size_t size, kiln_buffer_t **out_buffer) {
@@ -270,7 +283,9 @@ kiln_status_t kiln_buffer_create(kiln_device_t *device, size_t size, kiln_buffer
                            "kiln_buffer_create: %s is NULL; pass a device from kiln_device_get and the address of a "
                            "kiln_buffer_t *",
                            !device ? "device" : "out_buffer");
-  status = kiln__buffer_create(device, kiln_device_current_queue(device), size, out_buffer);
+  /* The caller may use the buffer on any queue: no block that a queue's
+   * pending work still uses will do. */
+  status = kiln__buffer_create_idle(device, size, out_buffer);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "kiln_buffer_create");
 }
 

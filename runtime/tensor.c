@@ -5,6 +5,9 @@
 
 #include "runtime/internal.h"
 
+/* From buffer.c: a buffer from idle blocks only, for any queue. */
+kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_buffer_t **out_buffer);
+
 const char *kiln_dtype_name(kiln_dtype_t dtype) {
   switch (dtype) {
     case KILN_F32: return "f32";
@@ -33,14 +36,36 @@ size_t kiln_dtype_size(kiln_dtype_t dtype) {
 static _Thread_local kiln_tensor_t *kiln_tensor_cache[KILN_TENSOR_CACHE];
 static _Thread_local int kiln_tensor_cached;
 
+static _Thread_local bool kiln_tensor_cache_registered;
+static pthread_key_t kiln_tensor_cache_key;
+static bool kiln_tensor_cache_key_ok;
+static pthread_once_t kiln_tensor_cache_once = PTHREAD_ONCE_INIT;
+
+/* At thread exit: the cached structs would otherwise leak. */
+static void kiln_tensor_cache_drop(void *unused) {
+  while (kiln_tensor_cached > 0) free(kiln_tensor_cache[--kiln_tensor_cached]);
+}
+
+static void kiln_tensor_cache_key_create(void) {
+  kiln_tensor_cache_key_ok = pthread_key_create(&kiln_tensor_cache_key, kiln_tensor_cache_drop) == 0;
+}
+
 static kiln_tensor_t *kiln_tensor_struct(void) {
   if (kiln_tensor_cached > 0) return kiln_tensor_cache[--kiln_tensor_cached];
   return malloc(sizeof(kiln_tensor_t));
 }
 
 static void kiln_tensor_struct_free(kiln_tensor_t *tensor) {
-  if (kiln_tensor_cached < KILN_TENSOR_CACHE) kiln_tensor_cache[kiln_tensor_cached++] = tensor;
-  else free(tensor);
+  if (!kiln_tensor_cache_registered) {
+    /* Only a thread whose exit runs the destructor may keep a cache. */
+    pthread_once(&kiln_tensor_cache_once, kiln_tensor_cache_key_create);
+    kiln_tensor_cache_registered =
+        kiln_tensor_cache_key_ok && pthread_setspecific(kiln_tensor_cache_key, &kiln_tensor_cached) == 0;
+  }
+  if (kiln_tensor_cache_registered && kiln_tensor_cached < KILN_TENSOR_CACHE)
+    kiln_tensor_cache[kiln_tensor_cached++] = tensor;
+  else
+    free(tensor);
 }
 
 kiln_tensor_t *kiln_tensor_retain(kiln_tensor_t *tensor) {
@@ -132,8 +157,9 @@ static void kiln_contiguous_strides(int ndim, const int64_t *shape, int64_t *out
   }
 }
 
-kiln_status_t kiln__tensor_alloc(kiln_device_t *device, kiln_queue_t *queue, kiln_dtype_t dtype, int ndim,
-                                 const int64_t *shape, kiln_tensor_t **out) {
+/* queue NULL: the tensor may be used on any queue (idle memory only). */
+static kiln_status_t kiln_tensor_alloc(kiln_device_t *device, kiln_queue_t *queue, kiln_dtype_t dtype, int ndim,
+                                       const int64_t *shape, kiln_tensor_t **out) {
   size_t bytes = 0;
   kiln_status_t status = kiln__shape_check("allocating a tensor", ndim, shape, dtype, NULL, &bytes);
   if (status != KILN_OK) return status;
@@ -141,7 +167,8 @@ kiln_status_t kiln__tensor_alloc(kiln_device_t *device, kiln_queue_t *queue, kil
   if (!tensor)
     return kiln__set_error(KILN_OUT_OF_MEMORY, "cannot allocate a tensor object (%zu bytes of host memory)",
                            sizeof *tensor);
-  status = kiln__buffer_create(device, queue, bytes, &tensor->buffer);
+  status = queue ? kiln__buffer_create(device, queue, bytes, &tensor->buffer)
+                 : kiln__buffer_create_idle(device, bytes, &tensor->buffer);
   if (status != KILN_OK) {
     kiln_tensor_struct_free(tensor);
     return status;
@@ -154,6 +181,11 @@ kiln_status_t kiln__tensor_alloc(kiln_device_t *device, kiln_queue_t *queue, kil
   kiln_contiguous_strides(ndim, shape, tensor->strides);
   *out = tensor;
   return KILN_OK;
+}
+
+kiln_status_t kiln__tensor_alloc(kiln_device_t *device, kiln_queue_t *queue, kiln_dtype_t dtype, int ndim,
+                                 const int64_t *shape, kiln_tensor_t **out) {
+  return kiln_tensor_alloc(device, queue ? queue : device->default_queue, dtype, ndim, shape, out);
 }
 
 void kiln__tensor_view(const kiln_tensor_t *tensor, kiln_view_t *out_view) {
@@ -235,7 +267,8 @@ kiln_status_t kiln_tensor_empty(kiln_device_t *device, kiln_dtype_t dtype, int n
                                 kiln_tensor_t **out) {
   kiln_status_t status = kiln_create_check("kiln_tensor_empty", device, dtype, ndim, shape, out);
   if (status != KILN_OK) return status;
-  status = kiln__tensor_alloc(device, kiln_device_current_queue(device), dtype, ndim, shape, out);
+  /* Nothing orders the caller's first use after a queue: idle memory only. */
+  status = kiln_tensor_alloc(device, NULL, dtype, ndim, shape, out);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "kiln_tensor_empty");
 }
 

@@ -115,33 +115,48 @@ END_TEST
 START_TEST(test_pool_reuse) {
   kiln_device_t *d = kt_cpu();
   kiln_queue_t *q = kiln_device_current_queue(d);
-  kiln_buffer_t *b = NULL;
-  KT_OK(kiln_buffer_create(d, 1000, &b));
+  kiln_buffer_t *b = NULL, *other = NULL;
   unsigned char data[1000] = {1};
+
+  /* kiln_buffer_create hands out only idle memory (the caller may use it on
+   * any queue): a block with pending work returns once its queue finished. */
+  KT_OK(kiln_buffer_create(d, 1000, &b));
   KT_OK(kiln_buffer_write(q, b, 0, data, sizeof data, false, 0, NULL, NULL));
   kiln_backend_buffer_t *impl = b->impl;
   kiln_buffer_release(b);
-  /* Same queue, same size class: the very block comes back, with no wait. */
-  KT_OK(kiln_buffer_create(d, 900, &b));
-  ck_assert_ptr_eq(b->impl, impl);
-  ck_assert_uint_ge(b->capacity, 1000);
-  kiln_buffer_release(b);
-
-  /* A block last used on another queue returns only once that queue finished. */
-  kiln_queue_t *q2 = NULL;
-  KT_OK(kiln_queue_create(d, &q2));
-  KT_OK(kiln_buffer_create(d, 1000, &b));
-  ck_assert_ptr_eq(b->impl, impl);
-  KT_OK(kiln_buffer_write(q2, b, 0, data, sizeof data, false, 0, NULL, NULL));
-  kiln_buffer_release(b);
-  kiln_buffer_t *other = NULL;
   KT_OK(kiln_buffer_create(d, 1000, &other));
   ck_assert_ptr_ne(other->impl, impl);
-  KT_OK(kiln_queue_finish(q2));
-  KT_OK(kiln_buffer_create(d, 1000, &b));
-  ck_assert_ptr_eq(b->impl, impl);
+  KT_OK(kiln_queue_finish(q));
+  KT_OK(kiln_buffer_create(d, 900, &b));
+  ck_assert_ptr_eq(b->impl, impl); /* same size class */
+  ck_assert_uint_ge(b->capacity, 1000);
   kiln_buffer_release(b);
   kiln_buffer_release(other);
+
+  /* An operation's result on the same in-order queue reuses a block at once;
+   * another queue gets it only once the first finished. */
+  const int64_t shape[1] = {3000};
+  kiln_tensor_t *t = NULL, *t2 = NULL;
+  KT_OK(kiln_tensor_ones(d, KILN_F32, 1, shape, &t));
+  kiln_backend_buffer_t *timpl = kiln_tensor_buffer(t)->impl;
+  kiln_tensor_release(t);
+  KT_OK(kiln_tensor_ones(d, KILN_F32, 1, shape, &t));
+  ck_assert_ptr_eq(kiln_tensor_buffer(t)->impl, timpl);
+  kiln_tensor_release(t);
+  kiln_queue_t *q2 = NULL;
+  KT_OK(kiln_queue_create(d, &q2));
+  KT_OK(kiln_device_set_current_queue(d, q2));
+  KT_OK(kiln_tensor_ones(d, KILN_F32, 1, shape, &t2));
+  ck_assert_ptr_ne(kiln_tensor_buffer(t2)->impl, timpl);
+  KT_OK(kiln_queue_finish(q));
+  KT_OK(kiln_tensor_ones(d, KILN_F32, 1, shape, &t));
+  ck_assert_ptr_eq(kiln_tensor_buffer(t)->impl, timpl);
+  float got[3000];
+  KT_OK(kiln_tensor_read(t, got, sizeof got));
+  ck_assert(got[0] == 1.0f && got[2999] == 1.0f);
+  kiln_tensor_release(t);
+  kiln_tensor_release(t2);
+  KT_OK(kiln_device_set_current_queue(d, NULL));
 
   /* Trimming empties the pool. */
   ck_assert_uint_gt(d->pool.pooled_bytes, 0);
