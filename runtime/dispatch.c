@@ -79,15 +79,17 @@ static kiln_dtype_t kiln_op_dtype(const kiln_op_t *op) {
   }
 }
 
-/* The shape part of keys and log lines. */
-static void kiln_op_signature(const kiln_op_t *op, char *out, size_t size) {
+/* The shape part of keys (for_key: with matmul's transposes, which change
+ * the winner) and of log lines. */
+static void kiln_op_signature(const kiln_op_t *op, bool for_key, char *out, size_t size) {
   int n = 0;
   switch (op->kind) {
     case KILN_OP_MATMUL:
       if (op->u.matmul.batch > 1)
         n = snprintf(out, size, "%lldx", (long long)op->u.matmul.batch);
       snprintf(out + n, size - (size_t)n, "%lldx%lldx%lld%s%s", (long long)op->u.matmul.m, (long long)op->u.matmul.n,
-               (long long)op->u.matmul.k, op->u.matmul.trans_a ? "t" : "n", op->u.matmul.trans_b ? "t" : "n");
+               (long long)op->u.matmul.k, !for_key ? "" : op->u.matmul.trans_a ? "t" : "n",
+               !for_key ? "" : op->u.matmul.trans_b ? "t" : "n");
       return;
     case KILN_OP_CONV2D:
       snprintf(out, size, "%lldx%lldx%lldx%lld*%lldx%lldx%lld/s%dx%d/p%dx%d/d%dx%d%s", (long long)op->u.conv2d.n,
@@ -198,7 +200,7 @@ kiln_status_t kiln__dispatch(kiln_queue_t *queue, kiln_op_t *op) {
     }
   } else {
     char signature[160], key[768];
-    kiln_op_signature(op, signature, sizeof signature);
+    kiln_op_signature(op, true, signature, sizeof signature);
     snprintf(key, sizeof key, "%s|%s|%s|%s|%s|%s", iface->name, device->desc.name,
              device->desc.uuid[0] ? device->desc.uuid : device->desc.driver_version, kiln__op_kind_name(op->kind),
              kiln_dtype_name(dtype), signature);
@@ -228,7 +230,7 @@ kiln_status_t kiln__dispatch(kiln_queue_t *queue, kiln_op_t *op) {
   kiln_last = (int)provider;
   if (kiln__log_enabled(KILN_LOG_DEBUG)) {
     char signature[160];
-    kiln_op_signature(op, signature, sizeof signature);
+    kiln_op_signature(op, false, signature, sizeof signature);
     kiln__log(KILN_LOG_DEBUG, "%s %s [%s] on %s -> %s (%s%s)", kiln__op_kind_name(op->kind), kiln_dtype_name(dtype),
               signature, device->selector, kiln__provider_name(provider), why ? why : "policy ",
               why ? "" : kiln_policy_name(policy));

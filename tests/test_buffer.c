@@ -224,6 +224,60 @@ START_TEST(test_bad_arguments) {
 }
 END_TEST
 
+/* The test plugin (tests/stub_backend.c) keeps its buffers in host memory
+ * but exposes no host pointer: copies between it and the CPU take the
+ * cross-backend paths. Skipped, saying why, when the plugin is not built. */
+START_TEST(test_copy_across_backends) {
+  kiln_deinitialize();
+  setenv("KILN_BACKEND", "cpu,stub", 1);
+  kiln_status_t started = kiln_ensure_initialized();
+  kiln_device_t *stub = NULL;
+  if (started != KILN_OK || kiln_device_find("stub", &stub) != KILN_OK) {
+    printf("test_copy_across_backends skipped: the stub plugin did not load: %s\n", kiln_last_error());
+    kiln_deinitialize();
+    setenv("KILN_BACKEND", "cpu", 1);
+    return;
+  }
+  kiln_device_t *cpu = kt_cpu();
+  enum { N = 9 * 1024 * 1024 + 3 };
+  static unsigned char in[N], out[N];
+  kt_pattern(in, N, 5);
+  kiln_buffer_t *c = NULL, *s = NULL;
+  KT_OK(kiln_buffer_create(cpu, N, &c));
+  KT_OK(kiln_buffer_create(stub, N, &s));
+  kiln_queue_t *qc = kiln_device_current_queue(cpu), *qs = kiln_device_current_queue(stub);
+  KT_OK(kiln_buffer_write(qc, c, 0, in, N, false, 0, NULL, NULL));
+  KT_OK(kiln_buffer_copy(qs, c, 0, s, 0, N, 0, NULL, NULL)); /* source has a host pointer */
+  KT_OK(kiln_buffer_read(qs, s, 0, out, N, true, 0, NULL, NULL));
+  ck_assert_mem_eq(in, out, N);
+  unsigned char zero = 0;
+  KT_OK(kiln_buffer_fill(qc, c, 0, N, &zero, 1, 0, NULL, NULL));
+  KT_OK(kiln_buffer_copy(qc, s, 11, c, 3, N - 11, 0, NULL, NULL)); /* destination has one */
+  KT_OK(kiln_buffer_read(qc, c, 0, out, N, true, 0, NULL, NULL));
+  ck_assert(out[0] == 0 && out[1] == 0 && out[2] == 0);
+  ck_assert_mem_eq(out + 3, in + 11, N - 11);
+
+  /* Tensors move across too: to the stub and back. */
+  kiln_tensor_t *t = NULL, *on_stub = NULL, *back = NULL;
+  KT_OK(kiln_tensor_arange(cpu, KILN_I32, 0, 1000, 1, &t));
+  KT_OK(kiln_tensor_to(t, stub, &on_stub));
+  ck_assert_ptr_eq(kiln_tensor_device(on_stub), stub);
+  KT_OK(kiln_tensor_to(on_stub, cpu, &back));
+  int32_t values[1000];
+  KT_OK(kiln_tensor_read(back, values, sizeof values));
+  for (int i = 0; i < 1000; i++) ck_assert_int_eq(values[i], i);
+  KT_OK(kiln_tensor_read(on_stub, values, sizeof values));
+  ck_assert_int_eq(values[999], 999);
+  kiln_tensor_release(t);
+  kiln_tensor_release(on_stub);
+  kiln_tensor_release(back);
+  kiln_buffer_release(c);
+  kiln_buffer_release(s);
+  kiln_deinitialize();
+  setenv("KILN_BACKEND", "cpu", 1);
+}
+END_TEST
+
 int main(void) {
   kt_private_cache_dir();
   setenv("KILN_BACKEND", "cpu", 1);
@@ -236,6 +290,7 @@ int main(void) {
   tcase_add_test(tc, test_out_of_memory);
   tcase_add_test(tc, test_size_zero);
   tcase_add_test(tc, test_bad_arguments);
+  tcase_add_test(tc, test_copy_across_backends);
   suite_add_tcase(s, tc);
   return kt_run_suite(s);
 }

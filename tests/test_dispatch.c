@@ -118,7 +118,7 @@ START_TEST(test_debug_line) {
   kiln_log_set_level(KILN_LOG_OFF);
   kiln_log_set_callback(NULL, NULL);
   char want[128];
-  snprintf(want, sizeof want, "matmul f32 [64x64x64nn] on cpu:0 -> %s (policy vendor)", kt_has_blas(d) ? "blas" : "native");
+  snprintf(want, sizeof want, "matmul f32 [64x64x64] on cpu:0 -> %s (policy vendor)", kt_has_blas(d) ? "blas" : "native");
   ck_assert_msg(strstr(kt_log, want), "log lacks \"%s\":\n%s", want, kt_log);
 }
 END_TEST
