@@ -1,0 +1,563 @@
+/* backends/cuda/ops.c: which providers run each op on CUDA, and the native provider: argument packing and launches of kiln's kernels. */
+#include <limits.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_backend.h"
+
+/* Kernel of each elementwise op per dtype, + 1 so that 0 means "no formula". */
+static const int unary_f32[KILN_UNARY_COUNT_] = {
+#define KILN_UNARY_F32(NAME, expr) [KILN_UNARY_##NAME] = KILN_CUDA_K_unary_f32_##NAME + 1,
+#include "kernels/ops.def"
+};
+static const int unary_i32[KILN_UNARY_COUNT_] = {
+#define KILN_UNARY_I32(NAME, expr) [KILN_UNARY_##NAME] = KILN_CUDA_K_unary_i32_##NAME + 1,
+#include "kernels/ops.def"
+};
+static const int binary_f32[KILN_BINARY_COUNT_] = {
+#define KILN_BINARY_F32(NAME, expr) [KILN_BINARY_##NAME] = KILN_CUDA_K_binary_f32_##NAME + 1,
+#include "kernels/ops.def"
+};
+static const int binary_i32[KILN_BINARY_COUNT_] = {
+#define KILN_BINARY_I32(NAME, expr) [KILN_BINARY_##NAME] = KILN_CUDA_K_binary_i32_##NAME + 1,
+#include "kernels/ops.def"
+};
+static const int binary_scalar_f32[KILN_BINARY_COUNT_] = {
+#define KILN_BINARY_F32(NAME, expr) [KILN_BINARY_##NAME] = KILN_CUDA_K_binary_scalar_f32_##NAME + 1,
+#include "kernels/ops.def"
+};
+static const int binary_scalar_i32[KILN_BINARY_COUNT_] = {
+#define KILN_BINARY_I32(NAME, expr) [KILN_BINARY_##NAME] = KILN_CUDA_K_binary_scalar_i32_##NAME + 1,
+#include "kernels/ops.def"
+};
+
+static const char *op_kind_name(kiln_op_kind_t kind) {
+  switch (kind) {
+#define KILN_CUDA_KIND_NAME_(NAME, name) case KILN_OP_##NAME: return #name;
+    KILN_OP_KINDS(KILN_CUDA_KIND_NAME_)
+#undef KILN_CUDA_KIND_NAME_
+  default: return "?";
+  }
+}
+
+static const char *provider_name(kiln_provider_t provider) {
+  switch (provider) {
+#define KILN_CUDA_PROVIDER_NAME_(NAME, name) case KILN_PROVIDER_##NAME: return #name;
+    KILN_PROVIDERS(KILN_CUDA_PROVIDER_NAME_)
+#undef KILN_CUDA_PROVIDER_NAME_
+  default: return "?";
+  }
+}
+
+static const char *dtype_name(kiln_dtype_t dtype) {
+  switch (dtype) {
+  case KILN_F32: return "f32";
+  case KILN_I32: return "i32";
+  case KILN_F16: return "f16";
+  case KILN_BF16: return "bf16";
+  default: return "?";
+  }
+}
+
+/* The same dtype support as the CPU backend: f32 everywhere, i32 for the
+ * generators, COPY, the integer formulas and REDUCE. */
+static bool native_supports_kind(kiln_op_kind_t kind, kiln_dtype_t dtype) {
+  switch (kind) {
+  case KILN_OP_FILL:
+  case KILN_OP_ARANGE:
+  case KILN_OP_COPY:
+  case KILN_OP_UNARY:
+  case KILN_OP_BINARY:
+  case KILN_OP_BINARY_SCALAR:
+  case KILN_OP_REDUCE: return dtype == KILN_F32 || dtype == KILN_I32;
+  case KILN_OP_RANDOM:
+  case KILN_OP_MATMUL:
+  case KILN_OP_SOFTMAX:
+  case KILN_OP_CROSS_ENTROPY:
+  case KILN_OP_CONV2D:
+  case KILN_OP_MAX_POOL2D: return dtype == KILN_F32;
+  default: return false;
+  }
+}
+
+static int formula_of(const kiln_op_t *op, kiln_dtype_t dtype) {
+  const bool f = dtype == KILN_F32;
+  switch (op->kind) {
+  case KILN_OP_UNARY:
+    if ((unsigned)op->u.unary.op >= KILN_UNARY_COUNT_) return 0;
+    return f ? unary_f32[op->u.unary.op] : unary_i32[op->u.unary.op];
+  case KILN_OP_BINARY:
+    if ((unsigned)op->u.binary.op >= KILN_BINARY_COUNT_) return 0;
+    return f ? binary_f32[op->u.binary.op] : binary_i32[op->u.binary.op];
+  case KILN_OP_BINARY_SCALAR:
+    if ((unsigned)op->u.binary.op >= KILN_BINARY_COUNT_) return 0;
+    return f ? binary_scalar_f32[op->u.binary.op] : binary_scalar_i32[op->u.binary.op];
+  default: return 0;
+  }
+}
+
+static bool native_supports(const kiln_op_t *op) {
+  /* The dtype that decides is the input's where there is one (argmax
+   * writes i32 from f32). */
+  kiln_dtype_t dtype = op->out.dtype;
+  switch (op->kind) {
+  case KILN_OP_FILL:
+  case KILN_OP_ARANGE:
+  case KILN_OP_RANDOM: break;
+  case KILN_OP_CROSS_ENTROPY:
+    return op->in[0].dtype == KILN_F32 && op->in[1].dtype == KILN_I32 && dtype == KILN_F32;
+  default: dtype = op->in[0].dtype; break;
+  }
+  if (!native_supports_kind(op->kind, dtype)) return false;
+  switch (op->kind) {
+  case KILN_OP_UNARY:
+  case KILN_OP_BINARY_SCALAR: return formula_of(op, dtype) != 0 && op->out.dtype == dtype;
+  case KILN_OP_BINARY: return formula_of(op, dtype) != 0 && op->in[1].dtype == dtype && op->out.dtype == dtype;
+  case KILN_OP_COPY: return op->out.dtype == dtype;
+  case KILN_OP_REDUCE:
+    switch (op->u.reduce.op) {
+    case KILN_REDUCE_SUM:
+    case KILN_REDUCE_MAX: return op->out.dtype == dtype;
+    case KILN_REDUCE_ARGMAX: return op->out.dtype == KILN_I32;
+    case KILN_REDUCE_MEAN:
+    case KILN_REDUCE_NORM: return dtype == KILN_F32 && op->out.dtype == KILN_F32;
+    default: return false;
+    }
+  default: return true;
+  }
+}
+
+uint32_t kiln_cuda_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype) {
+  if (!native_supports_kind(kind, dtype)) return 0;
+  uint32_t mask = 1u << KILN_PROVIDER_NATIVE;
+  if (dtype == KILN_F32 && kind == KILN_OP_MATMUL && kiln_cuda_cublas_available()) mask |= 1u << KILN_PROVIDER_CUBLAS;
+  if (dtype == KILN_F32 && (kind == KILN_OP_CONV2D || kind == KILN_OP_MAX_POOL2D) && kiln_cuda_cudnn_available())
+    mask |= 1u << KILN_PROVIDER_CUDNN;
+  return mask;
+}
+
+CUdeviceptr kiln_cuda_view_ptr(const kiln_view_t *view) {
+  /* f32 and i32 (the dtypes served) are both 4 bytes. */
+  return view->buffer->ptr + (CUdeviceptr)view->offset * 4u;
+}
+
+static int64_t numel_of(const kiln_view_t *view) {
+  int64_t n = 1;
+  for (int d = 0; d < view->ndim; d++) n *= view->shape[d];
+  return n;
+}
+
+/* Fill the walk of an elementwise kernel: dims of extent 1 dropped, dims
+ * merged where both inputs are contiguous across them, and ndim 0 when
+ * everything is plainly contiguous (the kernels' fast path). */
+static void ew_setup(kiln_cuda_ew_args_t *a, const kiln_view_t *out, const kiln_view_t *in0, const kiln_view_t *in1) {
+  int64_t shape[KILN_CUDA_MAX_DIMS], s0[KILN_CUDA_MAX_DIMS], s1[KILN_CUDA_MAX_DIMS];
+  int nd = 0;
+  for (int d = 0; d < out->ndim; d++) {
+    if (out->shape[d] == 1) continue;
+    const int64_t t0 = in0 ? in0->strides[d] : 0, t1 = in1 ? in1->strides[d] : 0;
+    if (nd > 0 && s0[nd - 1] == t0 * out->shape[d] && s1[nd - 1] == t1 * out->shape[d]) {
+      shape[nd - 1] *= out->shape[d];
+      s0[nd - 1] = t0;
+      s1[nd - 1] = t1;
+      continue;
+    }
+    shape[nd] = out->shape[d];
+    s0[nd] = t0;
+    s1[nd] = t1;
+    nd++;
+  }
+  a->n = numel_of(out);
+  const bool contiguous = nd == 0 || (nd == 1 && (!in0 || s0[0] == 1) && (!in1 || s1[0] == 1));
+  if (contiguous) {
+    a->ndim = 0;
+    return;
+  }
+  a->ndim = nd;
+  for (int d = 0; d < nd; d++) {
+    a->shape[d] = shape[d];
+    a->stride0[d] = s0[d];
+    a->stride1[d] = s1[d];
+  }
+}
+
+static kiln_status_t launch_flat(kiln_backend_queue_t *queue, kiln_cuda_kernel_t kernel, int64_t n, void *args) {
+  return kiln_cuda_launch(queue, kernel, kiln_cuda_grid_for(queue->device, n), 1, 1, KILN_CUDA_BLOCK, args);
+}
+
+/* Blocks for a kernel that gives one block to each of `items` rows. */
+static unsigned grid_rows(int64_t items) {
+  const int64_t cap = 1 << 20; /* grid-stride beyond this */
+  if (items < 1) return 1;
+  return (unsigned)(items < cap ? items : cap);
+}
+
+static int32_t double_to_i32(double v) {
+  if (v != v) return 0;
+  if (v >= 2147483647.0) return 2147483647;
+  if (v <= -2147483648.0) return INT32_MIN;
+  return (int32_t)v;
+}
+
+static kiln_status_t run_generate(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  kiln_cuda_ew_args_t a;
+  memset(&a, 0, offsetof(kiln_cuda_ew_args_t, shape));
+  a.out = kiln_cuda_view_ptr(&op->out);
+  a.n = numel_of(&op->out);
+  switch (op->kind) {
+  case KILN_OP_FILL:
+    if (op->out.dtype == KILN_F32) {
+      float f = (float)op->u.fill.value;
+      memcpy(&a.scalar_i, &f, 4);
+    } else {
+      a.scalar_i = double_to_i32(op->u.fill.value);
+    }
+    return launch_flat(queue, KILN_CUDA_K_fill32, a.n, &a);
+  case KILN_OP_ARANGE:
+    a.start = op->u.arange.start;
+    a.step = op->u.arange.step;
+    return launch_flat(queue, op->out.dtype == KILN_F32 ? KILN_CUDA_K_arange_f32 : KILN_CUDA_K_arange_i32, a.n, &a);
+  default: /* RANDOM */
+    a.seed = op->u.random.seed;
+    a.scalar_f = op->u.random.a;
+    a.scalar_f2 = op->u.random.b;
+    return launch_flat(queue, op->u.random.normal ? KILN_CUDA_K_random_normal : KILN_CUDA_K_random_uniform, a.n, &a);
+  }
+}
+
+static kiln_status_t run_elementwise(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  kiln_cuda_ew_args_t a;
+  memset(&a, 0, offsetof(kiln_cuda_ew_args_t, shape));
+  a.out = kiln_cuda_view_ptr(&op->out);
+  a.in0 = kiln_cuda_view_ptr(&op->in[0]);
+  const kiln_dtype_t dtype = op->in[0].dtype;
+  switch (op->kind) {
+  case KILN_OP_COPY:
+    ew_setup(&a, &op->out, &op->in[0], NULL);
+    if (a.ndim == 0)
+      return kiln_cuda_check(cuMemcpyDtoDAsync(a.out, a.in0, (size_t)a.n * 4u, queue->stream),
+                             "cuMemcpyDtoDAsync (COPY of %lld elements) on cuda:%d", (long long)a.n,
+                             queue->device->ordinal);
+    return launch_flat(queue, KILN_CUDA_K_copy32_strided, a.n, &a);
+  case KILN_OP_UNARY:
+    ew_setup(&a, &op->out, &op->in[0], NULL);
+    break;
+  case KILN_OP_BINARY:
+    a.in1 = kiln_cuda_view_ptr(&op->in[1]);
+    ew_setup(&a, &op->out, &op->in[0], &op->in[1]);
+    break;
+  default: /* BINARY_SCALAR */
+    if (dtype == KILN_F32)
+      a.scalar_f = (float)op->u.binary.scalar;
+    else
+      a.scalar_i = double_to_i32(op->u.binary.scalar);
+    ew_setup(&a, &op->out, &op->in[0], NULL);
+    break;
+  }
+  return launch_flat(queue, (kiln_cuda_kernel_t)(formula_of(op, dtype) - 1), a.n, &a);
+}
+
+static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  kiln_cuda_reduce_args_t a;
+  memset(&a, 0, sizeof a);
+  a.in = kiln_cuda_view_ptr(&op->in[0]);
+  a.out = kiln_cuda_view_ptr(&op->out);
+  a.outer = op->u.reduce.outer;
+  a.len = op->u.reduce.len;
+  a.inner = op->u.reduce.inner;
+  a.op = (int32_t)op->u.reduce.op;
+  const bool f32 = op->in[0].dtype == KILN_F32;
+  if (a.outer * a.inner == 0) return KILN_OK;
+  if (a.inner > 1 || a.len == 0)
+    return launch_flat(queue, f32 ? KILN_CUDA_K_reduce_cols_f32 : KILN_CUDA_K_reduce_cols_i32, a.outer * a.inner, &a);
+
+  /* Rows: one block per row, and long rows split into chunks when there are
+   * too few rows to fill the GPU; a second pass then merges the chunks. */
+  const int64_t target_blocks = (int64_t)queue->device->sm_count * 4;
+  int64_t chunks = 1;
+  if (a.outer < target_blocks && a.len > 8192) {
+    chunks = (target_blocks + a.outer - 1) / a.outer;
+    const int64_t most = (a.len + 4095) / 4096;
+    if (chunks > most) chunks = most;
+  }
+  a.chunk = (a.len + chunks - 1) / chunks;
+  a.chunks = (a.len + a.chunk - 1) / a.chunk;
+  if (a.chunks == 1)
+    return kiln_cuda_launch(queue, f32 ? KILN_CUDA_K_reduce_rows_f32 : KILN_CUDA_K_reduce_rows_i32,
+                            grid_rows(a.outer), 1, 1, KILN_CUDA_BLOCK, &a);
+  CUdeviceptr parts = 0;
+  kiln_status_t status =
+      kiln_cuda_scratch_alloc(queue, (size_t)(a.outer * a.chunks) * sizeof(kiln_cuda_reduce_part_t), &parts);
+  if (status != KILN_OK) return status;
+  a.parts = parts;
+  status = kiln_cuda_launch(queue, f32 ? KILN_CUDA_K_reduce_rows_f32 : KILN_CUDA_K_reduce_rows_i32,
+                            grid_rows(a.outer * a.chunks), 1, 1, KILN_CUDA_BLOCK, &a);
+  if (status == KILN_OK)
+    status = kiln_cuda_launch(queue, f32 ? KILN_CUDA_K_reduce_parts_f32 : KILN_CUDA_K_reduce_parts_i32,
+                              grid_rows(a.outer), 1, 1, KILN_CUDA_BLOCK, &a);
+  kiln_cuda_scratch_free(queue, parts);
+  return status;
+}
+
+static kiln_status_t run_softmax(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  kiln_cuda_rows_args_t a;
+  memset(&a, 0, sizeof a);
+  a.in = kiln_cuda_view_ptr(&op->in[0]);
+  a.out = kiln_cuda_view_ptr(&op->out);
+  a.rows = op->u.softmax.rows;
+  a.cols = op->u.softmax.cols;
+  a.log = op->u.softmax.log;
+  if (a.rows * a.cols == 0) return KILN_OK;
+  return kiln_cuda_launch(queue, KILN_CUDA_K_softmax_f32, grid_rows(a.rows), 1, 1, KILN_CUDA_BLOCK, &a);
+}
+
+static kiln_status_t run_cross_entropy(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  kiln_cuda_rows_args_t a;
+  memset(&a, 0, sizeof a);
+  a.in = kiln_cuda_view_ptr(&op->in[0]);
+  a.labels = kiln_cuda_view_ptr(&op->in[1]);
+  a.out = kiln_cuda_view_ptr(&op->out);
+  a.rows = op->u.cross_entropy.n;
+  a.cols = op->u.cross_entropy.c;
+  CUdeviceptr work = 0;
+  kiln_status_t status = KILN_OK;
+  if (a.rows > 0) {
+    status = kiln_cuda_scratch_alloc(queue, (size_t)a.rows * sizeof(double), &work);
+    if (status != KILN_OK) return status;
+    a.work = work;
+    status = kiln_cuda_launch(queue, KILN_CUDA_K_xent_rows, grid_rows(a.rows), 1, 1, KILN_CUDA_BLOCK, &a);
+  }
+  /* n == 0 still writes the output: NaN, the mean of nothing. */
+  if (status == KILN_OK) status = kiln_cuda_launch(queue, KILN_CUDA_K_xent_mean, 1, 1, 1, KILN_CUDA_BLOCK, &a);
+  kiln_cuda_scratch_free(queue, work);
+  return status;
+}
+
+static bool fits_i32(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+kiln_status_t kiln_cuda_gemm_native(kiln_backend_queue_t *queue, const kiln_cuda_gemm_args_t *args, bool trans_a,
+                                    bool trans_b) {
+  kiln_cuda_gemm_args_t a = *args;
+  if (a.m == 0 || a.n == 0 || a.batch == 0) return KILN_OK;
+  const int64_t grid_x = ((int64_t)a.n + KILN_CUDA_GEMM_TILE - 1) / KILN_CUDA_GEMM_TILE;
+  const int64_t grid_y = ((int64_t)a.m + KILN_CUDA_GEMM_TILE - 1) / KILN_CUDA_GEMM_TILE;
+  if (grid_y > 65535)
+    return kiln_cuda_error(KILN_OUT_OF_RESOURCES,
+                           "the native CUDA matmul handles m up to %d rows, got m=%d; split the product along m",
+                           65535 * KILN_CUDA_GEMM_TILE, a.m);
+  const bool vec = a.a % 16 == 0 && a.b % 16 == 0 && a.lda % 4 == 0 && a.ldb % 4 == 0 && a.stride_a % 4 == 0 &&
+                   a.stride_b % 4 == 0;
+  a.c_vec = a.c % 16 == 0 && a.ldc % 4 == 0 && a.stride_c % 4 == 0;
+  const int variant = (trans_a ? 2 : 0) + (trans_b ? 1 : 0);
+  static const kiln_cuda_kernel_t kernels[2][4] = {
+      {KILN_CUDA_K_sgemm_nn, KILN_CUDA_K_sgemm_nt, KILN_CUDA_K_sgemm_tn, KILN_CUDA_K_sgemm_tt},
+      {KILN_CUDA_K_sgemm_nn_vec, KILN_CUDA_K_sgemm_nt_vec, KILN_CUDA_K_sgemm_tn_vec, KILN_CUDA_K_sgemm_tt_vec},
+  };
+  const unsigned grid_z = (unsigned)(a.batch < 65535 ? a.batch : 65535);
+  return kiln_cuda_launch(queue, kernels[vec][variant], (unsigned)grid_x, (unsigned)grid_y, grid_z,
+                          KILN_CUDA_GEMM_THREADS, &a);
+}
+
+static kiln_status_t run_matmul(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  const int64_t m = op->u.matmul.m, n = op->u.matmul.n, k = op->u.matmul.k;
+  if (!fits_i32(m) || !fits_i32(n) || !fits_i32(k))
+    return kiln_cuda_error(KILN_OUT_OF_RESOURCES,
+                           "the native CUDA matmul takes m, n, k below 2^31, got m=%lld n=%lld k=%lld; split the "
+                           "product",
+                           (long long)m, (long long)n, (long long)k);
+  kiln_cuda_gemm_args_t a;
+  memset(&a, 0, sizeof a);
+  a.a = kiln_cuda_view_ptr(&op->in[0]);
+  a.b = kiln_cuda_view_ptr(&op->in[1]);
+  a.c = kiln_cuda_view_ptr(&op->out);
+  a.m = (int32_t)m;
+  a.n = (int32_t)n;
+  a.k = (int32_t)k;
+  a.lda = op->u.matmul.lda;
+  a.ldb = op->u.matmul.ldb;
+  a.ldc = op->u.matmul.ldc;
+  a.stride_a = op->u.matmul.stride_a;
+  a.stride_b = op->u.matmul.stride_b;
+  a.stride_c = op->u.matmul.stride_c;
+  a.batch = op->u.matmul.batch;
+  return kiln_cuda_gemm_native(queue, &a, op->u.matmul.trans_a, op->u.matmul.trans_b);
+}
+
+static void conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op) {
+  memset(a, 0, sizeof *a);
+  a->n = op->u.conv2d.n;
+  a->c = op->u.conv2d.c;
+  a->h = op->u.conv2d.h;
+  a->w = op->u.conv2d.w;
+  a->k = op->u.conv2d.k;
+  a->r = op->u.conv2d.r;
+  a->s = op->u.conv2d.s;
+  a->p = op->u.conv2d.p;
+  a->q = op->u.conv2d.q;
+  for (int i = 0; i < 2; i++) {
+    a->stride[i] = op->u.conv2d.stride[i];
+    a->pad[i] = op->u.conv2d.pad[i];
+    a->dil[i] = op->u.conv2d.dil[i];
+  }
+}
+
+/* Scratch for the columns of this many images at most per GEMM. */
+#define KILN_CUDA_IM2COL_BYTES ((size_t)256 << 20)
+
+static kiln_status_t run_conv2d(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  kiln_cuda_conv_args_t a;
+  conv_args(&a, op);
+  const int64_t crs = a.c * a.r * a.s, pq = a.p * a.q;
+  if (!fits_i32(crs) || !fits_i32(pq) || !fits_i32(a.k))
+    return kiln_cuda_error(KILN_OUT_OF_RESOURCES,
+                           "the native CUDA conv2d needs c*r*s, p*q and k below 2^31, got %lld, %lld, %lld",
+                           (long long)crs, (long long)pq, (long long)a.k);
+  const CUdeviceptr x = kiln_cuda_view_ptr(&op->in[0]), w = kiln_cuda_view_ptr(&op->in[1]);
+  const CUdeviceptr y = kiln_cuda_view_ptr(&op->out);
+  kiln_cuda_gemm_args_t g;
+  memset(&g, 0, sizeof g);
+  g.a = w; /* W [k, crs] */
+  g.m = (int32_t)a.k;
+  g.n = (int32_t)pq;
+  g.k = (int32_t)crs;
+  g.lda = crs;
+  g.ldc = pq;
+  g.stride_a = 0;
+  g.stride_c = a.k * pq;
+  kiln_status_t status = KILN_OK;
+  const bool pointwise = a.r == 1 && a.s == 1 && a.stride[0] == 1 && a.stride[1] == 1 && a.pad[0] == 0 &&
+                         a.pad[1] == 0 && a.p == a.h && a.q == a.w;
+  if (pointwise) {
+    /* A 1x1 convolution is already a GEMM over each image: no columns. */
+    g.b = x;
+    g.ldb = pq;
+    g.stride_b = crs * pq;
+    g.c = y;
+    g.batch = a.n;
+    status = kiln_cuda_gemm_native(queue, &g, false, false);
+  } else {
+    const size_t per_image = (size_t)crs * (size_t)pq * sizeof(float);
+    int64_t step = per_image ? (int64_t)(KILN_CUDA_IM2COL_BYTES / per_image) : a.n;
+    if (step < 1) step = 1;
+    if (step > a.n) step = a.n;
+    CUdeviceptr cols = 0;
+    if (a.n > 0) status = kiln_cuda_scratch_alloc(queue, per_image * (size_t)step, &cols);
+    for (int64_t first = 0; status == KILN_OK && first < a.n; first += step) {
+      const int64_t count = a.n - first < step ? a.n - first : step;
+      kiln_cuda_conv_args_t ia = a;
+      ia.images = count;
+      ia.in = x + (CUdeviceptr)(first * a.c * a.h * a.w) * 4u;
+      ia.out = cols;
+      status = launch_flat(queue, KILN_CUDA_K_im2col_f32, count * crs * pq, &ia);
+      if (status != KILN_OK) break;
+      g.b = cols;
+      g.ldb = pq;
+      g.stride_b = crs * pq;
+      g.c = y + (CUdeviceptr)(first * a.k * pq) * 4u;
+      g.batch = count;
+      status = kiln_cuda_gemm_native(queue, &g, false, false);
+    }
+    kiln_cuda_scratch_free(queue, cols);
+  }
+  if (status == KILN_OK && op->u.conv2d.has_bias) {
+    kiln_cuda_conv_args_t ba = a;
+    ba.images = a.n;
+    ba.out = y;
+    ba.bias = kiln_cuda_view_ptr(&op->in[2]);
+    status = launch_flat(queue, KILN_CUDA_K_bias_nchw_f32, a.n * a.k * pq, &ba);
+  }
+  return status;
+}
+
+/* The bias of a convolution computed by another provider (cuDNN). */
+kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  if (!op->u.conv2d.has_bias) return KILN_OK;
+  kiln_cuda_conv_args_t a;
+  conv_args(&a, op);
+  a.images = a.n;
+  a.out = kiln_cuda_view_ptr(&op->out);
+  a.bias = kiln_cuda_view_ptr(&op->in[2]);
+  return launch_flat(queue, KILN_CUDA_K_bias_nchw_f32, a.n * a.k * a.p * a.q, &a);
+}
+
+static kiln_status_t run_max_pool2d(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  kiln_cuda_conv_args_t a;
+  memset(&a, 0, sizeof a);
+  a.in = kiln_cuda_view_ptr(&op->in[0]);
+  a.out = kiln_cuda_view_ptr(&op->out);
+  a.n = op->u.pool2d.n;
+  a.c = op->u.pool2d.c;
+  a.h = op->u.pool2d.h;
+  a.w = op->u.pool2d.w;
+  a.p = op->u.pool2d.p;
+  a.q = op->u.pool2d.q;
+  for (int i = 0; i < 2; i++) {
+    a.kernel[i] = op->u.pool2d.kernel[i];
+    a.stride[i] = op->u.pool2d.stride[i];
+    a.pad[i] = op->u.pool2d.pad[i];
+  }
+  const int64_t n = a.n * a.c * a.p * a.q;
+  if (n == 0) return KILN_OK;
+  return launch_flat(queue, KILN_CUDA_K_max_pool2d_f32, n, &a);
+}
+
+static kiln_status_t run_native(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  switch (op->kind) {
+  case KILN_OP_FILL:
+  case KILN_OP_ARANGE:
+  case KILN_OP_RANDOM: return numel_of(&op->out) ? run_generate(queue, op) : KILN_OK;
+  case KILN_OP_COPY:
+  case KILN_OP_UNARY:
+  case KILN_OP_BINARY:
+  case KILN_OP_BINARY_SCALAR: return numel_of(&op->out) ? run_elementwise(queue, op) : KILN_OK;
+  case KILN_OP_MATMUL: return run_matmul(queue, op);
+  case KILN_OP_REDUCE: return run_reduce(queue, op);
+  case KILN_OP_SOFTMAX: return run_softmax(queue, op);
+  case KILN_OP_CROSS_ENTROPY: return run_cross_entropy(queue, op);
+  case KILN_OP_CONV2D: return run_conv2d(queue, op);
+  case KILN_OP_MAX_POOL2D: return run_max_pool2d(queue, op);
+  default:
+    return kiln_cuda_error(KILN_UNSUPPORTED, "the CUDA backend does not know op kind %d", (int)op->kind);
+  }
+}
+
+kiln_status_t kiln_cuda_op_run(kiln_backend_queue_t *queue, kiln_provider_t provider, const kiln_op_t *op) {
+  kiln_backend_device_t *device = queue->device;
+  if (!native_supports(op))
+    return kiln_cuda_error(KILN_UNSUPPORTED,
+                           "the CUDA backend has no kernel for %s on %s (output %s); convert the operands to a "
+                           "supported dtype (f32, or i32 where the op has an integer formula)",
+                           op_kind_name(op->kind), dtype_name(op->in[0].dtype), dtype_name(op->out.dtype));
+  if (!device->module)
+    return kiln_cuda_error(KILN_UNAVAILABLE, "cuda:%d cannot run kiln's kernels: %s", device->ordinal,
+                           device->module_error);
+  kiln_status_t status = kiln_cuda_enter(device);
+  if (status != KILN_OK) return status;
+  switch (provider) {
+  case KILN_PROVIDER_NATIVE: status = run_native(queue, op); break;
+  case KILN_PROVIDER_CUBLAS:
+    status = op->kind == KILN_OP_MATMUL && op->in[0].dtype == KILN_F32
+                 ? kiln_cuda_cublas_matmul(queue, op)
+                 : kiln_cuda_error(KILN_UNSUPPORTED, "provider 'cublas' runs only matmul (f32) on CUDA, not %s on %s; "
+                                                     "use 'native'",
+                                   op_kind_name(op->kind), dtype_name(op->in[0].dtype));
+    break;
+  case KILN_PROVIDER_CUDNN:
+    if (op->kind == KILN_OP_CONV2D)
+      status = kiln_cuda_cudnn_conv2d(queue, op);
+    else if (op->kind == KILN_OP_MAX_POOL2D)
+      status = kiln_cuda_cudnn_max_pool2d(queue, op);
+    else
+      status = kiln_cuda_error(KILN_UNSUPPORTED, "provider 'cudnn' runs only conv2d and max_pool2d on CUDA, not %s; "
+                                                 "use 'native'",
+                               op_kind_name(op->kind));
+    break;
+  default:
+    status = kiln_cuda_error(KILN_UNSUPPORTED, "provider '%s' does not exist on the CUDA backend; use 'native'%s",
+                             provider_name(provider),
+                             op->kind == KILN_OP_MATMUL ? " or 'cublas'"
+                             : op->kind == KILN_OP_CONV2D || op->kind == KILN_OP_MAX_POOL2D ? " or 'cudnn'" : "");
+    break;
+  }
+  kiln_cuda_leave();
+  return status;
+}
