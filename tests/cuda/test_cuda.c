@@ -1,0 +1,336 @@
+/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, events, provider choice, TF32 off by default; skipped (77) without one. */
+#include <math.h>
+#include <stdint.h>
+
+#include "../common.h"
+
+static kiln_device_t *gpu;       /* cuda:0 */
+static kiln_device_t *gpu2;      /* cuda:1 when there is one */
+static kiln_device_t *cpu;       /* cpu:0 */
+
+static const char *property(kiln_device_t *device, const char *key) {
+  for (size_t i = 0; i < kiln_device_property_count(device); i++) {
+    const char *k, *v;
+    if (kiln_device_property(device, i, &k, &v) == KILN_OK && !strcmp(k, key)) return v;
+  }
+  return NULL;
+}
+
+static bool has_provider(kiln_device_t *device, const char *op, const char *provider) {
+  const char *list = kiln_device_providers(device, op);
+  return list && strstr(list, provider) != NULL;
+}
+
+START_TEST(test_describes_the_device) {
+  kiln_device_info_t info;
+  KT_OK(kiln_device_info(gpu, &info));
+  ck_assert_str_eq(info.backend, "cuda");
+  ck_assert_int_eq(info.type, KILN_DEVICE_GPU);
+  ck_assert_msg(!strncmp(info.uuid, "GPU-", 4) && strlen(info.uuid) == 40, "uuid '%s'", info.uuid);
+  ck_assert_msg(strlen(info.pci_bus_id) == 12 && info.pci_bus_id[4] == ':', "pci bus id '%s'", info.pci_bus_id);
+  ck_assert_msg(strchr(info.compute_capability, '.') != NULL, "compute capability '%s'", info.compute_capability);
+  ck_assert_uint_gt(info.memory_bytes, 0);
+  ck_assert_uint_gt(info.compute_units, 0);
+  ck_assert_uint_le(info.memory_free_bytes, info.memory_bytes);
+  ck_assert_msg(!info.memory_free_is_estimate, "free memory comes from cuMemGetInfo, not an estimate");
+  const char *archs = property(gpu, "compiled_architectures");
+  ck_assert_msg(archs && strstr(archs, "sm_90") && strstr(archs, "PTX"), "compiled_architectures '%s'",
+                archs ? archs : "(missing)");
+  const char *providers = kiln_device_providers(gpu, "matmul");
+  ck_assert_msg(providers && !strncmp(providers, "native", 6), "matmul providers '%s'", providers ? providers : "");
+}
+END_TEST
+
+START_TEST(test_buffer_round_trip) {
+  enum { N = 1 << 20 };
+  uint32_t *data = malloc(N * sizeof *data), *back = malloc(N * sizeof *back);
+  ck_assert_ptr_nonnull(data);
+  ck_assert_ptr_nonnull(back);
+  for (uint32_t i = 0; i < N; i++) data[i] = i * 2654435761u;
+  kiln_buffer_t *buffer;
+  KT_OK(kiln_buffer_create(gpu, N * sizeof *data, &buffer));
+  kiln_queue_t *queue = kiln_device_default_queue(gpu);
+  KT_OK(kiln_buffer_write(queue, buffer, 0, data, N * sizeof *data, true, 0, NULL, NULL));
+  memset(back, 0, N * sizeof *back);
+  KT_OK(kiln_buffer_read(queue, buffer, 0, back, N * sizeof *back, true, 0, NULL, NULL));
+  ck_assert_int_eq(memcmp(data, back, N * sizeof *data), 0);
+
+  /* A 4-byte fill at an offset, then an unaligned 1-byte fill. */
+  const uint32_t pattern = 0xdeadbeefu;
+  KT_OK(kiln_buffer_fill(queue, buffer, 64, 4096, &pattern, 4, 0, NULL, NULL));
+  const uint8_t byte = 0x5a;
+  KT_OK(kiln_buffer_fill(queue, buffer, 8193, 7, &byte, 1, 0, NULL, NULL));
+  KT_OK(kiln_buffer_read(queue, buffer, 0, back, N * sizeof *back, true, 0, NULL, NULL));
+  for (uint32_t i = 0; i < 16; i++) ck_assert_uint_eq(back[i], data[i]);
+  for (uint32_t i = 16; i < 16 + 1024; i++) ck_assert_uint_eq(back[i], pattern);
+  ck_assert_uint_eq(back[16 + 1024], data[16 + 1024]);
+  const uint8_t *bytes = (const uint8_t *)back;
+  for (size_t i = 8193; i < 8200; i++) ck_assert_uint_eq(bytes[i], byte);
+  ck_assert_uint_eq(bytes[8192], ((const uint8_t *)data)[8192]);
+
+  /* Asynchronous read, completed by the queue finish. */
+  memset(back, 0, N * sizeof *back);
+  KT_OK(kiln_buffer_read(queue, buffer, 0, back, 256, false, 0, NULL, NULL));
+  KT_OK(kiln_queue_finish(queue));
+  ck_assert_uint_eq(back[0], data[0]);
+  kiln_buffer_release(buffer);
+
+  kiln_buffer_t *empty;
+  KT_OK(kiln_buffer_create(gpu, 0, &empty));
+  ck_assert_uint_eq(kiln_buffer_size(empty), 0);
+  kiln_buffer_release(empty);
+  free(data);
+  free(back);
+}
+END_TEST
+
+START_TEST(test_copies_between_devices) {
+  enum { N = 300000 };
+  float *data = malloc(N * sizeof *data), *back = malloc(N * sizeof *back);
+  for (int i = 0; i < N; i++) data[i] = (float)i * 0.25f - 1000.0f;
+  kiln_buffer_t *a, *b, *host_side;
+  KT_OK(kiln_buffer_create(gpu, N * sizeof(float), &a));
+  KT_OK(kiln_buffer_create(gpu, N * sizeof(float), &b));
+  KT_OK(kiln_buffer_create(cpu, N * sizeof(float), &host_side));
+  kiln_queue_t *q = kiln_device_default_queue(gpu);
+  KT_OK(kiln_buffer_write(q, a, 0, data, N * sizeof(float), true, 0, NULL, NULL));
+  /* Device to device on one GPU, at offsets. */
+  KT_OK(kiln_buffer_copy(q, a, 4, b, 0, (N - 1) * sizeof(float), 0, NULL, NULL));
+  KT_OK(kiln_buffer_read(q, b, 0, back, (N - 1) * sizeof(float), true, 0, NULL, NULL));
+  ck_assert_int_eq(memcmp(back, data + 1, (N - 1) * sizeof(float)), 0);
+  /* GPU -> CPU backend -> GPU, through host staging. */
+  KT_OK(kiln_buffer_copy(kiln_device_default_queue(cpu), a, 0, host_side, 0, N * sizeof(float), 0, NULL, NULL));
+  KT_OK(kiln_buffer_copy(q, host_side, 0, b, 0, N * sizeof(float), 0, NULL, NULL));
+  memset(back, 0, N * sizeof *back);
+  KT_OK(kiln_buffer_read(q, b, 0, back, N * sizeof(float), true, 0, NULL, NULL));
+  ck_assert_int_eq(memcmp(back, data, N * sizeof(float)), 0);
+  if (gpu2) {
+    /* Peer copy (direct or staged by the driver), ordered on the destination. */
+    kiln_buffer_t *c;
+    KT_OK(kiln_buffer_create(gpu2, N * sizeof(float), &c));
+    kiln_queue_t *q2 = kiln_device_default_queue(gpu2);
+    KT_OK(kiln_buffer_copy(q2, a, 0, c, 0, N * sizeof(float), 0, NULL, NULL));
+    memset(back, 0, N * sizeof *back);
+    KT_OK(kiln_buffer_read(q2, c, 0, back, N * sizeof(float), true, 0, NULL, NULL));
+    ck_assert_int_eq(memcmp(back, data, N * sizeof(float)), 0);
+    kiln_buffer_release(c);
+  }
+  kiln_buffer_release(a);
+  kiln_buffer_release(b);
+  kiln_buffer_release(host_side);
+  free(data);
+  free(back);
+}
+END_TEST
+
+START_TEST(test_events_time_work) {
+  kiln_queue_t *queue;
+  KT_OK(kiln_queue_create(gpu, &queue));
+  kiln_buffer_t *buffer;
+  const size_t size = (size_t)256 << 20;
+  KT_OK(kiln_buffer_create(gpu, size, &buffer));
+  kiln_event_t *start, *end;
+  KT_OK(kiln_queue_record(queue, &start));
+  const uint32_t pattern = 7;
+  for (int i = 0; i < 8; i++) KT_OK(kiln_buffer_fill(queue, buffer, 0, size, &pattern, 4, 0, NULL, NULL));
+  KT_OK(kiln_queue_record(queue, &end));
+  KT_OK(kiln_event_wait(end));
+  KT_OK(kiln_event_query(end));
+  KT_OK(kiln_event_query(start));
+  double ms = -1.0;
+  KT_OK(kiln_event_elapsed(start, end, &ms));
+  /* Two gigabytes written take time on any GPU; no upper bound asserted. */
+  ck_assert_msg(ms > 0.0, "elapsed %f ms", ms);
+
+  /* A second queue ordered after the first through an event. */
+  kiln_queue_t *other;
+  KT_OK(kiln_queue_create(gpu, &other));
+  KT_OK(kiln_queue_wait(other, end));
+  uint32_t word = 0;
+  KT_OK(kiln_buffer_read(other, buffer, size - 4, &word, 4, true, 0, NULL, NULL));
+  ck_assert_uint_eq(word, pattern);
+  kiln_event_release(start);
+  kiln_event_release(end);
+  kiln_queue_finish(queue);
+  kiln_buffer_release(buffer);
+  kiln_queue_release(other);
+  kiln_queue_release(queue);
+}
+END_TEST
+
+/* Run a matmul with one provider forced; the provider that ran must be it. */
+static float *matmul_with(const char *provider, int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+                          bool trans_a, bool trans_b) {
+  char overrides[64];
+  snprintf(overrides, sizeof overrides, "matmul=%s", provider);
+  KT_OK(kiln_set_providers(overrides));
+  const int64_t sa[2] = {trans_a ? k : m, trans_a ? m : k}, sb[2] = {trans_b ? n : k, trans_b ? k : n};
+  kiln_tensor_t *ta, *tb, *tc;
+  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 2, sa, a, &ta));
+  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 2, sb, b, &tb));
+  KT_OK(kiln_tensor_matmul(ta, tb, trans_a, trans_b, &tc));
+  ck_assert_str_eq(kiln_last_provider(), provider);
+  float *c = malloc((size_t)(m * n) * sizeof *c);
+  KT_OK(kiln_tensor_read(tc, c, (size_t)(m * n) * sizeof *c));
+  kiln_tensor_release(ta);
+  kiln_tensor_release(tb);
+  kiln_tensor_release(tc);
+  KT_OK(kiln_set_providers(""));
+  return c;
+}
+
+START_TEST(test_cublas_and_native_matmul_agree) {
+  if (!has_provider(gpu, "matmul", "cublas")) {
+    printf("cublas absent (%s): native only\n", property(gpu, "cublas") ? property(gpu, "cublas") : "?");
+    return;
+  }
+  /* Awkward sizes: not multiples of the 128 tile, every transposition. */
+  const int64_t m = 131, n = 257, k = 67;
+  float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+  for (int64_t i = 0; i < m * k; i++) a[i] = (float)((i * 37) % 19) / 8.0f - 1.0f;
+  for (int64_t i = 0; i < k * n; i++) b[i] = (float)((i * 11) % 23) / 16.0f - 0.5f;
+  for (int t = 0; t < 4; t++) {
+    float *c1 = matmul_with("native", m, n, k, a, b, t & 1, t & 2);
+    float *c2 = matmul_with("cublas", m, n, k, a, b, t & 1, t & 2);
+    /* Inputs are multiples of 1/16 with small sums: both are exact. */
+    for (int64_t i = 0; i < m * n; i++) ck_assert_msg(c1[i] == c2[i], "t=%d [%lld] %g vs %g", t, (long long)i, c1[i], c2[i]);
+    free(c1);
+    free(c2);
+  }
+  free(a);
+  free(b);
+}
+END_TEST
+
+START_TEST(test_tf32_off_by_default) {
+  const char *setting = getenv("KILN_CUDA_TF32");
+  if (setting && !strcmp(setting, "1")) {
+    printf("KILN_CUDA_TF32=1 in the environment: the default cannot be checked\n");
+    return;
+  }
+  const char *tf32 = property(gpu, "tf32");
+  ck_assert_msg(tf32 && !strncmp(tf32, "off", 3), "tf32 property '%s'", tf32 ? tf32 : "(missing)");
+  /* 1 + 2^-12 needs 13 mantissa bits; TF32 keeps 10 and would round it to 1,
+   * so a sum of 256 such products is 256.0625 in f32 and 256 in TF32. */
+  const int64_t m = 256, n = 256, k = 256;
+  float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+  for (int64_t i = 0; i < m * k; i++) a[i] = 1.0f + 1.0f / 4096.0f;
+  for (int64_t i = 0; i < k * n; i++) b[i] = 1.0f;
+  const char *providers[2] = {"native", "cublas"};
+  for (int p = 0; p < 2; p++) {
+    if (p == 1 && !has_provider(gpu, "matmul", "cublas")) break;
+    float *c = matmul_with(providers[p], m, n, k, a, b, false, false);
+    for (int64_t i = 0; i < m * n; i++) ck_assert_msg(c[i] == 256.0625f, "%s: c[%lld] = %.7g", providers[p], (long long)i, c[i]);
+    free(c);
+  }
+  free(a);
+  free(b);
+}
+END_TEST
+
+static float *conv_with(const char *provider, bool pool) {
+  char overrides[64];
+  snprintf(overrides, sizeof overrides, "%s=%s", pool ? "max_pool2d" : "conv2d", provider);
+  KT_OK(kiln_set_providers(overrides));
+  const int64_t xs[4] = {2, 3, 17, 13}, ws[4] = {5, 3, 3, 3}, bs[1] = {5};
+  float x[2 * 3 * 17 * 13], w[5 * 3 * 3 * 3], bias[5];
+  for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = (float)((i * 7) % 13) / 4.0f - 1.5f;
+  for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) w[i] = (float)((i * 5) % 9) / 8.0f - 0.5f;
+  for (int i = 0; i < 5; i++) bias[i] = (float)i / 2.0f;
+  kiln_tensor_t *tx, *tw, *tb, *ty;
+  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 4, xs, x, &tx));
+  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 4, ws, w, &tw));
+  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 1, bs, bias, &tb));
+  if (pool) {
+    kiln_pool2d_params_t params = {{3, 2}, {2, 2}, {1, 1}};
+    KT_OK(kiln_tensor_max_pool2d(tx, &params, &ty));
+  } else {
+    kiln_conv2d_params_t params = {{2, 1}, {1, 2}, {1, 2}};
+    KT_OK(kiln_tensor_conv2d(tx, tw, tb, &params, &ty));
+  }
+  ck_assert_str_eq(kiln_last_provider(), provider);
+  const size_t count = (size_t)kiln_tensor_numel(ty);
+  float *y = malloc(count * sizeof *y);
+  KT_OK(kiln_tensor_read(ty, y, count * sizeof *y));
+  kiln_tensor_release(tx);
+  kiln_tensor_release(tw);
+  kiln_tensor_release(tb);
+  kiln_tensor_release(ty);
+  KT_OK(kiln_set_providers(""));
+  return y;
+}
+
+START_TEST(test_cudnn_and_native_agree) {
+  if (!has_provider(gpu, "conv2d", "cudnn")) {
+    printf("cudnn absent (%s): native only\n", property(gpu, "cudnn") ? property(gpu, "cudnn") : "?");
+    return;
+  }
+  for (int pool = 0; pool < 2; pool++) {
+    float *y1 = conv_with("native", pool), *y2 = conv_with("cudnn", pool);
+    /* P = (17 + 2 - 2 - 1) / 2 + 1 = 9, Q = (13 + 4 - 4 - 1) / 1 + 1 = 13 for the conv. */
+    const size_t count = pool ? (size_t)2 * 3 * 9 * 7 : (size_t)2 * 5 * 9 * 13;
+    for (size_t i = 0; i < count; i++) {
+      /* Pooling picks values: exact. cuDNN may convolve by Winograd or FFT,
+       * whose transforms round: a relative tolerance. */
+      const float tolerance = pool ? 0.0f : 1e-4f * (1.0f + fabsf(y1[i]));
+      ck_assert_msg(fabsf(y1[i] - y2[i]) <= tolerance, "%s [%zu] %g vs %g", pool ? "max_pool2d" : "conv2d", i, y1[i],
+                    y2[i]);
+    }
+    free(y1);
+    free(y2);
+  }
+}
+END_TEST
+
+int main(void) {
+  kt_private_cache_dir();
+  size_t backends = 0;
+  if (kiln_backend_count(&backends) != KILN_OK) {
+    printf("SKIP: kiln could not start, so the CUDA backend cannot be tested: %s\n", kiln_last_error());
+    return 77;
+  }
+  kiln_backend_info_t info;
+  bool found = false;
+  for (size_t i = 0; i < backends; i++)
+    if (kiln_backend_info(i, &info) == KILN_OK && !strcmp(info.name, "cuda")) {
+      found = true;
+      break;
+    }
+  if (!found) {
+    printf("SKIP: the cuda backend was not considered (KILN_BACKEND='%s')\n",
+           getenv("KILN_BACKEND") ? getenv("KILN_BACKEND") : "");
+    return 77;
+  }
+  if (info.state != KILN_BACKEND_LOADED) {
+    printf("SKIP: no CUDA device visible: cuda backend %s: %s (plugin %s)\n", kiln_backend_state_name(info.state),
+           info.reason && info.reason[0] ? info.reason : "no reason given", info.path ? info.path : "?");
+    return 77;
+  }
+  if (kiln_device_find("cuda:0", &gpu) != KILN_OK || kiln_device_find("cpu:0", &cpu) != KILN_OK) {
+    printf("SKIP: cuda:0 or cpu:0 is hidden (KILN_DEVICE='%s'): %s\n",
+           getenv("KILN_DEVICE") ? getenv("KILN_DEVICE") : "", kiln_last_error());
+    return 77;
+  }
+  if (kiln_device_find("cuda:1", &gpu2) != KILN_OK) gpu2 = NULL;
+  kiln_clear_error();
+
+  Suite *suite = suite_create("cuda");
+  TCase *tc = tcase_create("cuda");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_describes_the_device);
+  tcase_add_test(tc, test_buffer_round_trip);
+  tcase_add_test(tc, test_copies_between_devices);
+  tcase_add_test(tc, test_events_time_work);
+  tcase_add_test(tc, test_cublas_and_native_matmul_agree);
+  tcase_add_test(tc, test_tf32_off_by_default);
+  tcase_add_test(tc, test_cudnn_and_native_agree);
+  suite_add_tcase(suite, tc);
+  SRunner *runner = srunner_create(suite);
+  /* CUDA cannot be used in a child forked after it started: run in-process. */
+  srunner_set_fork_status(runner, CK_NOFORK);
+  srunner_run_all(runner, CK_NORMAL);
+  const int failed = srunner_ntests_failed(runner);
+  srunner_free(runner);
+  kiln_deinitialize();
+  return failed == 0 ? 0 : 1;
+}
