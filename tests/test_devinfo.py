@@ -216,6 +216,9 @@ def main():
     if len(sys.argv) != 2:
         print("usage: test_devinfo.py PATH_TO_DEVINFO")
         return 2
+    if not os.access(sys.argv[1], os.X_OK):
+        print(f"FAIL: devinfo is not an executable at {sys.argv[1]}; build it first")
+        return 1
     cache_dir = tempfile.mkdtemp(prefix="kiln-test-devinfo-")
     try:
         d = Devinfo(sys.argv[1], cache_dir)
