@@ -239,12 +239,14 @@ const char *bench_script_path(const char *name);
 /* The Python that runs them. */
 const char *bench_python(void);
 
-/* Raw OpenCL and CLBlast on the OpenCL device kiln calls `info` (the
- * occurrence-th device with that platform and name). Built only with OpenCL;
+/* Raw OpenCL and CLBlast on the same OpenCL device as kiln's `device` (the
+ * occurrence-th device with that platform and name), in their own context. Built only with OpenCL;
  * otherwise every call fails saying so. */
 typedef struct bench_cl_t bench_cl_t;
 int bench_cl_open(const bench_device_t *device, bench_cl_t **out);
+/* Handles stay open for the run (bench_cl_close keeps them); close_all ends them. */
 void bench_cl_close(bench_cl_t *cl);
+void bench_cl_close_all(void);
 int bench_cl_clblast_sgemm(const bench_options_t *opts, bench_cl_t *cl, int n, bench_stats_t *out);
 /* A tiny add kernel (16 floats): enqueue-only cost per launch (n launches then
  * finish, clock stopped before the finish), the same with the finish, and

@@ -207,6 +207,7 @@ int main(int argc, char **argv) {
     rc = 1;
   }
   free(command);
+  bench_cl_close_all();
   kiln_deinitialize();
   return rc;
 }

@@ -66,7 +66,22 @@ static int bench_cl_find(const bench_device_t *device, cl_platform_id *out_platf
   return -1;
 }
 
+static void bench_cl_destroy(bench_cl_t *cl);
+
+/* One context per device for the whole run: CLBlast compiles its kernels once
+ * per context, and the peers should not pay that again in every section. */
+#define BENCH_CL_MAX 16
+static struct {
+  const bench_device_t *device;
+  bench_cl_t *cl;
+} bench_cl_open_list[BENCH_CL_MAX];
+
 int bench_cl_open(const bench_device_t *device, bench_cl_t **out) {
+  for (int i = 0; i < BENCH_CL_MAX; i++)
+    if (bench_cl_open_list[i].device == device && bench_cl_open_list[i].cl) {
+      *out = bench_cl_open_list[i].cl;
+      return 0;
+    }
   bench_cl_t *cl = calloc(1, sizeof *cl);
   if (!cl) {
     bench_set_error("out of host memory");
@@ -87,13 +102,33 @@ int bench_cl_open(const bench_device_t *device, bench_cl_t **out) {
     goto fail;
   }
   *out = cl;
+  for (int i = 0; i < BENCH_CL_MAX; i++)
+    if (!bench_cl_open_list[i].cl) {
+      bench_cl_open_list[i].device = device;
+      bench_cl_open_list[i].cl = cl;
+      break;
+    }
   return 0;
 fail:
-  bench_cl_close(cl);
+  bench_cl_destroy(cl);
   return -1;
 }
 
 void bench_cl_close(bench_cl_t *cl) {
+  for (int i = 0; i < BENCH_CL_MAX; i++)
+    if (bench_cl_open_list[i].cl == cl) return; /* kept for the rest of the run */
+  bench_cl_destroy(cl);
+}
+
+void bench_cl_close_all(void) {
+  for (int i = 0; i < BENCH_CL_MAX; i++) {
+    bench_cl_destroy(bench_cl_open_list[i].cl);
+    bench_cl_open_list[i].cl = NULL;
+    bench_cl_open_list[i].device = NULL;
+  }
+}
+
+static void bench_cl_destroy(bench_cl_t *cl) {
   if (!cl) return;
   for (int i = 0; i < 3; i++)
     if (cl->tiny[i]) clReleaseMemObject(cl->tiny[i]);

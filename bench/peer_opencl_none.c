@@ -19,6 +19,8 @@ int bench_cl_open(const bench_device_t *device, bench_cl_t **out) {
 
 void bench_cl_close(bench_cl_t *cl) { (void)cl; }
 
+void bench_cl_close_all(void) {}
+
 int bench_cl_clblast_sgemm(const bench_options_t *opts, bench_cl_t *cl, int n, bench_stats_t *out) {
   return bench_cl_absent();
 }
