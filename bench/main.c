@@ -38,7 +38,7 @@ static int bench_parse_sections(const char *list, uint32_t *out) {
     if (!*tok) continue;
     int found = -1;
     for (int s = 0; s < BENCH_SECTION_COUNT; s++) {
-      char num[8];
+      char num[16];
       snprintf(num, sizeof num, "%d", s + 1);
       if (!strcmp(tok, bench_section_id(s)) || !strcmp(tok, num)) found = s;
     }
