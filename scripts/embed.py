@@ -1,7 +1,30 @@
 #!/usr/bin/env python3
 """scripts/embed.py: turn files (OpenCL sources, CUDA fatbins) into a C array compiled into a plugin."""
 import argparse
+import os
+import re
 import sys
+
+INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"[ \t]*$', re.M)
+
+
+def inline_includes(text: bytes, dirs: list, depth: int = 0) -> bytes:
+    """Replace each `#include "name"` found in one of dirs by that file's text, at every
+    occurrence (X-macro tables such as kernels/ops.def are included several times)."""
+    if depth > 16:
+        raise SystemExit("embed.py: #include nesting deeper than 16")
+
+    def repl(match):
+        name = match.group(1).decode()
+        for d in dirs:
+            path = os.path.join(d, name)
+            if os.path.isfile(path):
+                with open(path, "rb") as f:
+                    body = inline_includes(f.read(), dirs, depth + 1)
+                return b"#line 1 \"" + name.encode() + b"\"\n" + body
+        return match.group(0)
+
+    return INCLUDE.sub(repl, text)
 
 
 def main() -> int:
@@ -10,6 +33,8 @@ def main() -> int:
     parser.add_argument("--output", required=True, help="the .c file to write")
     parser.add_argument("--text", action="store_true",
                         help="NUL-terminate (for source text); inputs are concatenated with newlines")
+    parser.add_argument("--include-dir", action="append", default=[],
+                        help="with --text: inline #include \"x\" of files found in DIR (repeatable)")
     parser.add_argument("inputs", nargs="+")
     args = parser.parse_args()
 
@@ -17,6 +42,8 @@ def main() -> int:
     for path in args.inputs:
         with open(path, "rb") as f:
             chunk = f.read()
+        if args.text and args.include_dir:
+            chunk = inline_includes(chunk, args.include_dir)
         if args.text:
             data += b"#line 1 \"" + path.rsplit("/", 1)[-1].encode() + b"\"\n"
         data += chunk

@@ -1,0 +1,1 @@
+/* kernels/opencl/conv.cl: (being written) */

@@ -1,0 +1,1 @@
+/* kernels/opencl/copy.cl: (being written) */

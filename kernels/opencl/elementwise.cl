@@ -1,0 +1,1 @@
+/* kernels/opencl/elementwise.cl: (being written) */

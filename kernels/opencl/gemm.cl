@@ -1,0 +1,1 @@
+/* kernels/opencl/gemm.cl: (being written) */

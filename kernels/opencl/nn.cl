@@ -1,0 +1,1 @@
+/* kernels/opencl/nn.cl: (being written) */

@@ -1,0 +1,1 @@
+/* kernels/opencl/prelude.cl: (being written) */

@@ -1,0 +1,1 @@
+/* kernels/opencl/random.cl: (being written) */

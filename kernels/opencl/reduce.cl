@@ -1,0 +1,1 @@
+/* kernels/opencl/reduce.cl: (being written) */
