@@ -4,15 +4,6 @@
 
 #include "runtime/internal.h"
 
-/* From queue.c and dispatch.c (the compute modules share no header of their own). */
-uint64_t kiln__queue_stamp(void);
-bool kiln__queue_done_since(kiln_device_t *device, uint64_t queue_id, uint64_t stamp);
-void kiln__queue_mark_done(kiln_queue_t *queue, uint64_t stamp);
-kiln_status_t kiln__queues_attach(kiln_device_t *device);
-void kiln__queues_detach(kiln_device_t *device);
-void kiln__dispatch_reset(void);
-kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_buffer_t **out_buffer);
-
 /* A pool entry carries the buffer object with its block, so that reusing a
  * pooled block allocates nothing at all. */
 typedef struct kiln_pool_entry_t {

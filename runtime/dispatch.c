@@ -6,10 +6,6 @@
 
 #include "runtime/internal.h"
 
-/* Used by buffer.c (kiln__device_detach) and check.c. */
-void kiln__dispatch_reset(void);
-void kiln__dispatch_force(int provider);
-
 static _Thread_local int kiln_last = -1;
 /* check.c computes its reference with NATIVE whatever the policy says. */
 static _Thread_local int kiln_forced = KILN_PROVIDER_NONE;

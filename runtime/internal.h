@@ -60,6 +60,9 @@ kiln_status_t kiln__parse_providers(const char *text, int out_overrides[KILN_OP_
 
 const char *kiln__provider_name(kiln_provider_t provider);
 const char *kiln__op_kind_name(kiln_op_kind_t kind);
+/* The kind an op name of KILN_PROVIDER stands for ("matmul", "add" -> BINARY),
+ * or -1 for an unknown name; kiln_device_providers accepts the same names. */
+int kiln__op_kind_lookup(const char *name);
 
 /* ---- selector.c: the KILN_DEVICE grammar ------------------------------------- */
 
@@ -188,6 +191,11 @@ kiln_status_t kiln__ensure(void);
  * KILN_DEVICE, order, pick the default. */
 kiln_status_t kiln__registry_load(kiln__runtime_t *rt);
 void kiln__registry_unload(kiln__runtime_t *rt);
+/* Make the backend `name` (not "cpu") come from `entry`, a backend compiled
+ * into the program, instead of the plugin libkiln-<name>.so; takes effect at
+ * the next start. Not thread-safe: call before kiln starts. Tests use it to
+ * drive the registry with backends of their own. */
+kiln_status_t kiln__registry_add_builtin(const char *name, kiln_backend_entry_fn entry);
 
 /* Device attach/detach (queue.c, buffer.c): the default queue and the pool. */
 kiln_status_t kiln__device_attach(kiln_device_t *device);
@@ -198,8 +206,9 @@ void kiln__device_detach(kiln_device_t *device);
 kiln_status_t kiln__cache_load(const char *key, void **out_data, size_t *out_size);
 void kiln__cache_store(const char *key, const void *data, size_t size);
 /* The winner of `fastest` for a key "device-identity|op|dtype|shape";
- * KILN_NOT_FOUND when not measured yet. Loaded from disk on first use;
- * a corrupt file is ignored (counted) and rewritten by the next store. */
+ * KILN_NOT_FOUND when not measured yet, without touching the thread's last
+ * error (a miss is ordinary). Loaded from disk on first use; a corrupt file
+ * is ignored (counted) and rewritten by the next store. */
 kiln_status_t kiln__tuning_lookup(const char *key, kiln_provider_t *out_provider);
 void kiln__tuning_store(const char *key, kiln_provider_t provider);
 void kiln__cache_reset(void); /* on deinitialize */
@@ -217,6 +226,9 @@ static inline void kiln__buffer_touch(kiln_buffer_t *buffer, const kiln_queue_t 
 }
 /* Free every pooled block of the device (after finishing its queues). */
 void kiln__pool_trim(kiln_device_t *device);
+/* A buffer from idle pool blocks only (no pending work of any queue), so the
+ * caller may use it on any queue: kiln_buffer_create and kiln_tensor_empty. */
+kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_buffer_t **out_buffer);
 
 /* ---- queue.c ----------------------------------------------------------------- */
 
@@ -228,6 +240,18 @@ kiln_status_t kiln__queue_wait_list(kiln_queue_t *queue, uint32_t count,
 kiln_status_t kiln__queue_record_out(kiln_queue_t *queue, kiln_event_t **out_event);
 /* Finish every queue of the device that kiln knows of. */
 kiln_status_t kiln__device_finish_all(kiln_device_t *device);
+/* The pool's clock: a process-wide counter, one tick per call. */
+uint64_t kiln__queue_stamp(void);
+/* Whether the queue `queue_id` of `device` finished everything enqueued on it
+ * before `stamp` (true too when that queue no longer exists). */
+bool kiln__queue_done_since(kiln_device_t *device, uint64_t queue_id, uint64_t stamp);
+/* Note that everything enqueued on `queue` before `stamp` is done (after a
+ * finish or a blocking transfer). */
+void kiln__queue_mark_done(kiln_queue_t *queue, uint64_t stamp);
+/* The device's list of live queues and its default queue (buffer.c's
+ * kiln__device_attach/detach call these). */
+kiln_status_t kiln__queues_attach(kiln_device_t *device);
+void kiln__queues_detach(kiln_device_t *device);
 
 /* ---- tensor.c ------------------------------------------------------------------ */
 
@@ -246,5 +270,11 @@ kiln_status_t kiln__shape_check(const char *call, int ndim, const int64_t *shape
  * `fastest` measurements), enqueue it, fall back to NATIVE when a provider
  * answers KILN_UNSUPPORTED, and note the provider for kiln_last_provider(). */
 kiln_status_t kiln__dispatch(kiln_queue_t *queue, kiln_op_t *op);
+/* Forget the `fastest` measurements held in memory (on device detach). */
+void kiln__dispatch_reset(void);
+/* Force one provider (a kiln_provider_t) for the calling thread's operations,
+ * whatever the policy; KILN_PROVIDER_NONE ends it. kiln_device_check computes
+ * its reference this way. */
+void kiln__dispatch_force(int provider);
 
 #endif /* KILN_RUNTIME_INTERNAL_H */

@@ -4,14 +4,6 @@
 
 #include "runtime/internal.h"
 
-/* Shared with buffer.c (declared there too): the pool's clock and the
- * question "has this queue finished everything enqueued before stamp t". */
-uint64_t kiln__queue_stamp(void);
-bool kiln__queue_done_since(kiln_device_t *device, uint64_t queue_id, uint64_t stamp);
-void kiln__queue_mark_done(kiln_queue_t *queue, uint64_t stamp);
-kiln_status_t kiln__queues_attach(kiln_device_t *device);
-void kiln__queues_detach(kiln_device_t *device);
-
 /* A queue as the core keeps it: the public struct first, so that a
  * kiln_queue_t pointer is a node pointer. */
 typedef struct kiln_queue_node_t {

@@ -5,9 +5,6 @@
 
 #include "runtime/internal.h"
 
-/* From buffer.c: a buffer from idle blocks only, for any queue. */
-kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_buffer_t **out_buffer);
-
 const char *kiln_dtype_name(kiln_dtype_t dtype) {
   switch (dtype) {
     case KILN_F32: return "f32";
