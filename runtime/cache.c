@@ -325,8 +325,10 @@ kiln_status_t kiln__tuning_lookup(const char *key, kiln_provider_t *out_provider
     if (!strcmp(kiln_tuning[i].key, key)) found = (int)kiln_tuning[i].provider;
   pthread_mutex_unlock(&kiln_tuning_lock);
   if (found < 0) {
+    /* An ordinary miss (the caller measures next): the thread's last error
+     * stays what it was. */
     kiln_count(&kiln_cache_misses);
-    return kiln__set_error(KILN_NOT_FOUND, "no tuning result for \"%.200s\" yet", key);
+    return KILN_NOT_FOUND;
   }
   kiln_count(&kiln_cache_hits);
   *out_provider = (kiln_provider_t)found;

@@ -280,13 +280,35 @@ static char *kt_read_file(const char *path) {
   return text;
 }
 
+/* A miss is ordinary: KILN_NOT_FOUND, nothing written to *out, and the
+ * thread's last error left as it was (an earlier one survives). */
+static void kt_tuning_miss(const char *key) {
+  kiln_clear_error();
+  kiln_provider_t p = KILN_PROVIDER_COUNT;
+  ck_assert_int_eq(kiln__tuning_lookup(key, &p), KILN_NOT_FOUND);
+  ck_assert_int_eq(p, KILN_PROVIDER_COUNT);
+  ck_assert_str_eq(kiln_last_error(), "");
+  ck_assert_int_eq(kiln_last_status(), KILN_OK);
+
+  ck_assert_int_eq(kiln_cache_stats(NULL), KILN_INVALID_ARGUMENT);
+  char earlier[256];
+  snprintf(earlier, sizeof earlier, "%s", kiln_last_error());
+  ck_assert_int_eq(kiln__tuning_lookup(key, &p), KILN_NOT_FOUND);
+  ck_assert_str_eq(kiln_last_error(), earlier);
+  ck_assert_int_eq(kiln_last_status(), KILN_INVALID_ARGUMENT);
+  kiln_clear_error();
+}
+
 START_TEST(test_tuning_round_trip) {
   const char *dir = kt_start("tuning");
   char path[4300];
   snprintf(path, sizeof path, "%s/tuning.tsv", dir);
   kiln_provider_t p = KILN_PROVIDER_COUNT;
-  KT_FAILS(kiln__tuning_lookup("cpu:0|matmul|f32|128x128x128", &p), KILN_NOT_FOUND, "no tuning result");
-  ck_assert_int_eq(p, KILN_PROVIDER_COUNT);
+  kt_tuning_miss("cpu:0|matmul|f32|128x128x128");
+  ck_assert_uint_eq(kt_stats().misses, 2);
+  /* Bad arguments are errors, with a message. */
+  KT_FAILS(kiln__tuning_lookup(NULL, &p), KILN_INVALID_ARGUMENT, "key or out_provider is NULL");
+  KT_FAILS(kiln__tuning_lookup("k", NULL), KILN_INVALID_ARGUMENT, "key or out_provider is NULL");
   kiln__tuning_store("cpu:0|matmul|f32|128x128x128", KILN_PROVIDER_BLAS);
   kiln__tuning_store("cpu:0|conv2d|f32|1x3x8x8", KILN_PROVIDER_NATIVE);
   kiln__tuning_store("cpu:0|matmul|f32|128x128x128", KILN_PROVIDER_NATIVE); /* replaces */
@@ -327,11 +349,10 @@ START_TEST(test_tuning_corrupt) {
   snprintf(path, sizeof path, "%s/tuning.tsv", dir);
   ck_assert_int_eq(mkdir(dir, 0700), 0);
   kt_write_file(path, kt_bad_tuning[_i]);
-  kiln_provider_t p;
-  KT_FAILS(kiln__tuning_lookup("good", &p), KILN_NOT_FOUND, "no tuning result");
+  kt_tuning_miss("good");
   ck_assert_uint_eq(kt_stats().corrupt, 1);
   /* Counted once, not at every lookup. */
-  KT_FAILS(kiln__tuning_lookup("k", &p), KILN_NOT_FOUND, "no tuning result");
+  kt_tuning_miss("k");
   ck_assert_uint_eq(kt_stats().corrupt, 1);
   kiln__tuning_store("fresh", KILN_PROVIDER_CUDNN);
   ck_assert_str_eq(kt_read_file(path), "kiln-tuning 1\nfresh\tcudnn\n");
