@@ -118,6 +118,42 @@ static void kiln_plugin_candidates(const kiln__runtime_t *rt, const char *name, 
   }
 }
 
+/* Backends compiled into the program besides the CPU one, by name. */
+#define KILN_MAX_BUILTINS 4
+static struct {
+  char name[32];
+  kiln_backend_entry_fn entry;
+} kiln_builtins[KILN_MAX_BUILTINS];
+static size_t kiln_builtin_count;
+
+kiln_status_t kiln__registry_add_builtin(const char *name, kiln_backend_entry_fn entry) {
+  if (!name || !entry)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__registry_add_builtin: %s is NULL", name ? "entry" : "name");
+  size_t len = strlen(name);
+  if (len == 0 || len >= sizeof kiln_builtins[0].name || strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_") != len)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__registry_add_builtin: \"%.64s\" is not a backend name "
+                           "([a-z0-9_]+, at most %zu characters)", name, sizeof kiln_builtins[0].name - 1);
+  for (size_t i = 0; i < kiln_builtin_count; i++) {
+    if (!strcmp(kiln_builtins[i].name, name)) {
+      kiln_builtins[i].entry = entry;
+      return KILN_OK;
+    }
+  }
+  if (kiln_builtin_count == KILN_MAX_BUILTINS)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__registry_add_builtin: at most %d built-in backends",
+                           KILN_MAX_BUILTINS);
+  memcpy(kiln_builtins[kiln_builtin_count].name, name, len + 1);
+  kiln_builtins[kiln_builtin_count].entry = entry;
+  kiln_builtin_count++;
+  return KILN_OK;
+}
+
+static kiln_backend_entry_fn kiln_builtin_find(const char *name) {
+  for (size_t i = 0; i < kiln_builtin_count; i++)
+    if (!strcmp(kiln_builtins[i].name, name)) return kiln_builtins[i].entry;
+  return NULL;
+}
+
 static void kiln_backend_fail(kiln__backend_t *b, kiln_backend_state_t state, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void kiln_backend_fail(kiln__backend_t *b, kiln_backend_state_t state, const char *fmt, ...) {
@@ -350,10 +386,19 @@ kiln_status_t kiln__registry_load(kiln__runtime_t *rt) {
     snprintf(b->name, sizeof b->name, "%s", rt->config.backends[i]);
     b->info.state = KILN_BACKEND_UNAVAILABLE;
 
+    kiln_backend_entry_fn builtin = kiln_builtin_find(b->name);
     if (!strcmp(b->name, "cpu")) {
       snprintf(b->path, sizeof b->path, "builtin");
       b->iface = kiln_cpu_backend_entry();
       if (!b->iface) kiln_backend_fail(b, KILN_BACKEND_UNAVAILABLE, "the built-in CPU backend returned no interface");
+    } else if (builtin) {
+      snprintf(b->path, sizeof b->path, "builtin");
+      b->iface = builtin();
+      if (!b->iface)
+        kiln_backend_fail(b, KILN_BACKEND_UNAVAILABLE, "the built-in %s backend returned no interface", b->name);
+      else if (b->iface->abi_version != KILN_BACKEND_ABI_VERSION)
+        kiln_backend_fail(b, KILN_BACKEND_ABI_MISMATCH, "the built-in %s backend speaks backend ABI %u, this "
+                          "libkiln %u", b->name, b->iface->abi_version, KILN_BACKEND_ABI_VERSION);
     } else {
       kiln_plugin_open(rt, b);
     }
@@ -365,18 +410,27 @@ kiln_status_t kiln__registry_load(kiln__runtime_t *rt) {
                           "%s leaves the required slot %s empty; rebuild the plugin against this kiln", b->path,
                           missing);
     }
+    /* What a backend that starts with zero devices says about it ("driver
+     * present, no CUDA device"): it returns KILN_OK and leaves the why as the
+     * thread's message, which becomes the reason devinfo shows. */
+    char init_note[sizeof b->reason];
+    init_note[0] = '\0';
     if (b->iface) {
       kiln_clear_error();
       kiln_status_t init = b->iface->initialize(&rt->host);
-      if (init != KILN_OK) {
-        const char *message = kiln_last_error();
+      const char *message = kiln_last_error();
+      if (init != KILN_OK)
         kiln_backend_fail(b, KILN_BACKEND_UNAVAILABLE, "%s", message[0] ? message : kiln_status_describe(init));
-        kiln_clear_error();
-      }
+      else
+        snprintf(init_note, sizeof init_note, "%s", message);
+      kiln_clear_error();
     }
     if (b->iface) {
       status = kiln_backend_devices(rt, b, i, filtered ? &selector : NULL, prio_of);
       if (status != KILN_OK) break;
+      if (b->info.device_count == 0)
+        snprintf(b->reason, sizeof b->reason, "%s",
+                 init_note[0] ? init_note : "the backend loaded but found no device");
     }
     kiln_backend_info_fill(b);
 

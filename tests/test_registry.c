@@ -294,7 +294,8 @@ START_TEST(test_default_is_quiet) {
     kiln_backend_info_t b;
     KT_OK(kiln_backend_info(i, &b));
     ck_assert_str_eq(b.name, names[i]);
-    if (b.state == KILN_BACKEND_UNAVAILABLE || b.state == KILN_BACKEND_ABI_MISMATCH) {
+    if (b.state == KILN_BACKEND_UNAVAILABLE || b.state == KILN_BACKEND_ABI_MISMATCH ||
+        (b.state == KILN_BACKEND_NO_DEVICE && b.device_count == 0)) {
       ck_assert_msg(b.reason[0] != '\0', "%s is %s without a reason", b.name, kiln_backend_state_name(b.state));
       ck_assert(b.path[0] != '\0');
     } else {
@@ -314,6 +315,122 @@ START_TEST(test_default_is_quiet) {
   ck_assert_msg(strstr(kt_rt.backends[0].info.reason, "libkiln-nosuch.so not found; tried: ") != NULL, "%s",
                 kt_rt.backends[0].info.reason);
   kt_unload_quietly();
+}
+END_TEST
+
+/* Backends compiled into the test that start with zero devices: "noisy"
+ * says why through the thread's message, as a plugin whose driver sees no
+ * device does; "silent" says nothing; "wrongabi" speaks another ABI. */
+static const kiln_host_t *kt_empty_host;
+static kiln_status_t kt_empty_init_noisy(const kiln_host_t *host) {
+  kt_empty_host = host;
+  host->set_error(KILN_UNAVAILABLE, "driver present, no noisy device (check the cable)");
+  return KILN_OK;
+}
+static kiln_status_t kt_empty_init_silent(const kiln_host_t *host) {
+  kt_empty_host = host;
+  return KILN_OK;
+}
+static size_t kt_empty_count(void) { return 0; }
+static kiln_status_t kt_empty_describe(size_t i, kiln_backend_device_desc_t *d) { return KILN_INTERNAL; }
+static kiln_status_t kt_empty_alloc(kiln_backend_device_t *d, size_t n, kiln_backend_buffer_t **o) {
+  return KILN_INTERNAL;
+}
+static void kt_empty_free(kiln_backend_device_t *d, kiln_backend_buffer_t *b) {}
+static kiln_status_t kt_empty_qcreate(kiln_backend_device_t *d, kiln_backend_queue_t **o) { return KILN_INTERNAL; }
+static void kt_empty_qdestroy(kiln_backend_queue_t *q) {}
+static kiln_status_t kt_empty_qfinish(kiln_backend_queue_t *q) { return KILN_INTERNAL; }
+static kiln_status_t kt_empty_qrecord(kiln_backend_queue_t *q, kiln_backend_event_t **o) { return KILN_INTERNAL; }
+static kiln_status_t kt_empty_qwait(kiln_backend_queue_t *q, kiln_backend_event_t *e) { return KILN_INTERNAL; }
+static kiln_status_t kt_empty_event(kiln_backend_event_t *e) { return KILN_INTERNAL; }
+static kiln_status_t kt_empty_elapsed(kiln_backend_event_t *a, kiln_backend_event_t *b, double *o) {
+  return KILN_INTERNAL;
+}
+static void kt_empty_erelease(kiln_backend_event_t *e) {}
+static kiln_status_t kt_empty_write(kiln_backend_queue_t *q, kiln_backend_buffer_t *b, size_t off, const void *h,
+                                    size_t n, bool blocking) {
+  return KILN_INTERNAL;
+}
+static kiln_status_t kt_empty_read(kiln_backend_queue_t *q, kiln_backend_buffer_t *b, size_t off, void *h, size_t n,
+                                   bool blocking) {
+  return KILN_INTERNAL;
+}
+static kiln_status_t kt_empty_fill(kiln_backend_queue_t *q, kiln_backend_buffer_t *b, size_t off, size_t n,
+                                   const void *pattern, size_t pattern_size) {
+  return KILN_INTERNAL;
+}
+static uint32_t kt_empty_providers(kiln_backend_device_t *d, kiln_op_kind_t k, kiln_dtype_t t) { return 0; }
+static kiln_status_t kt_empty_run(kiln_backend_queue_t *q, kiln_provider_t p, const kiln_op_t *op) {
+  return KILN_INTERNAL;
+}
+
+#define KT_EMPTY_IFACE(NAME, ABI, INIT)                                                                     \
+  {                                                                                                        \
+    .abi_version = (ABI), .name = (NAME), .version = "empty 1", .initialize = (INIT),                      \
+    .device_count = kt_empty_count, .device_describe = kt_empty_describe, .buffer_allocate = kt_empty_alloc, \
+    .buffer_free = kt_empty_free, .queue_create = kt_empty_qcreate, .queue_destroy = kt_empty_qdestroy,    \
+    .queue_finish = kt_empty_qfinish, .queue_record = kt_empty_qrecord, .queue_wait = kt_empty_qwait,      \
+    .event_wait = kt_empty_event, .event_query = kt_empty_event, .event_elapsed = kt_empty_elapsed,        \
+    .event_release = kt_empty_erelease, .buffer_write = kt_empty_write, .buffer_read = kt_empty_read,      \
+    .buffer_fill = kt_empty_fill, .op_providers = kt_empty_providers, .op_run = kt_empty_run,              \
+  }
+static const kiln_backend_iface_t kt_noisy_iface = KT_EMPTY_IFACE("noisy", KILN_BACKEND_ABI_VERSION, kt_empty_init_noisy);
+static const kiln_backend_iface_t kt_silent_iface =
+    KT_EMPTY_IFACE("silent", KILN_BACKEND_ABI_VERSION, kt_empty_init_silent);
+static const kiln_backend_iface_t kt_wrongabi_iface = KT_EMPTY_IFACE("wrongabi", 7u, kt_empty_init_silent);
+static const kiln_backend_iface_t *kt_noisy_entry(void) { return &kt_noisy_iface; }
+static const kiln_backend_iface_t *kt_silent_entry(void) { return &kt_silent_iface; }
+static const kiln_backend_iface_t *kt_wrongabi_entry(void) { return &kt_wrongabi_iface; }
+
+START_TEST(test_zero_devices_keep_reason) {
+  KT_OK(kiln__registry_add_builtin("noisy", kt_noisy_entry));
+  KT_OK(kiln__registry_add_builtin("silent", kt_silent_entry));
+  KT_OK(kiln__registry_add_builtin("wrongabi", kt_wrongabi_entry));
+  KT_FAILS(kiln__registry_add_builtin("No-Such", kt_silent_entry), KILN_INVALID_ARGUMENT, "is not a backend name");
+  KT_FAILS(kiln__registry_add_builtin("x", NULL), KILN_INVALID_ARGUMENT, "entry is NULL");
+
+  /* Named explicitly, a backend without devices is still not an error. */
+  kt_env("noisy,silent,cpu");
+  kiln_clear_error();
+  KT_OK(kiln_ensure_initialized());
+  /* The plugin's message became the reason; it does not linger as the
+   * thread's error after a successful start. */
+  ck_assert_str_eq(kiln_last_error(), "");
+  kiln_backend_info_t b;
+  KT_OK(kiln_backend_info(0, &b));
+  ck_assert_str_eq(b.name, "noisy");
+  ck_assert_int_eq(b.state, KILN_BACKEND_NO_DEVICE);
+  ck_assert_uint_eq(b.device_count, 0);
+  ck_assert_str_eq(b.reason, "driver present, no noisy device (check the cable)");
+  ck_assert_str_eq(b.path, "builtin");
+  ck_assert_str_eq(b.version, "empty 1");
+  KT_OK(kiln_backend_info(1, &b));
+  ck_assert_str_eq(b.name, "silent");
+  ck_assert_int_eq(b.state, KILN_BACKEND_NO_DEVICE);
+  ck_assert_str_eq(b.reason, "the backend loaded but found no device");
+  KT_OK(kiln_backend_info(2, &b));
+  ck_assert_int_eq(b.state, KILN_BACKEND_LOADED);
+  ck_assert_str_eq(b.reason, "");
+  kiln_device_t *d;
+  KT_OK(kiln_device_default(&d));
+  ck_assert_str_eq(kiln_device_selector(d), "cpu:0");
+  kiln_deinitialize();
+
+  /* Devices hidden by KILN_DEVICE are not "found no device": no reason, and
+   * devinfo says they were hidden. */
+  kt_env("cpu");
+  setenv("KILN_DEVICE", "!cpu:0", 1);
+  KT_OK(kiln_ensure_initialized());
+  KT_OK(kiln_backend_info(0, &b));
+  ck_assert_int_eq(b.state, KILN_BACKEND_NO_DEVICE);
+  ck_assert_uint_eq(b.device_count, 1);
+  ck_assert_str_eq(b.reason, "");
+  kiln_deinitialize();
+
+  kt_env("wrongabi,cpu");
+  KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "the built-in wrongabi backend speaks backend ABI 7");
+  kiln_deinitialize();
+  kt_env(NULL);
 }
 END_TEST
 
@@ -353,6 +470,7 @@ static Suite *registry_suite(void) {
   tcase_add_test(tc, test_missing_dependency);
   tcase_add_test(tc, test_no_such_backend);
   tcase_add_test(tc, test_default_is_quiet);
+  tcase_add_test(tc, test_zero_devices_keep_reason);
   tcase_add_test(tc, test_bad_arguments);
   suite_add_tcase(s, tc);
   return s;
