@@ -31,6 +31,10 @@
   } while (0)
 
 static char kt_cache_dir_[4096];
+/* The process that created kt_cache_dir_: children forked by a suite (Check's
+ * fork mode, or a test's own fork) inherit the atexit handler and must not
+ * remove the directory their parent still uses. */
+static pid_t kt_cache_owner_;
 
 static inline void kt_remove_tree_(const char *path) {
   DIR *dir = opendir(path);
@@ -39,7 +43,8 @@ static inline void kt_remove_tree_(const char *path) {
     while ((entry = readdir(dir)) != NULL) {
       if (!strcmp(entry->d_name, ".") || !strcmp(entry->d_name, "..")) continue;
       char child[4096];
-      snprintf(child, sizeof child, "%s/%s", path, entry->d_name);
+      /* A path too long to name is left alone rather than cut short. */
+      if (snprintf(child, sizeof child, "%s/%s", path, entry->d_name) >= (int)sizeof child) continue;
       struct stat st;
       if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode)) {
         chmod(child, 0700);
@@ -54,7 +59,7 @@ static inline void kt_remove_tree_(const char *path) {
 }
 
 static inline void kt_cleanup_cache_dir_(void) {
-  if (kt_cache_dir_[0]) kt_remove_tree_(kt_cache_dir_);
+  if (kt_cache_dir_[0] && getpid() == kt_cache_owner_) kt_remove_tree_(kt_cache_dir_);
 }
 
 /* Point KILN_CACHE_DIR at a fresh temporary directory (under $TMPDIR or /tmp)
@@ -64,11 +69,13 @@ static inline const char *kt_private_cache_dir(void) {
   const char *given = getenv("KILN_CACHE_DIR");
   if (given && *given) return given;
   const char *tmp = getenv("TMPDIR");
-  snprintf(kt_cache_dir_, sizeof kt_cache_dir_, "%s/kiln-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(kt_cache_dir_)) {
+  if (snprintf(kt_cache_dir_, sizeof kt_cache_dir_, "%s/kiln-test-XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
+          (int)sizeof kt_cache_dir_ ||
+      !mkdtemp(kt_cache_dir_)) {
     kt_cache_dir_[0] = 0;
     return NULL;
   }
+  kt_cache_owner_ = getpid();
   setenv("KILN_CACHE_DIR", kt_cache_dir_, 1);
   atexit(kt_cleanup_cache_dir_);
   return kt_cache_dir_;
