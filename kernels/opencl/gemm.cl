@@ -1,1 +1,184 @@
-/* kernels/opencl/gemm.cl: (being written) */
+/* kernels/opencl/gemm.cl: SGEMM, C = op(A) @ op(B) per batch, row-major: a register-blocked kernel on packed panels, and a local-memory tiled kernel for GPUs. */
+/*
+ * The packed path (any device; the choice on CPUs and the fallback elsewhere):
+ *   gemm_pack_a  op(A) -> [batch][m/RM][k][RM], rows past m zero
+ *   gemm_pack_b  op(B) -> [batch][n/RN][k][RN], columns past n zero
+ *   gemm_packed  one work-item per RM x RN block of C: each step of k is one
+ *                contiguous RN-wide load of B and RM broadcasts of A, all in
+ *                registers, so the compiler keeps the block in vector registers
+ *                (PoCL on AVX2 / AVX-512 CPUs, where local memory is plain
+ *                memory and tiling in it buys nothing).
+ * Packing turns every transpose, offset and edge into the same inner loop and
+ * costs O(mk + kn) against the product's O(mnk).
+ *
+ * The tiled path (GPUs with dedicated local memory): gemm_tiled reads A and B
+ * in TILE x TK slabs into local memory, each of the 16 x 16 work-items
+ * computing a 4 x 4 block; any size, transposes and offsets, edges zero-filled.
+ * It must be launched with a 16 x 16 work-group.
+ *
+ * k == 0 writes zeros (the loops do not run).
+ */
+
+#define KILN_GEMM_RM 8
+#define KILN_GEMM_RN 16
+
+/* Element (i, l) of op(A) and (l, j) of op(B). */
+#define KILN_GEMM_A(a, i, l) (trans_a ? (a)[(long)(l) * lda + (i)] : (a)[(long)(i) * lda + (l)])
+#define KILN_GEMM_B(b, l, j) (trans_b ? (b)[(long)(j) * ldb + (l)] : (b)[(long)(l) * ldb + (j)])
+
+/* One work-item per packed element, so writes are contiguous. Batches are
+ * dimension 1. */
+__kernel void gemm_pack_a(__global const float *a, long a_off, __global float *out, int m, int k, long lda,
+                          int trans_a, long stride_a, int mb) {
+  const long batch = (long)get_global_id(1);
+  const long total = (long)mb * k * KILN_GEMM_RM;
+  __global const float *ab = a + a_off + batch * stride_a;
+  __global float *ob = out + batch * total;
+  KILN_FOR_EACH(e, total) {
+    const int r = (int)(e % KILN_GEMM_RM);
+    const long rest = e / KILN_GEMM_RM;
+    const int l = (int)(rest % k), ib = (int)(rest / k);
+    const int i = ib * KILN_GEMM_RM + r;
+    ob[e] = i < m ? KILN_GEMM_A(ab, i, l) : 0.0f;
+  }
+}
+
+__kernel void gemm_pack_b(__global const float *b, long b_off, __global float *out, int n, int k, long ldb,
+                          int trans_b, long stride_b, int nb) {
+  const long batch = (long)get_global_id(1);
+  const long total = (long)nb * k * KILN_GEMM_RN;
+  __global const float *bb = b + b_off + batch * stride_b;
+  __global float *ob = out + batch * total;
+  KILN_FOR_EACH(e, total) {
+    const int c = (int)(e % KILN_GEMM_RN);
+    const long rest = e / KILN_GEMM_RN;
+    const int l = (int)(rest % k), jb = (int)(rest / k);
+    const int j = jb * KILN_GEMM_RN + c;
+    ob[e] = j < n ? KILN_GEMM_B(bb, l, j) : 0.0f;
+  }
+}
+
+/* Store row i (< m) of a block whose first column is j0. */
+KILN_FN void kiln_gemm_store_row(__global float *c, int i, int j0, int n, long ldc, float16 v) {
+  __global float *row = c + (long)i * ldc + j0;
+  if (j0 + KILN_GEMM_RN <= n) {
+    vstore16(v, 0, row);
+    return;
+  }
+  float t[KILN_GEMM_RN];
+  vstore16(v, 0, t);
+  for (int j = 0; j < n - j0; j++) row[j] = t[j];
+}
+
+/* Global (n/RN, m/RM, batches), rounded up to the work-group size; ap_batch
+ * is 0 when every batch shares one A (conv2d's weights). */
+__kernel void gemm_packed(__global const float *ap, __global const float *bp, __global float *c, long c_off, int m,
+                          int n, int k, long ldc, long stride_c, int mb, int nb, long ap_batch, long bp_batch) {
+  const int jb = (int)get_global_id(0), ib = (int)get_global_id(1);
+  const long batch = (long)get_global_id(2);
+  if (jb >= nb || ib >= mb) return;
+  __global const float *pa = ap + batch * ap_batch + (long)ib * k * KILN_GEMM_RM;
+  __global const float *pb = bp + batch * bp_batch + (long)jb * k * KILN_GEMM_RN;
+  float16 c0 = 0.0f, c1 = 0.0f, c2 = 0.0f, c3 = 0.0f, c4 = 0.0f, c5 = 0.0f, c6 = 0.0f, c7 = 0.0f;
+  int l = 0;
+  for (; l + 2 <= k; l += 2) {
+    const float16 b0 = vload16(l, pb), b1 = vload16(l + 1, pb);
+    const float8 a0 = vload8(l, pa), a1 = vload8(l + 1, pa);
+    c0 = mad((float16)a0.s0, b0, c0);
+    c1 = mad((float16)a0.s1, b0, c1);
+    c2 = mad((float16)a0.s2, b0, c2);
+    c3 = mad((float16)a0.s3, b0, c3);
+    c4 = mad((float16)a0.s4, b0, c4);
+    c5 = mad((float16)a0.s5, b0, c5);
+    c6 = mad((float16)a0.s6, b0, c6);
+    c7 = mad((float16)a0.s7, b0, c7);
+    c0 = mad((float16)a1.s0, b1, c0);
+    c1 = mad((float16)a1.s1, b1, c1);
+    c2 = mad((float16)a1.s2, b1, c2);
+    c3 = mad((float16)a1.s3, b1, c3);
+    c4 = mad((float16)a1.s4, b1, c4);
+    c5 = mad((float16)a1.s5, b1, c5);
+    c6 = mad((float16)a1.s6, b1, c6);
+    c7 = mad((float16)a1.s7, b1, c7);
+  }
+  for (; l < k; l++) {
+    const float16 b0 = vload16(l, pb);
+    const float8 a0 = vload8(l, pa);
+    c0 = mad((float16)a0.s0, b0, c0);
+    c1 = mad((float16)a0.s1, b0, c1);
+    c2 = mad((float16)a0.s2, b0, c2);
+    c3 = mad((float16)a0.s3, b0, c3);
+    c4 = mad((float16)a0.s4, b0, c4);
+    c5 = mad((float16)a0.s5, b0, c5);
+    c6 = mad((float16)a0.s6, b0, c6);
+    c7 = mad((float16)a0.s7, b0, c7);
+  }
+  __global float *cb = c + c_off + batch * stride_c;
+  const int i0 = ib * KILN_GEMM_RM, j0 = jb * KILN_GEMM_RN;
+  if (i0 + 0 < m) kiln_gemm_store_row(cb, i0 + 0, j0, n, ldc, c0);
+  if (i0 + 1 < m) kiln_gemm_store_row(cb, i0 + 1, j0, n, ldc, c1);
+  if (i0 + 2 < m) kiln_gemm_store_row(cb, i0 + 2, j0, n, ldc, c2);
+  if (i0 + 3 < m) kiln_gemm_store_row(cb, i0 + 3, j0, n, ldc, c3);
+  if (i0 + 4 < m) kiln_gemm_store_row(cb, i0 + 4, j0, n, ldc, c4);
+  if (i0 + 5 < m) kiln_gemm_store_row(cb, i0 + 5, j0, n, ldc, c5);
+  if (i0 + 6 < m) kiln_gemm_store_row(cb, i0 + 6, j0, n, ldc, c6);
+  if (i0 + 7 < m) kiln_gemm_store_row(cb, i0 + 7, j0, n, ldc, c7);
+}
+
+/* ---- the tiled kernel for GPUs --------------------------------------------- */
+
+#define KILN_GEMM_TILE 64 /* C tile per work-group: TILE x TILE */
+#define KILN_GEMM_TK 16   /* depth of one slab */
+#define KILN_GEMM_WPT 4   /* each work-item: WPT x WPT, strided by 16 */
+
+/* Global (ceil(n/64)*16, ceil(m/64)*16, batches), local (16, 16). */
+__kernel void gemm_tiled(__global const float *a, long a_off, __global const float *b, long b_off, __global float *c,
+                         long c_off, int m, int n, int k, long lda, long ldb, long ldc, int trans_a, int trans_b,
+                         long stride_a, long stride_b, long stride_c) {
+  /* As[l][i] and Bs[l][j]; the +1 keeps column reads off one bank. */
+  __local float as[KILN_GEMM_TK][KILN_GEMM_TILE + 1];
+  __local float bs[KILN_GEMM_TK][KILN_GEMM_TILE + 1];
+  const int tx = (int)get_local_id(0), ty = (int)get_local_id(1);
+  const int i_base = (int)get_group_id(1) * KILN_GEMM_TILE, j_base = (int)get_group_id(0) * KILN_GEMM_TILE;
+  const long batch = (long)get_global_id(2);
+  __global const float *ab = a + a_off + batch * stride_a;
+  __global const float *bb = b + b_off + batch * stride_b;
+  const int tid = ty * 16 + tx;
+  float acc[KILN_GEMM_WPT][KILN_GEMM_WPT];
+  for (int u = 0; u < KILN_GEMM_WPT; u++)
+    for (int v = 0; v < KILN_GEMM_WPT; v++) acc[u][v] = 0.0f;
+  for (int l0 = 0; l0 < k; l0 += KILN_GEMM_TK) {
+    /* 1024 elements of each slab, four per work-item; consecutive work-items
+     * take consecutive elements along the contiguous direction. */
+    for (int e = tid; e < KILN_GEMM_TK * KILN_GEMM_TILE; e += 256) {
+      int ii, ll;
+      if (trans_a) { ii = e % KILN_GEMM_TILE; ll = e / KILN_GEMM_TILE; }
+      else { ll = e % KILN_GEMM_TK; ii = e / KILN_GEMM_TK; }
+      const int gi = i_base + ii, gl = l0 + ll;
+      as[ll][ii] = gi < m && gl < k ? KILN_GEMM_A(ab, gi, gl) : 0.0f;
+      int jj, lb;
+      if (trans_b) { lb = e % KILN_GEMM_TK; jj = e / KILN_GEMM_TK; }
+      else { jj = e % KILN_GEMM_TILE; lb = e / KILN_GEMM_TILE; }
+      const int gj = j_base + jj, glb = l0 + lb;
+      bs[lb][jj] = gj < n && glb < k ? KILN_GEMM_B(bb, glb, gj) : 0.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int l = 0; l < KILN_GEMM_TK; l++) {
+      float av[KILN_GEMM_WPT], bv[KILN_GEMM_WPT];
+      for (int u = 0; u < KILN_GEMM_WPT; u++) av[u] = as[l][ty + 16 * u];
+      for (int v = 0; v < KILN_GEMM_WPT; v++) bv[v] = bs[l][tx + 16 * v];
+      for (int u = 0; u < KILN_GEMM_WPT; u++)
+        for (int v = 0; v < KILN_GEMM_WPT; v++) acc[u][v] = mad(av[u], bv[v], acc[u][v]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE); /* the slabs are overwritten next */
+  }
+  __global float *cb = c + c_off + batch * stride_c;
+  for (int u = 0; u < KILN_GEMM_WPT; u++) {
+    const int i = i_base + ty + 16 * u;
+    if (i >= m) continue;
+    for (int v = 0; v < KILN_GEMM_WPT; v++) {
+      const int j = j_base + tx + 16 * v;
+      if (j < n) cb[(long)i * ldc + j] = acc[u][v];
+    }
+  }
+}

@@ -1,1 +1,93 @@
-/* kernels/opencl/prelude.cl: (being written) */
+/* kernels/opencl/prelude.cl: what every kiln OpenCL program starts with: the dialect's math for ops.def and Philox, and shared helpers. */
+/*
+ * OpenCL C 1.2 is the baseline. Optional features are used only behind the
+ * feature macros the compiler defines for the device (cl_khr_fp64) and may be
+ * turned off by the host with -DKILN_CL_NO_FP64. Nothing here assumes a warp
+ * or wavefront width: kernels that share local memory put a barrier between
+ * every write and the reads of other work-items, and every work-item checks
+ * its bounds (global sizes are rounded up to the work-group size).
+ *
+ * Buffer arguments come in pairs: a __global pointer and a `long` element
+ * offset, because views are not aligned enough for sub-buffers.
+ */
+
+#if defined(cl_khr_fp64) && !defined(KILN_CL_NO_FP64)
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#define KILN_CL_HAVE_FP64 1
+#endif
+
+/* kernels/ops.def's math, in OpenCL C's names (full precision: programs are
+ * built without -cl-fast-relaxed-math). */
+#define KILN_F_EXP(x) exp(x)
+#define KILN_F_LOG(x) log(x)
+#define KILN_F_SQRT(x) sqrt(x)
+#define KILN_F_TANH(x) tanh(x)
+#define KILN_F_FABS(x) fabs(x)
+#define KILN_F_COS(x) cos(x)
+
+/* kernels/philox.h's types. */
+#define KILN_U32 uint
+#define KILN_U64 ulong
+#define KILN_PHILOX_FN static inline
+#define KILN_FN static inline
+
+/* The largest work-group the reductions are written for (their local arrays
+ * have this many entries); the host launches a power of two no larger than
+ * this and than the kernel's own limit. */
+#define KILN_CL_REDUCE_WG 256
+
+/* Grid-stride loop over [0, n): the host caps global sizes, so a huge tensor
+ * reuses work-items instead of needing a huge NDRange. */
+#define KILN_FOR_EACH(i, n) for (long i = (long)get_global_id(0); i < (n); i += (long)get_global_size(0))
+
+/* The conversion every kiln backend uses from double to i32: NaN -> 0, out of
+ * range -> the nearest limit, else truncation toward zero. */
+#ifdef KILN_CL_HAVE_FP64
+KILN_FN int kiln_double_to_i32(double v) {
+  if (v != v) return 0;
+  if (v >= 2147483647.0) return 2147483647;
+  if (v <= -2147483648.0) return (-2147483647 - 1);
+  return (int)v;
+}
+#endif
+
+KILN_FN int kiln_float_to_i32(float v) {
+  if (v != v) return 0;
+  if (v >= 2147483648.0f) return 2147483647;
+  if (v <= -2147483648.0f) return (-2147483647 - 1);
+  return (int)v;
+}
+
+/* NaN wins, so a row holding NaN comes out NaN (as on the CPU). */
+KILN_FN float kiln_max_nan(float a, float b) { return ((b > a || b != b) && a == a) ? b : a; }
+
+/* ---- strided walks ------------------------------------------------------------
+ * An elementwise kernel gets its output's shape (dims of extent 1 dropped and
+ * mergeable dims merged by the host) and each input's strides, eight of each as
+ * separate `long` arguments; ndim 0 means every operand is plainly contiguous. */
+#define KILN_DIMS_PARAMS(p)                                                                         \
+  long p##0, long p##1, long p##2, long p##3, long p##4, long p##5, long p##6, long p##7
+#define KILN_DIMS_ARRAY(p) {p##0, p##1, p##2, p##3, p##4, p##5, p##6, p##7}
+
+/* Element offsets, in one or two strided inputs, of element i of the output. */
+KILN_FN long kiln_offset1(long i, int ndim, const long *shape, const long *s0) {
+  long a = 0;
+  for (int d = ndim - 1; d >= 0; d--) {
+    const long coord = i % shape[d];
+    i /= shape[d];
+    a += coord * s0[d];
+  }
+  return a;
+}
+
+KILN_FN void kiln_offset2(long i, int ndim, const long *shape, const long *s0, const long *s1, long *o0, long *o1) {
+  long a = 0, b = 0;
+  for (int d = ndim - 1; d >= 0; d--) {
+    const long coord = i % shape[d];
+    i /= shape[d];
+    a += coord * s0[d];
+    b += coord * s1[d];
+  }
+  *o0 = a;
+  *o1 = b;
+}

@@ -1,1 +1,205 @@
-/* kernels/opencl/reduce.cl: (being written) */
+/* kernels/opencl/reduce.cl: REDUCE (sum, mean, max, argmax, norm) over the middle axis of [outer, len, inner], f32 and i32. */
+/*
+ * Sums are compensated (Kahan) per work-item and then combined by a tree in
+ * local memory, so their error does not grow with the row length. Maxima
+ * follow the CPU backend: NaN wins, and among equals (or NaNs) the first
+ * index, whatever order partial results meet in.
+ *
+ * Three kernels per dtype:
+ *   reduce_rows_*   inner == 1: one work-group per (row, chunk); with one chunk
+ *                   per row it writes the result, otherwise a partial record
+ *   reduce_parts_*  merges the partial records of each row in order
+ *   reduce_cols_*   inner > 1 (and len == 0): one work-item per output,
+ *                   neighbouring work-items on neighbouring columns
+ * Partial records live in a scratch buffer as four arrays of P = outer*chunks
+ * entries: index (long), then sum (float), isum (uint), best (the dtype).
+ */
+
+enum { KILN_RED_SUM = 0, KILN_RED_MEAN = 1, KILN_RED_MAX = 2, KILN_RED_ARGMAX = 3, KILN_RED_NORM = 4 };
+
+/* Does (bv, bi) beat (av, ai)? An index < 0 is "nothing yet". */
+KILN_FN bool kiln_better_f32(float bv, long bi, float av, long ai) {
+  if (bi < 0) return false;
+  if (ai < 0) return true;
+  const bool bn = bv != bv, an = av != av;
+  if (bn != an) return bn;
+  if (bn || bv == av) return bi < ai;
+  return bv > av;
+}
+
+KILN_FN bool kiln_better_i32(int bv, long bi, int av, long ai) {
+  if (bi < 0) return false;
+  if (ai < 0) return true;
+  if (bv == av) return bi < ai;
+  return bv > av;
+}
+
+/* Add v to a compensated sum (sum, comp); infinities switch the compensation
+ * off so that inf - inf never turns it into NaN. */
+KILN_FN void kiln_kahan_add(float *sum, float *comp, float v) {
+  const float y = v - *comp;
+  const float t = *sum + y;
+  const float c = (t - *sum) - y;
+  *comp = isfinite(t) ? c : 0.0f;
+  *sum = t;
+}
+
+KILN_FN void kiln_finish_f32(__global uint *out, long at, int op, long len, float sum, float best, long index) {
+  switch (op) {
+  case KILN_RED_SUM: out[at] = as_uint(sum); break;
+  case KILN_RED_MEAN: out[at] = as_uint(sum / (float)len); break; /* len 0: 0/0 is NaN */
+  case KILN_RED_MAX: out[at] = as_uint(index < 0 ? -INFINITY : best); break;
+  case KILN_RED_ARGMAX: out[at] = (uint)(index < 0 ? 0 : (int)index); break;
+  default: out[at] = as_uint(sqrt(sum)); break; /* NORM */
+  }
+}
+
+KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint isum, int best, long index) {
+  switch (op) {
+  case KILN_RED_MAX: out[at] = (uint)(index < 0 ? (-2147483647 - 1) : best); break;
+  case KILN_RED_ARGMAX: out[at] = (uint)(index < 0 ? 0 : (int)index); break;
+  default: out[at] = isum; break; /* SUM wraps */
+  }
+}
+
+#define KILN_CL_REDUCE_(T, TNAME)                                                                  \
+  __kernel void reduce_rows_##TNAME(__global const T *in, long in_off, __global uint *out, long out_off,          \
+                                    __global long *parts, long outer, long len, long chunk, long chunks, int op) { \
+    __local float l_sum[KILN_CL_REDUCE_WG];                                                        \
+    __local uint l_isum[KILN_CL_REDUCE_WG];                                                        \
+    __local T l_best[KILN_CL_REDUCE_WG];                                                           \
+    __local long l_index[KILN_CL_REDUCE_WG];                                                       \
+    in += in_off;                                                                                  \
+    out += out_off;                                                                                \
+    const int lid = (int)get_local_id(0), wgs = (int)get_local_size(0);                           \
+    const bool squares = op == KILN_RED_NORM;                                                      \
+    const long items = outer * chunks;                                                             \
+    for (long b = (long)get_group_id(0); b < items; b += (long)get_num_groups(0)) {                \
+      const long row = b / chunks, begin = (b % chunks) * chunk;                                   \
+      const long end = begin + chunk < len ? begin + chunk : len;                                  \
+      __global const T *x = in + row * len;                                                        \
+      float sum = 0.0f, comp = 0.0f;                                                               \
+      uint isum = 0u;                                                                              \
+      T best = 0;                                                                                  \
+      long index = -1;                                                                             \
+      for (long l = begin + lid; l < end; l += wgs) {                                              \
+        const T v = x[l];                                                                          \
+        kiln_kahan_add(&sum, &comp, squares ? (float)v * (float)v : (float)v);                     \
+        isum += KILN_RED_IVAL_##TNAME(v);                                                                           \
+        if (kiln_better_##TNAME(v, l, best, index)) {                                              \
+          best = v;                                                                                \
+          index = l;                                                                               \
+        }                                                                                          \
+      }                                                                                            \
+      l_sum[lid] = sum - comp;                                                                     \
+      l_isum[lid] = isum;                                                                          \
+      l_best[lid] = best;                                                                          \
+      l_index[lid] = index;                                                                        \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                                \
+      for (int s = wgs / 2; s > 0; s >>= 1) {                                                      \
+        if (lid < s) {                                                                             \
+          l_sum[lid] += l_sum[lid + s];                                                            \
+          l_isum[lid] += l_isum[lid + s];                                                          \
+          if (kiln_better_##TNAME(l_best[lid + s], l_index[lid + s], l_best[lid], l_index[lid])) { \
+            l_best[lid] = l_best[lid + s];                                                         \
+            l_index[lid] = l_index[lid + s];                                                       \
+          }                                                                                        \
+        }                                                                                          \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                              \
+      }                                                                                            \
+      if (lid == 0) {                                                                              \
+        if (chunks == 1) {                                                                         \
+          kiln_finish_##TNAME(out, row, op, len, KILN_RED_PICK_##TNAME(l_sum[0], l_isum[0]), l_best[0], l_index[0]); \
+        } else {                                                                                   \
+          __global float *p_sum = (__global float *)(parts + items);                               \
+          p_sum[b] = l_sum[0];                                                                     \
+          ((__global uint *)(p_sum + items))[b] = l_isum[0];                                       \
+          ((__global T *)(p_sum + 2 * items))[b] = l_best[0];                                      \
+          parts[b] = l_index[0];                                                                   \
+        }                                                                                          \
+      }                                                                                            \
+      barrier(CLK_LOCAL_MEM_FENCE); /* the local arrays are reused by the next row */              \
+    }                                                                                              \
+  }                                                                                                \
+  __kernel void reduce_parts_##TNAME(__global const long *parts, __global uint *out, long out_off, long outer,    \
+                                     long len, long chunks, int op) {                              \
+    __local float l_sum[KILN_CL_REDUCE_WG];                                                        \
+    __local uint l_isum[KILN_CL_REDUCE_WG];                                                        \
+    __local T l_best[KILN_CL_REDUCE_WG];                                                           \
+    __local long l_index[KILN_CL_REDUCE_WG];                                                       \
+    out += out_off;                                                                                \
+    const int lid = (int)get_local_id(0), wgs = (int)get_local_size(0);                           \
+    const long items = outer * chunks;                                                             \
+    __global const float *p_sum = (__global const float *)(parts + items);                        \
+    __global const uint *p_isum = (__global const uint *)(p_sum + items);                         \
+    __global const T *p_best = (__global const T *)(p_sum + 2 * items);                           \
+    for (long row = (long)get_group_id(0); row < outer; row += (long)get_num_groups(0)) {          \
+      float sum = 0.0f, comp = 0.0f;                                                               \
+      uint isum = 0u;                                                                              \
+      T best = 0;                                                                                  \
+      long index = -1;                                                                             \
+      for (long c = lid; c < chunks; c += wgs) {                                                   \
+        const long at = row * chunks + c;                                                          \
+        kiln_kahan_add(&sum, &comp, p_sum[at]);                                                    \
+        isum += p_isum[at];                                                                        \
+        if (kiln_better_##TNAME(p_best[at], parts[at], best, index)) {                             \
+          best = p_best[at];                                                                       \
+          index = parts[at];                                                                       \
+        }                                                                                          \
+      }                                                                                            \
+      l_sum[lid] = sum - comp;                                                                     \
+      l_isum[lid] = isum;                                                                          \
+      l_best[lid] = best;                                                                          \
+      l_index[lid] = index;                                                                        \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                                \
+      for (int s = wgs / 2; s > 0; s >>= 1) {                                                      \
+        if (lid < s) {                                                                             \
+          l_sum[lid] += l_sum[lid + s];                                                            \
+          l_isum[lid] += l_isum[lid + s];                                                          \
+          if (kiln_better_##TNAME(l_best[lid + s], l_index[lid + s], l_best[lid], l_index[lid])) { \
+            l_best[lid] = l_best[lid + s];                                                         \
+            l_index[lid] = l_index[lid + s];                                                       \
+          }                                                                                        \
+        }                                                                                          \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                              \
+      }                                                                                            \
+      if (lid == 0)                                                                                \
+        kiln_finish_##TNAME(out, row, op, len, KILN_RED_PICK_##TNAME(l_sum[0], l_isum[0]), l_best[0], l_index[0]); \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                                \
+    }                                                                                              \
+  }                                                                                                \
+  __kernel void reduce_cols_##TNAME(__global const T *in, long in_off, __global uint *out, long out_off,          \
+                                    long outer, long len, long inner, int op) {                    \
+    in += in_off;                                                                                  \
+    out += out_off;                                                                                \
+    const bool squares = op == KILN_RED_NORM;                                                      \
+    KILN_FOR_EACH(o, outer * inner) {                                                              \
+      const long row = o / inner, col = o % inner;                                                 \
+      __global const T *x = in + row * len * inner + col;                                          \
+      float sum = 0.0f, comp = 0.0f;                                                               \
+      uint isum = 0u;                                                                              \
+      T best = 0;                                                                                  \
+      long index = -1;                                                                             \
+      for (long l = 0; l < len; l++) {                                                             \
+        const T v = x[l * inner];                                                                  \
+        kiln_kahan_add(&sum, &comp, squares ? (float)v * (float)v : (float)v);                     \
+        isum += KILN_RED_IVAL_##TNAME(v);                                                                           \
+        if (kiln_better_##TNAME(v, l, best, index)) {                                              \
+          best = v;                                                                                \
+          index = l;                                                                               \
+        }                                                                                          \
+      }                                                                                            \
+      kiln_finish_##TNAME(out, o, op, len, KILN_RED_PICK_##TNAME(sum - comp, isum), best, index);  \
+    }                                                                                              \
+  }
+
+/* The finishers take the float sum for f32 and the wrapping integer sum for i32. */
+#define KILN_RED_PICK_f32(fsum, isum) (fsum)
+#define KILN_RED_PICK_i32(fsum, isum) (isum)
+/* What the integer sum adds: nothing for f32 (no float-to-uint conversion of
+ * negative values, which OpenCL leaves undefined). */
+#define KILN_RED_IVAL_f32(v) 0u
+#define KILN_RED_IVAL_i32(v) ((uint)(v))
+
+KILN_CL_REDUCE_(float, f32)
+KILN_CL_REDUCE_(int, i32)
