@@ -12,7 +12,7 @@
  *              and kiln_cl_launch
  *   errors.c   the one translator from cl_int to kiln codes
  *   ops.c      which providers serve each op, and the native provider: argument
- *              packing and launches of kernels/opencl/*.cl
+ *              packing and launches of the kernels/opencl sources
  *   clblast.c  the clblast provider for matmul, CLBlast loaded with dlopen
  *
  * OpenCL 1.2 is the baseline on the host side as in the kernels: nothing here
@@ -96,6 +96,9 @@ struct kiln_backend_device_t {
   cl_uint mem_base_addr_align; /* bytes */
   cl_ulong max_alloc;
   bool fp16, fp64;
+  /* A queue of the plugin's own for mapping pinned staging memory and for the
+   * source side of copies between devices (device.c creates it). */
+  cl_command_queue internal_queue;
   /* The cache key prefix: platform, device, driver version (program.c adds the
    * source hash and options). */
   char cache_identity[768];
@@ -139,6 +142,8 @@ extern kiln_backend_device_t *kiln_cl_devices_;
 
 /* Set the calling thread's kiln error through the host and return status. */
 kiln_status_t kiln_cl_error(kiln_status_t status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The last message kiln_cl_error set on this thread (the plugin's own copy). */
+const char *kiln_cl_last_message(void);
 /* KILN_OK for CL_SUCCESS; otherwise sets and returns the kiln code for `err`
  * (CL_OUT_OF_RESOURCES / CL_MEM_OBJECT_ALLOCATION_FAILURE / CL_OUT_OF_HOST_MEMORY
  * -> KILN_OUT_OF_MEMORY or KILN_OUT_OF_RESOURCES, and so on), with a message naming the call
@@ -147,6 +152,11 @@ kiln_status_t kiln_cl_check(cl_int err, const char *call_fmt, ...) __attribute__
 kiln_status_t kiln_cl_status_of(cl_int err);
 /* "CL_OUT_OF_RESOURCES"; never NULL. */
 const char *kiln_cl_error_name(cl_int err);
+/* CLBlast's status codes (CLBlastStatusCode, an int): the same translation,
+ * with CLBlast's own name for its codes ("CLBlastInvalidLeadDimA"); arguments
+ * CLBlast refuses come back as KILN_UNSUPPORTED, so the core runs native. */
+kiln_status_t kiln_cl_clblast_check(int status, const char *call_fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *kiln_cl_clblast_status_name(int status);
 
 /* ---- programs and launches (program.c) ------------------------------------------ */
 
@@ -218,6 +228,46 @@ void kiln_cl_counters_read(kiln_cl_counters_t *out_counters);
 /* Release every program and kernel of the device. */
 void kiln_cl_programs_release(kiln_backend_device_t *device);
 
+/* The options every program is built with on the device: "-cl-std=CL1.2",
+ * -D flags for the device's optional features (KILN_CL_FP64, KILN_CL_FP16:
+ * 0 or 1), then KILN_OPENCL_BUILD_OPTIONS when set. */
+void kiln_cl_build_options(const kiln_backend_device_t *device, char *out, size_t out_size);
+
+/* Exported for the tests (found with dlsym on the loaded plugin):
+ *   void kiln_cl_debug_counters(kiln_cl_counters_t *out);
+ *   kiln_status_t kiln_cl_debug_program_build(size_t device_index, const char *program_name);
+ * the second builds one program ("copy", "gemm", ...) of opencl:<device_index>
+ * as the first launch would, so the cache is tested without any op. */
+
+/* ---- devices, buffers and queues: the interface's slots (memory.c, queue.c) ---- */
+
+kiln_status_t kiln_cl_buffer_allocate(kiln_backend_device_t *device, size_t size, kiln_backend_buffer_t **out_buffer);
+void kiln_cl_buffer_free(kiln_backend_device_t *device, kiln_backend_buffer_t *buffer);
+kiln_status_t kiln_cl_host_allocate(kiln_backend_device_t *device, size_t size, void **out_ptr);
+void kiln_cl_host_free(kiln_backend_device_t *device, void *ptr);
+kiln_status_t kiln_cl_buffer_write(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
+                                   const void *host, size_t size, bool blocking);
+kiln_status_t kiln_cl_buffer_read(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
+                                  void *host, size_t size, bool blocking);
+kiln_status_t kiln_cl_buffer_copy(kiln_backend_queue_t *queue, kiln_backend_buffer_t *src, size_t src_offset,
+                                  kiln_backend_buffer_t *dst, size_t dst_offset, size_t size);
+kiln_status_t kiln_cl_buffer_fill(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
+                                  size_t size, const void *pattern, size_t pattern_size);
+/* Free what host_allocate handed out and was never freed (deinitialize). */
+void kiln_cl_host_release_all(void);
+
+kiln_status_t kiln_cl_queue_create(kiln_backend_device_t *device, kiln_backend_queue_t **out_queue);
+void kiln_cl_queue_destroy(kiln_backend_queue_t *queue);
+kiln_status_t kiln_cl_queue_finish(kiln_backend_queue_t *queue);
+kiln_status_t kiln_cl_queue_record(kiln_backend_queue_t *queue, kiln_backend_event_t **out_event);
+kiln_status_t kiln_cl_queue_wait(kiln_backend_queue_t *queue, kiln_backend_event_t *event);
+kiln_status_t kiln_cl_event_wait(kiln_backend_event_t *event);
+kiln_status_t kiln_cl_event_query(kiln_backend_event_t *event);
+kiln_status_t kiln_cl_event_elapsed(kiln_backend_event_t *start, kiln_backend_event_t *end, double *out_ms);
+void kiln_cl_event_release(kiln_backend_event_t *event);
+/* Keep the first asynchronous error of a queue for queue_finish. */
+void kiln_cl_queue_note_error(kiln_backend_queue_t *queue, kiln_status_t status, const char *message);
+
 /* ---- memory (memory.c) -------------------------------------------------------- */
 
 /* Scratch memory for one operation: released with clReleaseMemObject right
@@ -240,5 +290,7 @@ bool kiln_cl_clblast_available(void);
  * runs native). */
 kiln_status_t kiln_cl_clblast_matmul(kiln_backend_queue_t *queue, const kiln_op_t *op);
 void kiln_cl_clblast_unload(void);
+/* "CLBlast 1.5.3 (libclblast.so.1)" or "absent: <the loader's message>". */
+const char *kiln_cl_clblast_state(void);
 
 #endif /* KILN_BACKENDS_OPENCL_BACKEND_H */

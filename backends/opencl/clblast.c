@@ -1,0 +1,127 @@
+/* backends/opencl/clblast.c: the clblast provider for matmul: CLBlast loaded with dlopen, so its absence disables the provider only. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/opencl/opencl_backend.h"
+
+/* clblast_c.h's types, declared here so the plugin needs neither the header
+ * nor the library at build time. The enums are ints in the C ABI. */
+enum { KILN_CLBLAST_ROW_MAJOR = 101, KILN_CLBLAST_TRANSPOSE_NO = 111, KILN_CLBLAST_TRANSPOSE_YES = 112 };
+
+typedef int (*kiln_clblast_sgemm_fn)(int layout, int a_transpose, int b_transpose, size_t m, size_t n, size_t k,
+                                     float alpha, const cl_mem a, size_t a_offset, size_t a_ld, const cl_mem b,
+                                     size_t b_offset, size_t b_ld, float beta, cl_mem c, size_t c_offset, size_t c_ld,
+                                     cl_command_queue *queue, cl_event *event);
+typedef int (*kiln_clblast_sgemm_strided_batched_fn)(int layout, int a_transpose, int b_transpose, size_t m, size_t n,
+                                                     size_t k, float alpha, const cl_mem a, size_t a_offset,
+                                                     size_t a_ld, size_t a_stride, const cl_mem b, size_t b_offset,
+                                                     size_t b_ld, size_t b_stride, float beta, cl_mem c,
+                                                     size_t c_offset, size_t c_ld, size_t c_stride, size_t batch_count,
+                                                     cl_command_queue *queue, cl_event *event);
+typedef int (*kiln_clblast_clear_cache_fn)(void);
+
+static struct {
+  bool tried, loaded;
+  void *handle;
+  kiln_clblast_sgemm_fn sgemm;
+  kiln_clblast_sgemm_strided_batched_fn sgemm_strided_batched;
+  kiln_clblast_clear_cache_fn clear_cache;
+  char state[384];
+} clblast;
+
+static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
+
+bool kiln_cl_clblast_load(char *out_reason, size_t reason_size) {
+  pthread_mutex_lock(&clblast_lock);
+  if (!clblast.tried) {
+    clblast.tried = true;
+    static const char *const names[] = {"libclblast.so.1", "libclblast.so"};
+    char errors[512] = "";
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !clblast.handle; i++) {
+      clblast.handle = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+      if (!clblast.handle) {
+        const char *why = dlerror();
+        size_t used = strlen(errors);
+        snprintf(errors + used, sizeof errors - used, "%s%s", used ? "; " : "", why ? why : names[i]);
+      } else {
+        snprintf(clblast.state, sizeof clblast.state, "%s loaded (untuned defaults where its database has no entry "
+                                                      "for the device)", names[i]);
+      }
+    }
+    if (clblast.handle) {
+      clblast.sgemm = (kiln_clblast_sgemm_fn)dlsym(clblast.handle, "CLBlastSgemm");
+      clblast.sgemm_strided_batched =
+          (kiln_clblast_sgemm_strided_batched_fn)dlsym(clblast.handle, "CLBlastSgemmStridedBatched");
+      clblast.clear_cache = (kiln_clblast_clear_cache_fn)dlsym(clblast.handle, "CLBlastClearCache");
+      if (!clblast.sgemm || !clblast.sgemm_strided_batched) {
+        snprintf(clblast.state, sizeof clblast.state,
+                 "absent: the CLBlast library found lacks CLBlastSgemm or CLBlastSgemmStridedBatched (too old?)");
+        /* Never dlclose: a C++ library's static state may outlive us. */
+        clblast.sgemm = NULL;
+        clblast.sgemm_strided_batched = NULL;
+      } else {
+        clblast.loaded = true;
+      }
+    } else {
+      snprintf(clblast.state, sizeof clblast.state, "absent: %s", errors);
+    }
+  }
+  bool loaded = clblast.loaded;
+  if (!loaded && out_reason && reason_size) snprintf(out_reason, reason_size, "%s", clblast.state);
+  pthread_mutex_unlock(&clblast_lock);
+  return loaded;
+}
+
+bool kiln_cl_clblast_available(void) { return clblast.loaded; }
+
+const char *kiln_cl_clblast_state(void) { return clblast.state[0] ? clblast.state : "not loaded"; }
+
+void kiln_cl_clblast_unload(void) {
+  /* The library stays mapped (see above); its compiled-program cache holds
+   * our contexts, so it is emptied before they are released. */
+  if (clblast.loaded && clblast.clear_cache) (void)clblast.clear_cache();
+}
+
+/* Timing note: CLBlast may run helper kernels (padding, transposes) around
+ * its GEMM kernel, and the event it returns covers only the last one. kiln
+ * never relies on that event (it passes NULL): `fastest` times each provider
+ * on the host clock around op_run and a queue finish, which covers all of
+ * CLBlast's work. */
+kiln_status_t kiln_cl_clblast_matmul(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  if (!clblast.loaded)
+    return kiln_cl_error(KILN_UNSUPPORTED, "CLBlast is not available (%s); the native provider runs matmul",
+                         kiln_cl_clblast_state());
+  const int64_t batch = op->u.matmul.batch, m = op->u.matmul.m, n = op->u.matmul.n, k = op->u.matmul.k;
+  if (op->out.dtype != KILN_F32 || op->in[0].dtype != KILN_F32 || op->in[1].dtype != KILN_F32)
+    return kiln_cl_error(KILN_UNSUPPORTED, "CLBlast's provider serves f32 matmul only; the native provider runs this one");
+  /* CLBlast refuses empty dimensions; C = 0 for k == 0 is native's. */
+  if (batch < 1 || m < 1 || n < 1 || k < 1)
+    return kiln_cl_error(KILN_UNSUPPORTED, "CLBlast cannot run a %lldx%lldx%lld matmul (batch %lld): the native "
+                                           "provider runs it", (long long)m, (long long)n, (long long)k,
+                         (long long)batch);
+  const kiln_view_t *a = &op->in[0], *b = &op->in[1];
+  const int ta = op->u.matmul.trans_a ? KILN_CLBLAST_TRANSPOSE_YES : KILN_CLBLAST_TRANSPOSE_NO;
+  const int tb = op->u.matmul.trans_b ? KILN_CLBLAST_TRANSPOSE_YES : KILN_CLBLAST_TRANSPOSE_NO;
+  cl_mem a_mem = a->buffer ? a->buffer->mem : NULL, b_mem = b->buffer ? b->buffer->mem : NULL;
+  cl_mem c_mem = op->out.buffer ? op->out.buffer->mem : NULL;
+  cl_command_queue q = queue->queue;
+  int result;
+  if (batch == 1) {
+    result = clblast.sgemm(KILN_CLBLAST_ROW_MAJOR, ta, tb, (size_t)m, (size_t)n, (size_t)k, 1.0f, a_mem, a->offset,
+                           (size_t)op->u.matmul.lda, b_mem, b->offset, (size_t)op->u.matmul.ldb, 0.0f, c_mem,
+                           op->out.offset, (size_t)op->u.matmul.ldc, &q, NULL);
+    return kiln_cl_clblast_check(result, "CLBlastSgemm(%lldx%lldx%lld%s%s) on opencl:%zu", (long long)m, (long long)n,
+                                 (long long)k, op->u.matmul.trans_a ? ", A transposed" : "",
+                                 op->u.matmul.trans_b ? ", B transposed" : "", queue->device->index);
+  }
+  /* A stride of 0 broadcasts one matrix over the batch; CLBlast reads it so. */
+  result = clblast.sgemm_strided_batched(
+      KILN_CLBLAST_ROW_MAJOR, ta, tb, (size_t)m, (size_t)n, (size_t)k, 1.0f, a_mem, a->offset, (size_t)op->u.matmul.lda,
+      (size_t)op->u.matmul.stride_a, b_mem, b->offset, (size_t)op->u.matmul.ldb, (size_t)op->u.matmul.stride_b, 0.0f,
+      c_mem, op->out.offset, (size_t)op->u.matmul.ldc, (size_t)op->u.matmul.stride_c, (size_t)batch, &q, NULL);
+  return kiln_cl_clblast_check(result, "CLBlastSgemmStridedBatched(batch %lld of %lldx%lldx%lld%s%s) on opencl:%zu",
+                               (long long)batch, (long long)m, (long long)n, (long long)k,
+                               op->u.matmul.trans_a ? ", A transposed" : "", op->u.matmul.trans_b ? ", B transposed" : "",
+                               queue->device->index);
+}

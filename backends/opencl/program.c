@@ -1,0 +1,314 @@
+/* backends/opencl/program.c: the embedded kernel programs, built per device on first use and cached as binaries; kernel lookup and launches. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/opencl/opencl_backend.h"
+
+static const struct {
+  const char *name;
+  const unsigned char *source;
+  const size_t *size;
+} programs[KILN_CL_PROGRAM_COUNT] = {
+#define KILN_CL_PROGRAM_ENTRY_(name) [KILN_CL_PROGRAM_##name] = {#name, kiln_cl_source_##name, &kiln_cl_source_##name##_size},
+  KILN_CL_PROGRAMS(KILN_CL_PROGRAM_ENTRY_)
+#undef KILN_CL_PROGRAM_ENTRY_
+};
+
+static _Atomic uint64_t count_from_source, count_from_binary, count_rejected;
+
+void kiln_cl_counters_read(kiln_cl_counters_t *out_counters) {
+  out_counters->builds_from_source = atomic_load(&count_from_source);
+  out_counters->builds_from_binary = atomic_load(&count_from_binary);
+  out_counters->cache_rejected = atomic_load(&count_rejected);
+}
+
+KILN_PLUGIN_EXPORT void kiln_cl_debug_counters(kiln_cl_counters_t *out);
+KILN_PLUGIN_EXPORT void kiln_cl_debug_counters(kiln_cl_counters_t *out) {
+  if (out) kiln_cl_counters_read(out);
+}
+
+/* 64-bit FNV-1a, continued from `hash`. */
+static uint64_t fnv1a(uint64_t hash, const void *data, size_t size) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < size; i++) {
+    hash ^= p[i];
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+void kiln_cl_build_options(const kiln_backend_device_t *device, char *out, size_t out_size) {
+  /* OpenCL C 1.2 everywhere; optional features only as -D flags the kernels
+   * test. No -cl-fast-relaxed-math nor -cl-mad-enable: results must match
+   * the CPU backend's within the conformance tolerances on every driver. */
+  int n = snprintf(out, out_size, "-cl-std=CL1.2 -DKILN_CL_FP64=%d -DKILN_CL_FP16=%d", device->fp64 ? 1 : 0,
+                   device->fp16 ? 1 : 0);
+  const char *extra = getenv("KILN_OPENCL_BUILD_OPTIONS");
+  if (extra && *extra && n > 0 && (size_t)n < out_size) snprintf(out + n, out_size - (size_t)n, " %s", extra);
+}
+
+/* The build log of the device, trimmed to what a message can carry: the head,
+ * where the first error usually is. malloc'ed; "" when there is none. */
+static char *build_log(cl_program program, cl_device_id device) {
+  size_t size = 0;
+  if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size) != CL_SUCCESS || size == 0)
+    return calloc(1, 1);
+  char *log = malloc(size + 1);
+  if (!log) return NULL;
+  if (clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, size, log, NULL) != CL_SUCCESS) size = 0;
+  log[size] = '\0';
+  size_t len = strlen(log);
+  while (len && (log[len - 1] == '\n' || log[len - 1] == ' ')) log[--len] = '\0';
+  const size_t limit = 1200;
+  if (len > limit) strcpy(log + limit - 30, "\n[... build log trimmed]");
+  return log;
+}
+
+/* Keep a failed build (its message) so later launches fail the same way. */
+static kiln_status_t build_failed(kiln_cl_program_state_t *state, kiln_status_t status) {
+  state->build_status = status;
+  free(state->build_error);
+  state->build_error = strdup(kiln_cl_last_message());
+  return status;
+}
+
+/* The program's binary for the device, into the cache; failures only cost
+ * the next process a build. */
+static void store_binary(cl_program program, const char *key) {
+  if (!kiln_cl_host.cache_store) return;
+  size_t size = 0;
+  if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0) return;
+  unsigned char *binary = malloc(size);
+  if (!binary) return;
+  unsigned char *binaries[1] = {binary};
+  if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binaries, binaries, NULL) == CL_SUCCESS)
+    kiln_cl_host.cache_store(key, binary, size);
+  free(binary);
+}
+
+/* A cached binary, built; NULL when absent or when the driver refuses it. */
+static cl_program load_binary(kiln_backend_device_t *device, const char *name, const char *key, const char *options) {
+  void *data = NULL;
+  size_t size = 0;
+  if (!kiln_cl_host.cache_load || kiln_cl_host.cache_load(key, &data, &size) != KILN_OK || !data) return NULL;
+  const unsigned char *binaries[1] = {data};
+  cl_int binary_status = CL_SUCCESS, err = CL_SUCCESS;
+  cl_program program =
+      clCreateProgramWithBinary(device->context, 1, &device->device, &size, binaries, &binary_status, &err);
+  free(data);
+  if (err == CL_SUCCESS && binary_status == CL_SUCCESS && program)
+    err = clBuildProgram(program, 1, &device->device, options, NULL, NULL);
+  else if (err == CL_SUCCESS)
+    err = binary_status != CL_SUCCESS ? binary_status : CL_INVALID_BINARY;
+  if (err != CL_SUCCESS) {
+    /* A stale or foreign binary that passed the cache's checksum (another
+     * driver build, same version string): rebuilt, never trusted. */
+    atomic_fetch_add(&count_rejected, 1);
+    if (kiln_cl_host.log)
+      kiln_cl_host.log(KILN_LOG_INFO, "opencl:%zu: the cached binary of program '%s' was refused (%s); rebuilding",
+                       device->index, name, kiln_cl_error_name(err));
+    if (program) (void)clReleaseProgram(program);
+    return NULL;
+  }
+  atomic_fetch_add(&count_from_binary, 1);
+  return program;
+}
+
+static kiln_status_t program_build_locked(kiln_backend_device_t *device, kiln_cl_program_t which) {
+  kiln_cl_program_state_t *state = &device->programs[which];
+  const char *name = programs[which].name;
+  const char *source = (const char *)programs[which].source;
+  const size_t source_size = *programs[which].size;
+  char options[1024];
+  kiln_cl_build_options(device, options, sizeof options);
+
+  uint64_t hash = fnv1a(1469598103934665603ull, source, source_size);
+  hash = fnv1a(hash, "\0", 1);
+  hash = fnv1a(hash, options, strlen(options));
+  char *key = malloc(strlen(device->cache_identity) + strlen(options) + 128);
+  if (!key) return build_failed(state, kiln_cl_error(KILN_OUT_OF_MEMORY, "out of host memory building a program"));
+  sprintf(key, "%s|program=%s|source=%016llx|options=%s", device->cache_identity, name, (unsigned long long)hash,
+          options);
+
+  cl_program program = load_binary(device, name, key, options);
+  if (program) {
+    state->program = program;
+    state->build_status = KILN_OK;
+    free(key);
+    return KILN_OK;
+  }
+
+  cl_int err = CL_SUCCESS;
+  size_t length = source_size;
+  program = clCreateProgramWithSource(device->context, 1, &source, &length, &err);
+  if (err != CL_SUCCESS || !program) {
+    free(key);
+    return build_failed(state, kiln_cl_check(err != CL_SUCCESS ? err : CL_INVALID_PROGRAM,
+                                             "clCreateProgramWithSource(program '%s') on opencl:%zu", name,
+                                             device->index));
+  }
+  atomic_fetch_add(&count_from_source, 1);
+  err = clBuildProgram(program, 1, &device->device, options, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    char *log = build_log(program, device->device);
+    (void)clReleaseProgram(program);
+    free(key);
+    kiln_status_t status = kiln_cl_error(
+        KILN_BUILD_FAILED,
+        "building the OpenCL program '%s' for opencl:%zu (%s, %s) with options \"%s\" failed: %s (%d); build log:\n%s",
+        name, device->index, device->desc.name, device->desc.driver_version, options, kiln_cl_error_name(err), (int)err,
+        log && log[0] ? log : "(the driver gave no log)");
+    free(log);
+    return build_failed(state, status);
+  }
+  store_binary(program, key);
+  free(key);
+  state->program = program;
+  state->build_status = KILN_OK;
+  return KILN_OK;
+}
+
+static kiln_status_t program_get_locked(kiln_backend_device_t *device, kiln_cl_program_t which) {
+  kiln_cl_program_state_t *state = &device->programs[which];
+  if (state->program) return KILN_OK;
+  if (state->build_status != KILN_OK)
+    return kiln_cl_error(state->build_status, "%s", state->build_error ? state->build_error : "an earlier build failed");
+  return program_build_locked(device, which);
+}
+
+kiln_status_t kiln_cl_program_get(kiln_backend_device_t *device, kiln_cl_program_t program, cl_program *out_program) {
+  pthread_mutex_lock(&device->program_lock);
+  kiln_status_t status = program_get_locked(device, program);
+  if (status == KILN_OK) *out_program = device->programs[program].program;
+  pthread_mutex_unlock(&device->program_lock);
+  return status;
+}
+
+kiln_status_t kiln_cl_kernel_get(kiln_backend_device_t *device, kiln_cl_program_t program, const char *name,
+                                 const kiln_cl_kernel_entry_t **out_entry) {
+  pthread_mutex_lock(&device->program_lock);
+  kiln_status_t status = program_get_locked(device, program);
+  kiln_cl_program_state_t *state = &device->programs[program];
+  if (status == KILN_OK) {
+    /* Pointer first: callers pass literals, so the usual hit is one compare. */
+    for (size_t i = 0; i < state->kernel_count; i++)
+      if (state->kernels[i].name == name) {
+        *out_entry = &state->kernels[i];
+        pthread_mutex_unlock(&device->program_lock);
+        return KILN_OK;
+      }
+    for (size_t i = 0; i < state->kernel_count; i++)
+      if (!strcmp(state->kernels[i].name, name)) {
+        *out_entry = &state->kernels[i];
+        pthread_mutex_unlock(&device->program_lock);
+        return KILN_OK;
+      }
+    if (state->kernel_count == KILN_CL_MAX_KERNELS_PER_PROGRAM) {
+      status = kiln_cl_error(KILN_INTERNAL, "program '%s' on opencl:%zu: more than %d kernels asked for; raise "
+                                            "KILN_CL_MAX_KERNELS_PER_PROGRAM", programs[program].name, device->index,
+                             KILN_CL_MAX_KERNELS_PER_PROGRAM);
+    } else {
+      cl_int err = CL_SUCCESS;
+      cl_kernel kernel = clCreateKernel(state->program, name, &err);
+      if (err != CL_SUCCESS || !kernel) {
+        status = kiln_cl_check(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, "clCreateKernel(\"%s\") of program '%s' on opencl:%zu",
+                               name, programs[program].name, device->index);
+      } else {
+        kiln_cl_kernel_entry_t *entry = &state->kernels[state->kernel_count];
+        entry->name = name;
+        entry->kernel = kernel;
+        size_t wg = 0;
+        if (clGetKernelWorkGroupInfo(kernel, device->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) !=
+                CL_SUCCESS ||
+            wg == 0)
+          wg = device->max_work_group_size;
+        entry->work_group_size = wg;
+        state->kernel_count++;
+        *out_entry = entry;
+      }
+    }
+  }
+  pthread_mutex_unlock(&device->program_lock);
+  return status;
+}
+
+static cl_int set_arg(cl_kernel kernel, cl_uint index, const kiln_cl_arg_t *arg) {
+  switch (arg->kind) {
+  case KILN_CL_ARG_MEM: return clSetKernelArg(kernel, index, sizeof(cl_mem), &arg->v.mem);
+  case KILN_CL_ARG_INT: return clSetKernelArg(kernel, index, sizeof(cl_int), &arg->v.i);
+  case KILN_CL_ARG_UINT: return clSetKernelArg(kernel, index, sizeof(cl_uint), &arg->v.u);
+  case KILN_CL_ARG_LONG: return clSetKernelArg(kernel, index, sizeof(cl_long), &arg->v.l);
+  case KILN_CL_ARG_ULONG: return clSetKernelArg(kernel, index, sizeof(cl_ulong), &arg->v.ul);
+  case KILN_CL_ARG_FLOAT: return clSetKernelArg(kernel, index, sizeof(cl_float), &arg->v.f);
+  case KILN_CL_ARG_LOCAL: return clSetKernelArg(kernel, index, arg->v.local_bytes ? arg->v.local_bytes : 1, NULL);
+  }
+  return CL_INVALID_ARG_VALUE;
+}
+
+kiln_status_t kiln_cl_launch(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                             cl_uint work_dim, const size_t *global, const size_t *local, size_t arg_count,
+                             const kiln_cl_arg_t *args) {
+  /* An empty range is no work (and an error to OpenCL 1.2). */
+  for (cl_uint d = 0; d < work_dim; d++)
+    if (global[d] == 0) return KILN_OK;
+  kiln_backend_device_t *device = queue->device;
+  const kiln_cl_kernel_entry_t *entry = NULL;
+  kiln_status_t status = kiln_cl_kernel_get(device, program, kernel, &entry);
+  if (status != KILN_OK) return status;
+
+  pthread_mutex_lock(&device->launch_lock);
+  cl_int err = CL_SUCCESS;
+  size_t bad_arg = 0;
+  for (size_t i = 0; i < arg_count && err == CL_SUCCESS; i++) {
+    err = set_arg(entry->kernel, (cl_uint)i, &args[i]);
+    bad_arg = i;
+  }
+  if (err != CL_SUCCESS) {
+    pthread_mutex_unlock(&device->launch_lock);
+    return kiln_cl_check(err, "clSetKernelArg(%s, argument %zu) on opencl:%zu", kernel, bad_arg, device->index);
+  }
+  err = clEnqueueNDRangeKernel(queue->queue, entry->kernel, work_dim, NULL, global, local, 0, NULL, NULL);
+  pthread_mutex_unlock(&device->launch_lock);
+  if (err != CL_SUCCESS) {
+    char range[160];
+    snprintf(range, sizeof range, "global %zu", global[0]);
+    for (cl_uint d = 1; d < work_dim; d++)
+      snprintf(range + strlen(range), sizeof range - strlen(range), "x%zu", global[d]);
+    if (local) {
+      snprintf(range + strlen(range), sizeof range - strlen(range), ", local %zu", local[0]);
+      for (cl_uint d = 1; d < work_dim; d++)
+        snprintf(range + strlen(range), sizeof range - strlen(range), "x%zu", local[d]);
+    }
+    return kiln_cl_check(err,
+                         "clEnqueueNDRangeKernel(%s, %s; kernel work-group limit %zu, device %zu) on opencl:%zu (%s)",
+                         kernel, range, entry->work_group_size, device->max_work_group_size, device->index,
+                         device->desc.name);
+  }
+  return KILN_OK;
+}
+
+void kiln_cl_programs_release(kiln_backend_device_t *device) {
+  for (int p = 0; p < KILN_CL_PROGRAM_COUNT; p++) {
+    kiln_cl_program_state_t *state = &device->programs[p];
+    for (size_t i = 0; i < state->kernel_count; i++) (void)clReleaseKernel(state->kernels[i].kernel);
+    if (state->program) (void)clReleaseProgram(state->program);
+    free(state->build_error);
+    memset(state, 0, sizeof *state);
+  }
+}
+
+/* For the tests: build one program of one device as its first launch would. */
+KILN_PLUGIN_EXPORT kiln_status_t kiln_cl_debug_program_build(size_t device_index, const char *program_name);
+KILN_PLUGIN_EXPORT kiln_status_t kiln_cl_debug_program_build(size_t device_index, const char *program_name) {
+  if (device_index >= kiln_cl_device_count_)
+    return kiln_cl_error(KILN_NOT_FOUND, "opencl:%zu does not exist (%zu OpenCL devices)", device_index,
+                         kiln_cl_device_count_);
+  for (int p = 0; p < KILN_CL_PROGRAM_COUNT; p++) {
+    if (!program_name || strcmp(programs[p].name, program_name)) continue;
+    cl_program program;
+    return kiln_cl_program_get(&kiln_cl_devices_[device_index], (kiln_cl_program_t)p, &program);
+  }
+  return kiln_cl_error(KILN_NOT_FOUND, "no OpenCL program named '%s'", program_name ? program_name : "(null)");
+}
