@@ -1,15 +1,774 @@
-/* backends/opencl/ops.c: which providers run each op on OpenCL, and the native provider (being written). */
+/* backends/opencl/ops.c: which providers run each op on OpenCL, and the native provider: argument packing and launches of the kernels in kernels/opencl. */
+#include <limits.h>
+#include <string.h>
+
 #include "backends/opencl/opencl_backend.h"
+
+/* ---- kernel names ---------------------------------------------------------------
+ * The elementwise kernels of kernels/opencl/elementwise.cl, by op and dtype;
+ * NULL: no formula for that dtype. */
+static const char *const unary_f32[KILN_UNARY_COUNT_] = {
+#define KILN_UNARY_F32(NAME, expr) [KILN_UNARY_##NAME] = "unary_f32_" #NAME,
+#include "kernels/ops.def"
+};
+static const char *const unary_i32[KILN_UNARY_COUNT_] = {
+#define KILN_UNARY_I32(NAME, expr) [KILN_UNARY_##NAME] = "unary_i32_" #NAME,
+#include "kernels/ops.def"
+};
+static const char *const binary_f32[KILN_BINARY_COUNT_] = {
+#define KILN_BINARY_F32(NAME, expr) [KILN_BINARY_##NAME] = "binary_f32_" #NAME,
+#include "kernels/ops.def"
+};
+static const char *const binary_i32[KILN_BINARY_COUNT_] = {
+#define KILN_BINARY_I32(NAME, expr) [KILN_BINARY_##NAME] = "binary_i32_" #NAME,
+#include "kernels/ops.def"
+};
+static const char *const binary_scalar_f32[KILN_BINARY_COUNT_] = {
+#define KILN_BINARY_F32(NAME, expr) [KILN_BINARY_##NAME] = "binary_scalar_f32_" #NAME,
+#include "kernels/ops.def"
+};
+static const char *const binary_scalar_i32[KILN_BINARY_COUNT_] = {
+#define KILN_BINARY_I32(NAME, expr) [KILN_BINARY_##NAME] = "binary_scalar_i32_" #NAME,
+#include "kernels/ops.def"
+};
+
+/* Must match kernels/opencl/prelude.cl and gemm.cl. */
+#define KILN_CL_REDUCE_WG 256
+#define KILN_CL_GEMM_RM 8
+#define KILN_CL_GEMM_RN 16
+#define KILN_CL_GEMM_TILE 64
+
+/* Work-groups a grid-stride kernel is given at most: beyond, work-items loop. */
+#define KILN_CL_MAX_GROUPS 65536
+/* Batches per launch at most (some drivers limit the third global dimension). */
+#define KILN_CL_MAX_BATCH_PER_LAUNCH 65535
+/* Scratch for packed GEMM panels or im2col columns, per round of batches. */
+#define KILN_CL_SCRATCH_BUDGET ((size_t)256 << 20)
+
+static const char *op_kind_name(kiln_op_kind_t kind) {
+  switch (kind) {
+#define KILN_CL_KIND_NAME_(NAME, name) case KILN_OP_##NAME: return #name;
+    KILN_OP_KINDS(KILN_CL_KIND_NAME_)
+#undef KILN_CL_KIND_NAME_
+  default: return "?";
+  }
+}
+
+static const char *provider_name(kiln_provider_t provider) {
+  switch (provider) {
+#define KILN_CL_PROVIDER_NAME_(NAME, name) case KILN_PROVIDER_##NAME: return #name;
+    KILN_PROVIDERS(KILN_CL_PROVIDER_NAME_)
+#undef KILN_CL_PROVIDER_NAME_
+  default: return "?";
+  }
+}
+
+static const char *dtype_name(kiln_dtype_t dtype) {
+  switch (dtype) {
+  case KILN_F32: return "f32";
+  case KILN_I32: return "i32";
+  case KILN_F16: return "f16";
+  case KILN_BF16: return "bf16";
+  default: return "?";
+  }
+}
+
+/* ---- what the native provider serves ---------------------------------------------
+ * The same dtype support as the CPU backend: f32 everywhere, i32 for the
+ * generators, COPY, the integer formulas and REDUCE. */
+static bool native_supports_kind(kiln_op_kind_t kind, kiln_dtype_t dtype) {
+  switch (kind) {
+  case KILN_OP_FILL:
+  case KILN_OP_ARANGE:
+  case KILN_OP_COPY:
+  case KILN_OP_UNARY:
+  case KILN_OP_BINARY:
+  case KILN_OP_BINARY_SCALAR:
+  case KILN_OP_REDUCE: return dtype == KILN_F32 || dtype == KILN_I32;
+  case KILN_OP_RANDOM:
+  case KILN_OP_MATMUL:
+  case KILN_OP_SOFTMAX:
+  case KILN_OP_CROSS_ENTROPY:
+  case KILN_OP_CONV2D:
+  case KILN_OP_MAX_POOL2D: return dtype == KILN_F32;
+  default: return false;
+  }
+}
+
+static const char *formula_of(const kiln_op_t *op, kiln_dtype_t dtype) {
+  const bool f = dtype == KILN_F32;
+  switch (op->kind) {
+  case KILN_OP_UNARY:
+    if ((unsigned)op->u.unary.op >= KILN_UNARY_COUNT_) return NULL;
+    return f ? unary_f32[op->u.unary.op] : unary_i32[op->u.unary.op];
+  case KILN_OP_BINARY:
+    if ((unsigned)op->u.binary.op >= KILN_BINARY_COUNT_) return NULL;
+    return f ? binary_f32[op->u.binary.op] : binary_i32[op->u.binary.op];
+  case KILN_OP_BINARY_SCALAR:
+    if ((unsigned)op->u.binary.op >= KILN_BINARY_COUNT_) return NULL;
+    return f ? binary_scalar_f32[op->u.binary.op] : binary_scalar_i32[op->u.binary.op];
+  default: return NULL;
+  }
+}
+
+static bool native_supports(const kiln_op_t *op) {
+  /* The dtype that decides is the input's where there is one (argmax writes
+   * i32 from f32). */
+  kiln_dtype_t dtype = op->out.dtype;
+  switch (op->kind) {
+  case KILN_OP_FILL:
+  case KILN_OP_ARANGE:
+  case KILN_OP_RANDOM: break;
+  case KILN_OP_CROSS_ENTROPY:
+    return op->in[0].dtype == KILN_F32 && op->in[1].dtype == KILN_I32 && dtype == KILN_F32;
+  default: dtype = op->in[0].dtype; break;
+  }
+  if (!native_supports_kind(op->kind, dtype)) return false;
+  switch (op->kind) {
+  case KILN_OP_UNARY:
+  case KILN_OP_BINARY_SCALAR: return formula_of(op, dtype) != NULL && op->out.dtype == dtype;
+  case KILN_OP_BINARY: return formula_of(op, dtype) != NULL && op->in[1].dtype == dtype && op->out.dtype == dtype;
+  case KILN_OP_COPY: return op->out.dtype == dtype;
+  case KILN_OP_REDUCE:
+    switch (op->u.reduce.op) {
+    case KILN_REDUCE_SUM:
+    case KILN_REDUCE_MAX: return op->out.dtype == dtype;
+    case KILN_REDUCE_ARGMAX: return op->out.dtype == KILN_I32;
+    case KILN_REDUCE_MEAN:
+    case KILN_REDUCE_NORM: return dtype == KILN_F32 && op->out.dtype == KILN_F32;
+    default: return false;
+    }
+  case KILN_OP_MATMUL:
+  case KILN_OP_CONV2D:
+    return op->in[1].dtype == KILN_F32 && op->out.dtype == KILN_F32;
+  default: return op->out.dtype == dtype;
+  }
+}
 
 uint32_t kiln_cl_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype) {
   (void)device;
-  (void)kind;
-  (void)dtype;
-  return 0;
+  if (!native_supports_kind(kind, dtype)) return 0;
+  uint32_t mask = 1u << KILN_PROVIDER_NATIVE;
+  if (dtype == KILN_F32 && kind == KILN_OP_MATMUL && kiln_cl_clblast_available()) mask |= 1u << KILN_PROVIDER_CLBLAST;
+  return mask;
+}
+
+/* ---- helpers ---------------------------------------------------------------------- */
+
+static cl_mem mem_of(const kiln_view_t *view) { return view->buffer ? view->buffer->mem : NULL; }
+
+static int64_t numel_of(const kiln_view_t *view) {
+  int64_t n = 1;
+  for (int d = 0; d < view->ndim; d++) n *= view->shape[d];
+  return n;
+}
+
+static bool fits_i32(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+static int32_t double_to_i32(double v) {
+  if (v != v) return 0;
+  if (v >= 2147483647.0) return 2147483647;
+  if (v <= -2147483648.0) return INT32_MIN;
+  return (int32_t)v;
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* The largest work-group `kernel` may run with on the queue's device along
+ * dimension 0, capped at `cap`. */
+static kiln_status_t group_limit(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                                 size_t cap, size_t *out_limit) {
+  kiln_backend_device_t *device = queue->device;
+  const kiln_cl_kernel_entry_t *entry = NULL;
+  kiln_status_t status = kiln_cl_kernel_get(device, program, kernel, &entry);
+  if (status != KILN_OK) return status;
+  size_t limit = min_size(cap, entry->work_group_size ? entry->work_group_size : 1);
+  if (device->max_work_group_size) limit = min_size(limit, device->max_work_group_size);
+  if (device->max_work_item_sizes[0]) limit = min_size(limit, device->max_work_item_sizes[0]);
+  *out_limit = limit ? limit : 1;
+  return KILN_OK;
+}
+
+/* The largest power of two <= limit. */
+static size_t pow2_floor(size_t limit) {
+  size_t p = 1;
+  while (p * 2 <= limit) p *= 2;
+  return p;
+}
+
+/* A 1-D grid-stride kernel over n items. */
+static kiln_status_t launch_flat(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                                 int64_t n, size_t arg_count, const kiln_cl_arg_t *args) {
+  size_t wg = 1;
+  kiln_status_t status = group_limit(queue, program, kernel, 256, &wg);
+  if (status != KILN_OK) return status;
+  int64_t groups = (n + (int64_t)wg - 1) / (int64_t)wg;
+  if (groups < 1) groups = 1;
+  if (groups > KILN_CL_MAX_GROUPS) groups = KILN_CL_MAX_GROUPS;
+  const size_t global = (size_t)groups * wg;
+  return kiln_cl_launch(queue, program, kernel, 1, &global, &wg, arg_count, args);
+}
+
+/* A kernel with one work-group per row (a power of two wide, no wider than
+ * the row needs), over `rows` rows with group-stride. */
+static kiln_status_t launch_rows(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                                 int64_t rows, int64_t row_len, size_t arg_count, const kiln_cl_arg_t *args) {
+  size_t limit = 1;
+  kiln_status_t status = group_limit(queue, program, kernel, KILN_CL_REDUCE_WG, &limit);
+  if (status != KILN_OK) return status;
+  size_t wg = pow2_floor(limit);
+  while (wg > 1 && (int64_t)(wg / 2) >= row_len) wg /= 2;
+  int64_t groups = rows < 1 ? 1 : rows;
+  if (groups > KILN_CL_MAX_GROUPS) groups = KILN_CL_MAX_GROUPS;
+  const size_t global = (size_t)groups * wg;
+  return kiln_cl_launch(queue, program, kernel, 1, &global, &wg, arg_count, args);
+}
+
+/* ---- elementwise ------------------------------------------------------------------ */
+
+/* The walk of an elementwise kernel: dims of extent 1 dropped, dims merged
+ * where every input is contiguous across them, and ndim 0 when everything is
+ * plainly contiguous (the kernels' fast path). */
+typedef struct ew_walk_t {
+  int ndim;
+  int64_t shape[KILN_MAX_DIMS];
+  int64_t s0[KILN_MAX_DIMS];
+  int64_t s1[KILN_MAX_DIMS];
+} ew_walk_t;
+
+static void ew_setup(ew_walk_t *w, const kiln_view_t *out, const kiln_view_t *in0, const kiln_view_t *in1) {
+  memset(w, 0, sizeof *w);
+  int nd = 0;
+  for (int d = 0; d < out->ndim; d++) {
+    if (out->shape[d] == 1) continue;
+    const int64_t t0 = in0 ? in0->strides[d] : 0, t1 = in1 ? in1->strides[d] : 0;
+    if (nd > 0 && w->s0[nd - 1] == t0 * out->shape[d] && w->s1[nd - 1] == t1 * out->shape[d]) {
+      w->shape[nd - 1] *= out->shape[d];
+      w->s0[nd - 1] = t0;
+      w->s1[nd - 1] = t1;
+      continue;
+    }
+    w->shape[nd] = out->shape[d];
+    w->s0[nd] = t0;
+    w->s1[nd] = t1;
+    nd++;
+  }
+  const bool contiguous = nd == 0 || (nd == 1 && (!in0 || w->s0[0] == 1) && (!in1 || w->s1[0] == 1));
+  if (contiguous) {
+    memset(w, 0, sizeof *w);
+    return;
+  }
+  w->ndim = nd;
+}
+
+/* Append ndim and the eight-wide shape and stride arguments. */
+static size_t ew_args(kiln_cl_arg_t *args, size_t at, const ew_walk_t *w, int inputs) {
+  args[at++] = KILN_CL_INT(w->ndim);
+  for (int d = 0; d < KILN_MAX_DIMS; d++) args[at++] = KILN_CL_LONG(w->shape[d]);
+  for (int d = 0; d < KILN_MAX_DIMS; d++) args[at++] = KILN_CL_LONG(w->s0[d]);
+  if (inputs == 2)
+    for (int d = 0; d < KILN_MAX_DIMS; d++) args[at++] = KILN_CL_LONG(w->s1[d]);
+  return at;
+}
+
+static kiln_status_t run_generate(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  const int64_t n = numel_of(&op->out);
+  kiln_cl_arg_t args[12];
+  size_t c = 0;
+  args[c++] = KILN_CL_MEM(mem_of(&op->out));
+  args[c++] = KILN_CL_LONG(op->out.offset);
+  args[c++] = KILN_CL_LONG(n);
+  switch (op->kind) {
+  case KILN_OP_FILL: {
+    uint32_t bits;
+    if (op->out.dtype == KILN_F32) {
+      const float f = (float)op->u.fill.value;
+      memcpy(&bits, &f, 4);
+    } else {
+      const int32_t i = double_to_i32(op->u.fill.value);
+      memcpy(&bits, &i, 4);
+    }
+    args[c++] = KILN_CL_UINT(bits);
+    return launch_flat(queue, KILN_CL_PROGRAM_copy, "fill32", n, c, args);
+  }
+  case KILN_OP_ARANGE: {
+    /* The doubles' bits for devices with fp64, and hi + lo float pairs for
+     * the double-float evaluation of those without. */
+    const double start = op->u.arange.start, step = op->u.arange.step;
+    uint64_t start_bits, step_bits;
+    memcpy(&start_bits, &start, 8);
+    memcpy(&step_bits, &step, 8);
+    const float start_hi = (float)start, step_hi = (float)step;
+    args[c++] = KILN_CL_ULONG(start_bits);
+    args[c++] = KILN_CL_ULONG(step_bits);
+    args[c++] = KILN_CL_FLOAT(start_hi);
+    args[c++] = KILN_CL_FLOAT((float)(start - (double)start_hi));
+    args[c++] = KILN_CL_FLOAT(step_hi);
+    args[c++] = KILN_CL_FLOAT((float)(step - (double)step_hi));
+    return launch_flat(queue, KILN_CL_PROGRAM_copy, op->out.dtype == KILN_F32 ? "arange_f32" : "arange_i32", n, c,
+                       args);
+  }
+  default: /* RANDOM */
+    args[c++] = KILN_CL_ULONG(op->u.random.seed);
+    args[c++] = KILN_CL_FLOAT(op->u.random.a);
+    args[c++] = KILN_CL_FLOAT(op->u.random.b);
+    return launch_flat(queue, KILN_CL_PROGRAM_random, op->u.random.normal ? "random_normal" : "random_uniform", n, c,
+                       args);
+  }
+}
+
+static kiln_status_t run_elementwise(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  const int64_t n = numel_of(&op->out);
+  const kiln_dtype_t dtype = op->in[0].dtype;
+  kiln_cl_arg_t args[48];
+  size_t c = 0;
+  ew_walk_t w;
+  args[c++] = KILN_CL_MEM(mem_of(&op->out));
+  args[c++] = KILN_CL_LONG(op->out.offset);
+  args[c++] = KILN_CL_MEM(mem_of(&op->in[0]));
+  args[c++] = KILN_CL_LONG(op->in[0].offset);
+  switch (op->kind) {
+  case KILN_OP_COPY:
+    ew_setup(&w, &op->out, &op->in[0], NULL);
+    args[c++] = KILN_CL_LONG(n);
+    c = ew_args(args, c, &w, 1);
+    return launch_flat(queue, KILN_CL_PROGRAM_copy, "copy32", n, c, args);
+  case KILN_OP_UNARY:
+    ew_setup(&w, &op->out, &op->in[0], NULL);
+    args[c++] = KILN_CL_LONG(n);
+    c = ew_args(args, c, &w, 1);
+    break;
+  case KILN_OP_BINARY:
+    ew_setup(&w, &op->out, &op->in[0], &op->in[1]);
+    args[c++] = KILN_CL_MEM(mem_of(&op->in[1]));
+    args[c++] = KILN_CL_LONG(op->in[1].offset);
+    args[c++] = KILN_CL_LONG(n);
+    c = ew_args(args, c, &w, 2);
+    break;
+  default: /* BINARY_SCALAR */
+    ew_setup(&w, &op->out, &op->in[0], NULL);
+    args[c++] = dtype == KILN_F32 ? KILN_CL_FLOAT((float)op->u.binary.scalar)
+                                  : KILN_CL_INT(double_to_i32(op->u.binary.scalar));
+    args[c++] = KILN_CL_LONG(n);
+    c = ew_args(args, c, &w, 1);
+    break;
+  }
+  return launch_flat(queue, KILN_CL_PROGRAM_elementwise, formula_of(op, dtype), n, c, args);
+}
+
+/* ---- reductions, softmax, cross-entropy ------------------------------------------------ */
+
+static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  const int64_t outer = op->u.reduce.outer, len = op->u.reduce.len, inner = op->u.reduce.inner;
+  if (outer * inner == 0) return KILN_OK;
+  const bool f32 = op->in[0].dtype == KILN_F32;
+  const cl_mem in = mem_of(&op->in[0]), out = mem_of(&op->out);
+  if (inner > 1 || len == 0) {
+    const kiln_cl_arg_t args[] = {
+        KILN_CL_MEM(in),        KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(out),   KILN_CL_LONG(op->out.offset),
+        KILN_CL_LONG(outer),    KILN_CL_LONG(len),              KILN_CL_LONG(inner), KILN_CL_INT(op->u.reduce.op),
+    };
+    return launch_flat(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_cols_f32" : "reduce_cols_i32", outer * inner,
+                       sizeof args / sizeof args[0], args);
+  }
+  /* Rows: one work-group per row, and long rows split into chunks when there
+   * are too few rows to occupy the device; a second pass merges the chunks. */
+  kiln_backend_device_t *device = queue->device;
+  const int64_t target_groups = (int64_t)(device->compute_units ? device->compute_units : 1) * 4;
+  int64_t chunks = 1;
+  if (outer < target_groups && len > 8192) {
+    chunks = (target_groups + outer - 1) / outer;
+    const int64_t most = (len + 4095) / 4096;
+    if (chunks > most) chunks = most;
+  }
+  int64_t chunk = (len + chunks - 1) / chunks;
+  chunks = (len + chunk - 1) / chunk;
+  cl_mem parts = NULL;
+  kiln_status_t status = KILN_OK;
+  if (chunks > 1) {
+    /* index (long), sum (float), isum (uint), best (4 bytes) per record */
+    status = kiln_cl_scratch_create(device, (size_t)(outer * chunks) * 20u, &parts);
+    if (status != KILN_OK) return status;
+  }
+  const kiln_cl_arg_t args[] = {
+      KILN_CL_MEM(in),    KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(out),    KILN_CL_LONG(op->out.offset),
+      KILN_CL_MEM(parts), KILN_CL_LONG(outer),            KILN_CL_LONG(len),   KILN_CL_LONG(chunk),
+      KILN_CL_LONG(chunks), KILN_CL_INT(op->u.reduce.op),
+  };
+  status = launch_rows(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_rows_f32" : "reduce_rows_i32", outer * chunks,
+                       chunk, sizeof args / sizeof args[0], args);
+  if (status == KILN_OK && chunks > 1) {
+    const kiln_cl_arg_t pargs[] = {
+        KILN_CL_MEM(parts), KILN_CL_MEM(out),     KILN_CL_LONG(op->out.offset), KILN_CL_LONG(outer),
+        KILN_CL_LONG(len),  KILN_CL_LONG(chunks), KILN_CL_INT(op->u.reduce.op),
+    };
+    status = launch_rows(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_parts_f32" : "reduce_parts_i32", outer, chunks,
+                         sizeof pargs / sizeof pargs[0], pargs);
+  }
+  if (parts) clReleaseMemObject(parts); /* OpenCL keeps it until the work that uses it completes */
+  return status;
+}
+
+static kiln_status_t run_softmax(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  const int64_t rows = op->u.softmax.rows, cols = op->u.softmax.cols;
+  if (rows * cols == 0) return KILN_OK;
+  const kiln_cl_arg_t args[] = {
+      KILN_CL_MEM(mem_of(&op->in[0])), KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(mem_of(&op->out)),
+      KILN_CL_LONG(op->out.offset),    KILN_CL_LONG(rows),             KILN_CL_LONG(cols),
+      KILN_CL_INT(op->u.softmax.log ? 1 : 0),
+  };
+  return launch_rows(queue, KILN_CL_PROGRAM_nn, "softmax_f32", rows, cols, sizeof args / sizeof args[0], args);
+}
+
+static kiln_status_t run_cross_entropy(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  const int64_t rows = op->u.cross_entropy.n, cols = op->u.cross_entropy.c;
+  cl_mem work = NULL;
+  kiln_status_t status = KILN_OK;
+  if (rows > 0) {
+    status = kiln_cl_scratch_create(queue->device, (size_t)rows * sizeof(float), &work);
+    if (status != KILN_OK) return status;
+    const kiln_cl_arg_t args[] = {
+        KILN_CL_MEM(mem_of(&op->in[0])), KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(mem_of(&op->in[1])),
+        KILN_CL_LONG(op->in[1].offset),  KILN_CL_MEM(work),              KILN_CL_LONG(rows),
+        KILN_CL_LONG(cols),
+    };
+    status = launch_rows(queue, KILN_CL_PROGRAM_nn, "xent_rows", rows, cols, sizeof args / sizeof args[0], args);
+  }
+  /* n == 0 still writes the output: NaN, the mean of nothing. */
+  if (status == KILN_OK) {
+    const kiln_cl_arg_t args[] = {
+        KILN_CL_MEM(work), KILN_CL_MEM(mem_of(&op->out)), KILN_CL_LONG(op->out.offset), KILN_CL_LONG(rows),
+    };
+    status = launch_rows(queue, KILN_CL_PROGRAM_nn, "xent_mean", 1, rows, sizeof args / sizeof args[0], args);
+  }
+  if (work) clReleaseMemObject(work);
+  return status;
+}
+
+/* ---- GEMM ------------------------------------------------------------------------- */
+
+/* One GEMM on buffers: C[b] = op(A[b]) @ op(B[b]) for b < batch. */
+typedef struct gemm_t {
+  cl_mem a, b, c;
+  int64_t a_off, b_off, c_off;
+  int64_t batch, m, n, k;
+  bool trans_a, trans_b;
+  int64_t lda, ldb, ldc;
+  int64_t stride_a, stride_b, stride_c;
+} gemm_t;
+
+/* Whether the local-memory tiled kernel suits the device: a GPU (dedicated
+ * local memory) that runs 16 x 16 work-groups of it. */
+static bool gemm_use_tiled(kiln_backend_queue_t *queue) {
+  kiln_backend_device_t *device = queue->device;
+  if (device->is_cpu || device->local_mem_is_global) return false;
+  if (device->max_work_item_sizes[0] < 16 || device->max_work_item_sizes[1] < 16) return false;
+  if (device->local_mem_size < 2u * 16u * (KILN_CL_GEMM_TILE + 1) * sizeof(float)) return false;
+  size_t limit = 0;
+  if (group_limit(queue, KILN_CL_PROGRAM_gemm, "gemm_tiled", 256, &limit) != KILN_OK) return false;
+  return limit >= 256;
+}
+
+static kiln_status_t gemm_tiled(kiln_backend_queue_t *queue, const gemm_t *g) {
+  kiln_status_t status = KILN_OK;
+  for (int64_t first = 0; status == KILN_OK && first < g->batch; first += KILN_CL_MAX_BATCH_PER_LAUNCH) {
+    const int64_t count =
+        g->batch - first < KILN_CL_MAX_BATCH_PER_LAUNCH ? g->batch - first : KILN_CL_MAX_BATCH_PER_LAUNCH;
+    const kiln_cl_arg_t args[] = {
+        KILN_CL_MEM(g->a),
+        KILN_CL_LONG(g->a_off + first * g->stride_a),
+        KILN_CL_MEM(g->b),
+        KILN_CL_LONG(g->b_off + first * g->stride_b),
+        KILN_CL_MEM(g->c),
+        KILN_CL_LONG(g->c_off + first * g->stride_c),
+        KILN_CL_INT(g->m),
+        KILN_CL_INT(g->n),
+        KILN_CL_INT(g->k),
+        KILN_CL_LONG(g->lda),
+        KILN_CL_LONG(g->ldb),
+        KILN_CL_LONG(g->ldc),
+        KILN_CL_INT(g->trans_a ? 1 : 0),
+        KILN_CL_INT(g->trans_b ? 1 : 0),
+        KILN_CL_LONG(g->stride_a),
+        KILN_CL_LONG(g->stride_b),
+        KILN_CL_LONG(g->stride_c),
+    };
+    const size_t global[3] = {(size_t)((g->n + KILN_CL_GEMM_TILE - 1) / KILN_CL_GEMM_TILE) * 16,
+                              (size_t)((g->m + KILN_CL_GEMM_TILE - 1) / KILN_CL_GEMM_TILE) * 16, (size_t)count};
+    const size_t local[3] = {16, 16, 1};
+    status = kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, "gemm_tiled", 3, global, local, sizeof args / sizeof args[0],
+                            args);
+  }
+  return status;
+}
+
+/* Pack `count` batches of one operand (pack_a or pack_b) into `dst`. */
+static kiln_status_t gemm_pack(kiln_backend_queue_t *queue, const char *kernel, cl_mem src, int64_t src_off,
+                               cl_mem dst, int64_t rows, int64_t k, int64_t ld, bool trans, int64_t stride,
+                               int64_t blocks, int64_t per_batch, int64_t count) {
+  size_t wg = 1;
+  kiln_status_t status = group_limit(queue, KILN_CL_PROGRAM_gemm, kernel, 256, &wg);
+  if (status != KILN_OK) return status;
+  int64_t groups = (per_batch + (int64_t)wg - 1) / (int64_t)wg;
+  if (groups > KILN_CL_MAX_GROUPS / 4) groups = KILN_CL_MAX_GROUPS / 4;
+  if (groups < 1) groups = 1;
+  const kiln_cl_arg_t args[] = {
+      KILN_CL_MEM(src), KILN_CL_LONG(src_off), KILN_CL_MEM(dst),       KILN_CL_INT(rows),  KILN_CL_INT(k),
+      KILN_CL_LONG(ld), KILN_CL_INT(trans ? 1 : 0), KILN_CL_LONG(stride), KILN_CL_INT(blocks),
+  };
+  const size_t global[2] = {(size_t)groups * wg, (size_t)count};
+  const size_t local[2] = {wg, 1};
+  return kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, kernel, 2, global, local, sizeof args / sizeof args[0], args);
+}
+
+static kiln_status_t gemm_packed(kiln_backend_queue_t *queue, const gemm_t *g) {
+  kiln_backend_device_t *device = queue->device;
+  const int64_t mb = (g->m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM, nb = (g->n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
+  const int64_t a_elems = mb * KILN_CL_GEMM_RM * g->k, b_elems = nb * KILN_CL_GEMM_RN * g->k;
+  const bool shared_a = g->stride_a == 0; /* every batch multiplies the same A: pack it once */
+  /* Batches per round, so the panels stay within the scratch budget and the
+   * device's largest allocation. */
+  size_t budget = KILN_CL_SCRATCH_BUDGET;
+  if (device->max_alloc && device->max_alloc / 2 < budget) budget = (size_t)(device->max_alloc / 2);
+  const size_t per_batch = (size_t)(b_elems + (shared_a ? 0 : a_elems)) * sizeof(float);
+  int64_t round = per_batch ? (int64_t)(budget / per_batch) : g->batch;
+  if (round < 1) round = 1;
+  if (round > g->batch) round = g->batch;
+  if (round > KILN_CL_MAX_BATCH_PER_LAUNCH) round = KILN_CL_MAX_BATCH_PER_LAUNCH;
+
+  cl_mem pa = NULL, pb = NULL;
+  kiln_status_t status = KILN_OK;
+  if (g->k > 0) {
+    status = kiln_cl_scratch_create(device, (size_t)(a_elems * (shared_a ? 1 : round)) * sizeof(float), &pa);
+    if (status == KILN_OK) status = kiln_cl_scratch_create(device, (size_t)(b_elems * round) * sizeof(float), &pb);
+  }
+  /* The compute kernel's work-group: two column blocks by up to sixteen row
+   * blocks (measured best on PoCL), within the kernel's limits. */
+  size_t limit = 1;
+  if (status == KILN_OK) status = group_limit(queue, KILN_CL_PROGRAM_gemm, "gemm_packed", 32, &limit);
+  size_t lx = limit >= 2 ? 2 : 1;
+  size_t ly = limit / lx;
+  if (ly > 16) ly = 16;
+  if (device->max_work_item_sizes[1] && ly > device->max_work_item_sizes[1]) ly = device->max_work_item_sizes[1];
+  if (ly < 1) ly = 1;
+  for (int64_t first = 0; status == KILN_OK && first < g->batch; first += round) {
+    const int64_t count = g->batch - first < round ? g->batch - first : round;
+    if (g->k > 0) {
+      if (!shared_a || first == 0)
+        status = gemm_pack(queue, "gemm_pack_a", g->a, g->a_off + first * g->stride_a, pa, g->m, g->k, g->lda,
+                           g->trans_a, g->stride_a, mb, a_elems, shared_a ? 1 : count);
+      if (status == KILN_OK)
+        status = gemm_pack(queue, "gemm_pack_b", g->b, g->b_off + first * g->stride_b, pb, g->n, g->k, g->ldb,
+                           g->trans_b, g->stride_b, nb, b_elems, count);
+      if (status != KILN_OK) break;
+    }
+    const kiln_cl_arg_t args[] = {
+        KILN_CL_MEM(pa),
+        KILN_CL_MEM(pb),
+        KILN_CL_MEM(g->c),
+        KILN_CL_LONG(g->c_off + first * g->stride_c),
+        KILN_CL_INT(g->m),
+        KILN_CL_INT(g->n),
+        KILN_CL_INT(g->k),
+        KILN_CL_LONG(g->ldc),
+        KILN_CL_LONG(g->stride_c),
+        KILN_CL_INT(mb),
+        KILN_CL_INT(nb),
+        KILN_CL_LONG(shared_a ? 0 : a_elems),
+        KILN_CL_LONG(b_elems),
+    };
+    const size_t global[3] = {((size_t)nb + lx - 1) / lx * lx, ((size_t)mb + ly - 1) / ly * ly, (size_t)count};
+    const size_t local[3] = {lx, ly, 1};
+    status = kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, "gemm_packed", 3, global, local,
+                            sizeof args / sizeof args[0], args);
+  }
+  if (pa) clReleaseMemObject(pa);
+  if (pb) clReleaseMemObject(pb);
+  return status;
+}
+
+static kiln_status_t gemm_run(kiln_backend_queue_t *queue, const gemm_t *g) {
+  if (g->m == 0 || g->n == 0 || g->batch == 0) return KILN_OK;
+  if (!fits_i32(g->m) || !fits_i32(g->n) || !fits_i32(g->k) ||
+      !fits_i32((g->m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM * KILN_CL_GEMM_RM) ||
+      !fits_i32((g->n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN * KILN_CL_GEMM_RN))
+    return kiln_cl_error(KILN_OUT_OF_RESOURCES,
+                         "the native OpenCL matmul takes m, n, k below 2^31, got m=%lld n=%lld k=%lld; split the "
+                         "product",
+                         (long long)g->m, (long long)g->n, (long long)g->k);
+  return gemm_use_tiled(queue) ? gemm_tiled(queue, g) : gemm_packed(queue, g);
+}
+
+static kiln_status_t run_matmul(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  gemm_t g = {
+      .a = mem_of(&op->in[0]),
+      .b = mem_of(&op->in[1]),
+      .c = mem_of(&op->out),
+      .a_off = (int64_t)op->in[0].offset,
+      .b_off = (int64_t)op->in[1].offset,
+      .c_off = (int64_t)op->out.offset,
+      .batch = op->u.matmul.batch,
+      .m = op->u.matmul.m,
+      .n = op->u.matmul.n,
+      .k = op->u.matmul.k,
+      .trans_a = op->u.matmul.trans_a,
+      .trans_b = op->u.matmul.trans_b,
+      .lda = op->u.matmul.lda,
+      .ldb = op->u.matmul.ldb,
+      .ldc = op->u.matmul.ldc,
+      .stride_a = op->u.matmul.stride_a,
+      .stride_b = op->u.matmul.stride_b,
+      .stride_c = op->u.matmul.stride_c,
+  };
+  return gemm_run(queue, &g);
+}
+
+/* ---- convolution and pooling ------------------------------------------------------- */
+
+static kiln_status_t run_conv2d(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
+  const int64_t k = op->u.conv2d.k, r = op->u.conv2d.r, s = op->u.conv2d.s, p = op->u.conv2d.p, q = op->u.conv2d.q;
+  const int64_t crs = c * r * s, pq = p * q;
+  if (n * k * pq == 0) return KILN_OK;
+  if (!fits_i32(crs) || !fits_i32(pq) || !fits_i32(k))
+    return kiln_cl_error(KILN_OUT_OF_RESOURCES,
+                         "the native OpenCL conv2d needs c*r*s, p*q and k below 2^31, got %lld, %lld, %lld",
+                         (long long)crs, (long long)pq, (long long)k);
+  const cl_mem x = mem_of(&op->in[0]), y = mem_of(&op->out);
+  const int64_t x_off = (int64_t)op->in[0].offset, y_off = (int64_t)op->out.offset;
+  /* Per image: Y[k, pq] = W[k, crs] @ columns[crs, pq]. */
+  gemm_t g = {
+      .a = mem_of(&op->in[1]),
+      .a_off = (int64_t)op->in[1].offset,
+      .m = k,
+      .n = pq,
+      .k = crs,
+      .lda = crs,
+      .ldb = pq,
+      .ldc = pq,
+      .stride_a = 0,
+      .stride_b = crs * pq,
+      .stride_c = k * pq,
+  };
+  kiln_status_t status = KILN_OK;
+  const bool pointwise = r == 1 && s == 1 && op->u.conv2d.stride[0] == 1 && op->u.conv2d.stride[1] == 1 &&
+                         op->u.conv2d.pad[0] == 0 && op->u.conv2d.pad[1] == 0 && p == h && q == w;
+  if (pointwise) {
+    /* A 1x1 convolution is already a GEMM over each image: no columns. */
+    g.b = x;
+    g.b_off = x_off;
+    g.c = y;
+    g.c_off = y_off;
+    g.batch = n;
+    status = gemm_run(queue, &g);
+  } else {
+    const size_t per_image = (size_t)crs * (size_t)pq * sizeof(float);
+    kiln_backend_device_t *device = queue->device;
+    size_t budget = KILN_CL_SCRATCH_BUDGET;
+    if (device->max_alloc && device->max_alloc / 2 < budget) budget = (size_t)(device->max_alloc / 2);
+    int64_t step = per_image ? (int64_t)(budget / per_image) : n;
+    if (step < 1) step = 1;
+    if (step > n) step = n;
+    cl_mem cols = NULL;
+    if (per_image > 0) status = kiln_cl_scratch_create(device, per_image * (size_t)step, &cols);
+    for (int64_t first = 0; status == KILN_OK && first < n; first += step) {
+      const int64_t count = n - first < step ? n - first : step;
+      if (crs > 0) {
+        const kiln_cl_arg_t args[] = {
+            KILN_CL_MEM(x),
+            KILN_CL_LONG(x_off + first * c * h * w),
+            KILN_CL_MEM(cols),
+            KILN_CL_LONG(count),
+            KILN_CL_LONG(c),
+            KILN_CL_LONG(h),
+            KILN_CL_LONG(w),
+            KILN_CL_LONG(r),
+            KILN_CL_LONG(s),
+            KILN_CL_LONG(p),
+            KILN_CL_LONG(q),
+            KILN_CL_INT(op->u.conv2d.stride[0]),
+            KILN_CL_INT(op->u.conv2d.stride[1]),
+            KILN_CL_INT(op->u.conv2d.pad[0]),
+            KILN_CL_INT(op->u.conv2d.pad[1]),
+            KILN_CL_INT(op->u.conv2d.dil[0]),
+            KILN_CL_INT(op->u.conv2d.dil[1]),
+        };
+        status = launch_flat(queue, KILN_CL_PROGRAM_conv, "im2col_f32", count * crs * pq,
+                             sizeof args / sizeof args[0], args);
+        if (status != KILN_OK) break;
+      }
+      g.b = cols;
+      g.b_off = 0;
+      g.c = y;
+      g.c_off = y_off + first * k * pq;
+      g.batch = count;
+      status = gemm_run(queue, &g);
+    }
+    if (cols) clReleaseMemObject(cols);
+  }
+  if (status == KILN_OK && op->u.conv2d.has_bias) {
+    const kiln_cl_arg_t args[] = {
+        KILN_CL_MEM(y), KILN_CL_LONG(y_off), KILN_CL_MEM(mem_of(&op->in[2])), KILN_CL_LONG(op->in[2].offset),
+        KILN_CL_LONG(n), KILN_CL_LONG(k),    KILN_CL_LONG(pq),
+    };
+    status = launch_flat(queue, KILN_CL_PROGRAM_conv, "bias_nchw_f32", n * k * pq, sizeof args / sizeof args[0], args);
+  }
+  return status;
+}
+
+static kiln_status_t run_max_pool2d(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  const int64_t planes = op->u.pool2d.n * op->u.pool2d.c, p = op->u.pool2d.p, q = op->u.pool2d.q;
+  if (planes * p * q == 0) return KILN_OK;
+  const kiln_cl_arg_t args[] = {
+      KILN_CL_MEM(mem_of(&op->in[0])),    KILN_CL_LONG(op->in[0].offset),     KILN_CL_MEM(mem_of(&op->out)),
+      KILN_CL_LONG(op->out.offset),       KILN_CL_LONG(planes),               KILN_CL_LONG(op->u.pool2d.h),
+      KILN_CL_LONG(op->u.pool2d.w),       KILN_CL_LONG(p),                    KILN_CL_LONG(q),
+      KILN_CL_INT(op->u.pool2d.kernel[0]), KILN_CL_INT(op->u.pool2d.kernel[1]), KILN_CL_INT(op->u.pool2d.stride[0]),
+      KILN_CL_INT(op->u.pool2d.stride[1]), KILN_CL_INT(op->u.pool2d.pad[0]),    KILN_CL_INT(op->u.pool2d.pad[1]),
+  };
+  return launch_flat(queue, KILN_CL_PROGRAM_conv, "max_pool2d_f32", planes * p * q, sizeof args / sizeof args[0],
+                     args);
+}
+
+/* ---- dispatch ----------------------------------------------------------------------- */
+
+static kiln_status_t run_native(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  switch (op->kind) {
+  case KILN_OP_FILL:
+  case KILN_OP_ARANGE:
+  case KILN_OP_RANDOM: return numel_of(&op->out) ? run_generate(queue, op) : KILN_OK;
+  case KILN_OP_COPY:
+  case KILN_OP_UNARY:
+  case KILN_OP_BINARY:
+  case KILN_OP_BINARY_SCALAR: return numel_of(&op->out) ? run_elementwise(queue, op) : KILN_OK;
+  case KILN_OP_MATMUL: return run_matmul(queue, op);
+  case KILN_OP_REDUCE: return run_reduce(queue, op);
+  case KILN_OP_SOFTMAX: return run_softmax(queue, op);
+  case KILN_OP_CROSS_ENTROPY: return run_cross_entropy(queue, op);
+  case KILN_OP_CONV2D: return run_conv2d(queue, op);
+  case KILN_OP_MAX_POOL2D: return run_max_pool2d(queue, op);
+  default: return kiln_cl_error(KILN_UNSUPPORTED, "the OpenCL backend does not know op kind %d", (int)op->kind);
+  }
 }
 
 kiln_status_t kiln_cl_op_run(kiln_backend_queue_t *queue, kiln_provider_t provider, const kiln_op_t *op) {
-  (void)queue;
-  (void)provider;
-  return kiln_cl_error(KILN_UNSUPPORTED, "OpenCL op %d: the native kernels are being written", (int)op->kind);
+  if (!native_supports(op))
+    return kiln_cl_error(KILN_UNSUPPORTED,
+                         "the OpenCL backend has no kernel for %s on %s (output %s); convert the operands to a "
+                         "supported dtype (f32, or i32 where the op has an integer formula)",
+                         op_kind_name(op->kind), dtype_name(op->in[0].dtype), dtype_name(op->out.dtype));
+  switch (provider) {
+  case KILN_PROVIDER_NATIVE: return run_native(queue, op);
+  case KILN_PROVIDER_CLBLAST:
+    if (op->kind != KILN_OP_MATMUL)
+      return kiln_cl_error(KILN_UNSUPPORTED, "provider 'clblast' runs only matmul (f32) on OpenCL, not %s; use 'native'",
+                           op_kind_name(op->kind));
+    if (!kiln_cl_clblast_available())
+      return kiln_cl_error(KILN_UNSUPPORTED, "provider 'clblast' is not available (libclblast.so.1 was not loaded); "
+                                             "use 'native'");
+    return kiln_cl_clblast_matmul(queue, op);
+  default:
+    return kiln_cl_error(KILN_UNSUPPORTED, "provider '%s' does not exist on the OpenCL backend; use 'native'%s",
+                         provider_name(provider), op->kind == KILN_OP_MATMUL ? " or 'clblast'" : "");
+  }
 }
