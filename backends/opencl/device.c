@@ -182,10 +182,10 @@ static void describe(kiln_backend_device_t *d, const char *platform_name, const 
   snprintf(desc->runtime_version, sizeof desc->runtime_version, "%s", platform_version);
   snprintf(desc->platform, sizeof desc->platform, "%s", platform_name);
 
-  /* Oclgrind claims every type at once: it is a simulator, an accelerator
-   * for kiln's purposes, never "the GPU" a program should default to. */
+  /* Oclgrind claims every type at once: it is a simulator, "other" for
+   * kiln's purposes, never "the GPU" a program should default to. */
   if (d->vendor == KILN_CL_VENDOR_OCLGRIND)
-    desc->type = KILN_DEVICE_ACCELERATOR;
+    desc->type = KILN_DEVICE_OTHER;
   else if (d->cl_type & CL_DEVICE_TYPE_GPU)
     desc->type = KILN_DEVICE_GPU;
   else if (d->cl_type & CL_DEVICE_TYPE_ACCELERATOR)
@@ -210,6 +210,14 @@ static void describe(kiln_backend_device_t *d, const char *platform_name, const 
 
   char text[512];
   device_string(d->device, CL_DEVICE_OPENCL_C_VERSION, text, sizeof text);
+  if (!desc->compute_capability[0]) {
+    /* Elsewhere the OpenCL C version says what kernels can use: "OpenCL C
+     * 1.2" without the driver's suffix. */
+    int words = 0;
+    size_t n = 0;
+    while (text[n] && !(text[n] == ' ' && ++words == 3)) n++;
+    snprintf(desc->compute_capability, sizeof desc->compute_capability, "%.*s", (int)n, text);
+  }
   add_property(desc, "opencl_c_version", "%s", text);
   device_string(d->device, CL_DEVICE_VERSION, text, sizeof text);
   add_property(desc, "device_version", "%s", text);
@@ -390,13 +398,15 @@ static kiln_status_t cl_initialize(const kiln_host_t *host) {
   cl_uint platform_count = 0;
   cl_int err = clGetPlatformIDs(0, NULL, &platform_count);
   if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR: the ICD loader found none */ || (err == CL_SUCCESS && !platform_count)) {
+    /* Not an error: the backend works and has nothing to show. The message
+     * becomes the reason devinfo gives for "no device". */
     const char *vendors = getenv("OCL_ICD_VENDORS");
     snprintf(version_text, sizeof version_text, "OpenCL ICD loader, no platform");
-    return kiln_cl_error(KILN_UNAVAILABLE,
-                         "no OpenCL platform: the ICD loader (libOpenCL.so.1) found no driver registered in %s; "
-                         "install one (PoCL for the CPU, or a GPU vendor's OpenCL driver); clinfo shows what the "
-                         "loader finds",
-                         vendors && *vendors ? vendors : "/etc/OpenCL/vendors");
+    kiln_cl_error(KILN_UNAVAILABLE,
+                  "no OpenCL platform: the ICD loader (libOpenCL.so.1) found no driver registered in %s; install one "
+                  "(PoCL for the CPU, or a GPU vendor's OpenCL driver); clinfo shows what the loader finds",
+                  vendors && *vendors ? vendors : "/etc/OpenCL/vendors");
+    return KILN_OK;
   }
   if (err != CL_SUCCESS)
     return kiln_cl_error(KILN_UNAVAILABLE, "clGetPlatformIDs failed: %s (%d); check the OpenCL installation with clinfo",
