@@ -56,7 +56,16 @@ struct kiln_backend_queue_t {
   _Atomic uint32_t tail_sleepers; /* the worker, when it sleeps */
   /* Commands completed so far (written by the worker). */
   _Alignas(64) _Atomic uint32_t head;
-  _Atomic uint32_t head_sleepers; /* finish, blocking transfers, a full ring */
+  /* Threads asleep until head reaches a target (finish, blocking transfers,
+   * a producer facing a full ring), and the smallest target among them: the
+   * worker makes the wake-up system call only when head reaches it, not on
+   * every command. Sleepers sleep on wake_gen, which the worker bumps (under
+   * wait_lock, after resetting wake_at) before it wakes them; each woken
+   * sleeper registers its target again. */
+  _Atomic uint32_t head_sleepers;
+  _Atomic uint32_t wake_at;
+  _Atomic uint32_t wake_gen;
+  pthread_mutex_t wait_lock;
 
   /* The first asynchronous error since the last finish. */
   _Alignas(64) pthread_mutex_t error_lock;
@@ -142,6 +151,59 @@ static bool execute(kiln_backend_queue_t *q, cmd_t *c) {
   return true;
 }
 
+/* Whether head has reached `target` (both count commands, modulo 2^32). */
+static inline bool head_reached(uint32_t head, uint32_t target) { return (int32_t)(head - target) >= 0; }
+
+/* The worker's half: wake the sleepers once head reaches the smallest target. */
+static inline void wake_head_sleepers(kiln_backend_queue_t *q, uint32_t head) {
+  if (atomic_load(&q->head_sleepers) == 0 || !head_reached(head, atomic_load(&q->wake_at))) return;
+  pthread_mutex_lock(&q->wait_lock);
+  const bool wake = atomic_load(&q->head_sleepers) != 0 && head_reached(head, atomic_load(&q->wake_at));
+  if (wake) {
+    /* No target until the woken sleepers register theirs again. */
+    atomic_store(&q->wake_at, head + INT32_MAX);
+    atomic_fetch_add(&q->wake_gen, 1);
+  }
+  pthread_mutex_unlock(&q->wait_lock);
+  if (wake) kiln_cpu_futex_wake_all(&q->wake_gen);
+}
+
+/* Block until head reaches `target`. With `spin`, first spin for a while
+ * (the wait may be short); without, sleep at once (a producer facing a full
+ * ring waits for hundreds of commands, and spinning would take a core from
+ * the worker and the pool on a small machine). */
+static void wait_head(kiln_backend_queue_t *q, uint32_t target, bool spin) {
+  uint32_t head = atomic_load_explicit(&q->head, memory_order_acquire);
+  if (head_reached(head, target)) return;
+  if (spin) {
+    const uint64_t deadline = kiln_cpu_now_ns() + KILN_CPU_SPIN_NS;
+    for (unsigned i = 1; !head_reached(head, target); i++) {
+      kiln_cpu_relax();
+      head = atomic_load_explicit(&q->head, memory_order_acquire);
+      if ((i & 63) == 0 && kiln_cpu_now_ns() > deadline) break;
+    }
+    if (head_reached(head, target)) return;
+  }
+  pthread_mutex_lock(&q->wait_lock);
+  for (;;) {
+    /* Register (seq_cst), then look at head again: either this sees the
+     * worker's latest head or the worker sees this registration. */
+    if (atomic_fetch_add(&q->head_sleepers, 1) == 0 || !head_reached(target, atomic_load(&q->wake_at)))
+      atomic_store(&q->wake_at, target);
+    const uint32_t gen = atomic_load(&q->wake_gen);
+    head = atomic_load(&q->head);
+    if (head_reached(head, target)) {
+      atomic_fetch_sub(&q->head_sleepers, 1);
+      break;
+    }
+    pthread_mutex_unlock(&q->wait_lock);
+    kiln_cpu_futex_wait(&q->wake_gen, gen);
+    pthread_mutex_lock(&q->wait_lock);
+    atomic_fetch_sub(&q->head_sleepers, 1);
+  }
+  pthread_mutex_unlock(&q->wait_lock);
+}
+
 static void *worker_main(void *arg) {
   kiln_backend_queue_t *q = arg;
   uint32_t head = 0;
@@ -152,7 +214,7 @@ static void *worker_main(void *arg) {
       bool more = execute(q, &q->ring[head & (KILN_CPU_RING_SLOTS - 1)]);
       head++;
       atomic_store(&q->head, head);
-      kiln_cpu_wake(&q->head, &q->head_sleepers);
+      wake_head_sleepers(q, head);
       if (!more) return NULL;
     }
   }
@@ -167,8 +229,13 @@ static cmd_t *reserve(kiln_backend_queue_t *q, uint32_t *out_seq) {
   uint32_t tail = atomic_load_explicit(&q->tail, memory_order_relaxed);
   if (tail - q->cached_head >= KILN_CPU_RING_SLOTS) {
     q->cached_head = atomic_load_explicit(&q->head, memory_order_acquire);
-    while (tail - q->cached_head >= KILN_CPU_RING_SLOTS)
-      q->cached_head = kiln_cpu_wait_change(&q->head, q->cached_head, &q->head_sleepers);
+    if (tail - q->cached_head >= KILN_CPU_RING_SLOTS) {
+      /* Full: sleep until the worker has drained half the ring, so that the
+       * producer wakes once per KILN_CPU_RING_SLOTS / 2 commands instead of
+       * taking turns with the worker command by command. */
+      wait_head(q, tail - KILN_CPU_RING_SLOTS / 2, false);
+      q->cached_head = atomic_load_explicit(&q->head, memory_order_acquire);
+    }
   }
   *out_seq = tail;
   return &q->ring[tail & (KILN_CPU_RING_SLOTS - 1)];
@@ -181,12 +248,7 @@ static void publish(kiln_backend_queue_t *q, uint32_t seq) {
 }
 
 /* Block until command `seq` completed. */
-static void wait_done(kiln_backend_queue_t *q, uint32_t seq) {
-  const uint32_t target = seq + 1;
-  for (uint32_t head = atomic_load_explicit(&q->head, memory_order_acquire); (int32_t)(head - target) < 0;
-       head = atomic_load_explicit(&q->head, memory_order_acquire))
-    kiln_cpu_wait_change(&q->head, head, &q->head_sleepers);
-}
+static void wait_done(kiln_backend_queue_t *q, uint32_t seq) { wait_head(q, seq + 1, true); }
 
 kiln_status_t kiln_cpu_queue_create(kiln_backend_device_t *device, kiln_backend_queue_t **out_queue) {
   kiln_backend_queue_t *q = aligned_alloc(64, (sizeof *q + 63) / 64 * 64);
@@ -200,10 +262,13 @@ kiln_status_t kiln_cpu_queue_create(kiln_backend_device_t *device, kiln_backend_
   }
   pthread_mutex_init(&q->producer_lock, NULL);
   pthread_mutex_init(&q->error_lock, NULL);
+  pthread_mutex_init(&q->wait_lock, NULL);
   atomic_init(&q->tail, 0);
   atomic_init(&q->head, 0);
   atomic_init(&q->tail_sleepers, 0);
   atomic_init(&q->head_sleepers, 0);
+  atomic_init(&q->wake_at, INT32_MAX);
+  atomic_init(&q->wake_gen, 0);
 
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -213,6 +278,7 @@ kiln_status_t kiln_cpu_queue_create(kiln_backend_device_t *device, kiln_backend_
   if (rc != 0) {
     pthread_mutex_destroy(&q->producer_lock);
     pthread_mutex_destroy(&q->error_lock);
+    pthread_mutex_destroy(&q->wait_lock);
     free(q->ring);
     free(q);
     return kiln_cpu_host.set_error(KILN_OUT_OF_RESOURCES,
@@ -237,6 +303,7 @@ void kiln_cpu_queue_destroy(kiln_backend_queue_t *q) {
   pthread_join(q->worker, NULL);
   pthread_mutex_destroy(&q->producer_lock);
   pthread_mutex_destroy(&q->error_lock);
+  pthread_mutex_destroy(&q->wait_lock);
   free(q->ring);
   free(q);
 }
