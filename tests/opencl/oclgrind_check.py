@@ -110,14 +110,20 @@ def run_checked(args):
     found = [i for i, line in enumerate(lines) if DIAGNOSTICS.search(line)]
     api = [i for i, line in enumerate(lines) if API_ERROR.search(line)]
     # Oclgrind's report spans the lines after the headline (kernel, work-item,
-    # the source line): show them whole.
-    shown = set()
-    for i in (found + api)[:20]:
-        for j in range(i, min(i + 8, len(lines))):
-            shown.add(j)
-    if shown:
-        sys.stderr.write("\n".join(lines[j] for j in sorted(shown)) + "\n")
-    elif lines:
+    # the source line). Show the first report of each (diagnostic, kernel)
+    # whole, and how often each came: hundreds of work-items repeat one bug.
+    groups = {}
+    for i in found + api:
+        block = lines[i:i + 8]
+        kernel = next((l.strip() for l in block[1:] if l.strip().startswith(("Kernel:", "Function:"))), "")
+        headline = re.sub(r"0x[0-9a-fA-F]+", "ADDR", lines[i].strip())
+        key = (headline, kernel)
+        if key not in groups:
+            groups[key] = [0, block]
+        groups[key][0] += 1
+    for (headline, kernel), (count, block) in sorted(groups.items(), key=lambda kv: -kv[1][0]):
+        sys.stderr.write("%dx %s [%s]\n%s\n\n" % (count, headline, kernel or "-", "\n".join(block)))
+    if not groups and lines:
         sys.stderr.write("\n".join(lines[-40:]) + "\n")
     if proc.returncode == SKIP:
         return SKIP
