@@ -1,6 +1,694 @@
-/* tests/test_bad_input.c: placeholder while the suite is written. */
-#include <stdio.h>
+/* tests/test_bad_input.c: every public call given bad input returns the right status and a message that names it, without crashing or leaking. */
+#include <errno.h>
+#include <stdint.h>
+
+#include "common.h"
+
+/* Under AddressSanitizer a request for petabytes must come back as NULL, as
+ * malloc's does, not end the process: that is what kiln is tested for here. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+
+/* A NULL argument: KILN_INVALID_ARGUMENT, and the message names it. */
+#define KT_NULL_ARG(call, name)                                                                          \
+  do {                                                                                                   \
+    kiln_clear_error();                                                                                  \
+    kiln_status_t kt_s_ = (call);                                                                        \
+    ck_assert_msg(kt_s_ == KILN_INVALID_ARGUMENT, "%s -> %s, expected INVALID_ARGUMENT: %s", #call,       \
+                  kiln_status_name(kt_s_), kiln_last_error());                                          \
+    ck_assert_msg(strstr(kiln_last_error(), name) && strstr(kiln_last_error(), "NULL"),                 \
+                  "%s: message \"%s\" does not name the NULL argument %s", #call, kiln_last_error(), name); \
+    ck_assert_int_eq(kiln_last_status(), KILN_INVALID_ARGUMENT);                                         \
+  } while (0)
+
+/* A failure whose message contains every one of up to three needles. */
+#define KT_FAILS3(call, code, n1, n2, n3)                                                                \
+  do {                                                                                                   \
+    KT_FAILS(call, code, n1);                                                                            \
+    ck_assert_msg(strstr(kiln_last_error(), n2) != NULL, "%s: message \"%s\" lacks \"%s\"", #call,       \
+                  kiln_last_error(), n2);                                                                \
+    ck_assert_msg(strstr(kiln_last_error(), n3) != NULL, "%s: message \"%s\" lacks \"%s\"", #call,       \
+                  kiln_last_error(), n3);                                                                \
+  } while (0)
+
+static const char *const kt_vars[] = {"KILN_BACKEND", "KILN_DEVICE", "KILN_POLICY", "KILN_PROVIDER",
+                                      "KILN_CPU_DEVICES", "KILN_BACKEND_PATH", "KILN_LOG"};
+static char kt_backend_path[4096];
+
+/* A clean environment for a CPU-only start (the private cache stays). */
+static void kt_env_reset(void) {
+  kiln_deinitialize();
+  for (size_t i = 0; i < sizeof kt_vars / sizeof kt_vars[0]; i++) unsetenv(kt_vars[i]);
+  if (kt_backend_path[0]) setenv("KILN_BACKEND_PATH", kt_backend_path, 1);
+  setenv("KILN_BACKEND", "cpu", 1);
+}
+
+static kiln_device_t *kt_cpu(void) {
+  kiln_device_t *d = NULL;
+  KT_OK(kiln_device_find("cpu:0", &d));
+  return d;
+}
+
+static kiln_tensor_t *kt_tensor(kiln_dtype_t dtype, int ndim, const int64_t *shape) {
+  kiln_tensor_t *t = NULL;
+  KT_OK(kiln_tensor_ones(kt_cpu(), dtype, ndim, shape, &t));
+  return t;
+}
+
+/* ---- NULL handles ---------------------------------------------------------------- */
+
+START_TEST(test_null_device_calls) {
+  kt_env_reset();
+  kiln_device_t *d = NULL;
+  size_t n = 0;
+  kiln_device_info_t info;
+  kiln_backend_info_t binfo;
+  const char *key, *value;
+  KT_NULL_ARG(kiln_device_count(NULL), "out_count");
+  KT_NULL_ARG(kiln_device_get(0, NULL), "out_device");
+  KT_NULL_ARG(kiln_device_default(NULL), "out_device");
+  KT_NULL_ARG(kiln_device_find(NULL, &d), "selector");
+  KT_NULL_ARG(kiln_device_find("cpu:0", NULL), "out_device");
+  KT_NULL_ARG(kiln_try_all_gpus(NULL, 2, &n), "out_devices");
+  KT_NULL_ARG(kiln_try_all_gpus(&d, 1, NULL), "out_count");
+  KT_NULL_ARG(kiln_device_info(NULL, &info), "device");
+  KT_NULL_ARG(kiln_device_info(kt_cpu(), NULL), "out_info");
+  KT_NULL_ARG(kiln_device_property(NULL, 0, &key, &value), "device");
+  KT_NULL_ARG(kiln_device_property(kt_cpu(), 0, NULL, &value), "out_key");
+  KT_NULL_ARG(kiln_device_check(NULL), "device");
+  KT_NULL_ARG(kiln_backend_count(NULL), "out_count");
+  KT_NULL_ARG(kiln_backend_info(0, NULL), "out_info");
+  /* Queries that cannot fail answer harmlessly. */
+  ck_assert_ptr_null(kiln_device_retain(NULL));
+  kiln_device_release(NULL);
+  ck_assert_str_eq(kiln_device_selector(NULL), "");
+  ck_assert_ptr_nonnull(kiln_device_name(NULL));
+  ck_assert_uint_eq(kiln_device_property_count(NULL), 0);
+  ck_assert_ptr_null(kiln_device_providers(NULL, "matmul"));
+  ck_assert_ptr_null(kiln_device_providers(kt_cpu(), NULL));
+  ck_assert_ptr_null(kiln_device_providers(kt_cpu(), "gemm"));
+  /* An index past the end. */
+  KT_FAILS(kiln_device_get(999, &d), KILN_NOT_FOUND, "999");
+  KT_FAILS(kiln_backend_info(99, &binfo), KILN_NOT_FOUND, "99");
+  KT_FAILS(kiln_device_property(kt_cpu(), 9999, &key, &value), KILN_NOT_FOUND, "9999");
+  /* A pointer that is not one of kiln's devices is refused, not followed. */
+  kiln_device_t *fake = (kiln_device_t *)&info;
+  KT_FAILS(kiln_device_info(fake, &info), KILN_INVALID_ARGUMENT, "is not a device of this kiln");
+  kiln_deinitialize();
+}
+END_TEST
+
+START_TEST(test_null_queue_calls) {
+  kt_env_reset();
+  kiln_device_t *dev = kt_cpu();
+  kiln_queue_t *q = NULL;
+  kiln_event_t *e = NULL;
+  double ms;
+  KT_NULL_ARG(kiln_queue_create(NULL, &q), "device");
+  KT_NULL_ARG(kiln_queue_create(dev, NULL), "out_queue");
+  KT_NULL_ARG(kiln_device_set_current_queue(NULL, NULL), "device");
+  KT_NULL_ARG(kiln_queue_finish(NULL), "queue");
+  KT_NULL_ARG(kiln_queue_record(NULL, &e), "queue");
+  q = kiln_device_default_queue(dev);
+  ck_assert_ptr_nonnull(q);
+  KT_NULL_ARG(kiln_queue_record(q, NULL), "out_event");
+  KT_NULL_ARG(kiln_queue_wait(NULL, NULL), "queue");
+  KT_NULL_ARG(kiln_queue_wait(q, NULL), "event");
+  KT_NULL_ARG(kiln_event_wait(NULL), "event");
+  KT_NULL_ARG(kiln_event_query(NULL), "event");
+  KT_OK(kiln_queue_record(q, &e));
+  KT_NULL_ARG(kiln_event_elapsed(NULL, e, &ms), "start");
+  KT_NULL_ARG(kiln_event_elapsed(e, NULL, &ms), "end");
+  KT_NULL_ARG(kiln_event_elapsed(e, e, NULL), "out_ms");
+  kiln_event_release(e);
+  ck_assert_ptr_null(kiln_device_default_queue(NULL));
+  ck_assert_ptr_null(kiln_device_current_queue(NULL));
+  ck_assert_ptr_null(kiln_queue_device(NULL));
+  ck_assert_ptr_null(kiln_queue_retain(NULL));
+  kiln_queue_release(NULL);
+  ck_assert_ptr_null(kiln_event_retain(NULL));
+  kiln_event_release(NULL);
+  kiln_deinitialize();
+}
+END_TEST
+
+START_TEST(test_null_buffer_calls) {
+  kt_env_reset();
+  kiln_device_t *dev = kt_cpu();
+  kiln_queue_t *q = kiln_device_default_queue(dev);
+  kiln_buffer_t *b = NULL, *b2 = NULL;
+  char host[64] = {0};
+  const uint32_t pattern = 0;
+  KT_NULL_ARG(kiln_buffer_create(NULL, 16, &b), "device");
+  KT_NULL_ARG(kiln_buffer_create(dev, 16, NULL), "out_buffer");
+  KT_OK(kiln_buffer_create(dev, 64, &b));
+  KT_OK(kiln_buffer_create(dev, 64, &b2));
+  KT_NULL_ARG(kiln_buffer_write(NULL, b, 0, host, 4, true, 0, NULL, NULL), "queue");
+  KT_NULL_ARG(kiln_buffer_write(q, NULL, 0, host, 4, true, 0, NULL, NULL), "buffer");
+  KT_NULL_ARG(kiln_buffer_write(q, b, 0, NULL, 4, true, 0, NULL, NULL), "host");
+  KT_NULL_ARG(kiln_buffer_read(NULL, b, 0, host, 4, true, 0, NULL, NULL), "queue");
+  KT_NULL_ARG(kiln_buffer_read(q, NULL, 0, host, 4, true, 0, NULL, NULL), "buffer");
+  KT_NULL_ARG(kiln_buffer_read(q, b, 0, NULL, 4, true, 0, NULL, NULL), "host");
+  KT_NULL_ARG(kiln_buffer_read(q, b, 0, host, 4, true, 2, NULL, NULL), "wait list");
+  KT_NULL_ARG(kiln_buffer_copy(NULL, b, 0, b2, 0, 4, 0, NULL, NULL), "queue");
+  KT_NULL_ARG(kiln_buffer_copy(q, NULL, 0, b2, 0, 4, 0, NULL, NULL), "src");
+  KT_NULL_ARG(kiln_buffer_copy(q, b, 0, NULL, 0, 4, 0, NULL, NULL), "buffer");
+  KT_NULL_ARG(kiln_buffer_fill(NULL, b, 0, 4, &pattern, 4, 0, NULL, NULL), "queue");
+  KT_NULL_ARG(kiln_buffer_fill(q, NULL, 0, 4, &pattern, 4, 0, NULL, NULL), "buffer");
+  KT_NULL_ARG(kiln_buffer_fill(q, b, 0, 4, NULL, 4, 0, NULL, NULL), "is NULL");
+  /* Ranges past the end, and patterns of a size the fill does not take. */
+  KT_FAILS(kiln_buffer_write(q, b, 60, host, 8, true, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "64");
+  KT_FAILS(kiln_buffer_read(q, b, SIZE_MAX, host, 2, true, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "64");
+  KT_FAILS(kiln_buffer_copy(q, b, 32, b2, 0, 40, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "64");
+  KT_FAILS(kiln_buffer_fill(q, b, 0, 12, &pattern, 3, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "3");
+  KT_FAILS(kiln_buffer_fill(q, b, 0, 6, &pattern, 4, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "6");
+  ck_assert_uint_eq(kiln_buffer_size(NULL), 0);
+  ck_assert_ptr_null(kiln_buffer_device(NULL));
+  ck_assert_ptr_null(kiln_buffer_retain(NULL));
+  kiln_buffer_release(NULL);
+  kiln_buffer_release(b);
+  kiln_buffer_release(b2);
+  kiln_deinitialize();
+}
+END_TEST
+
+START_TEST(test_null_tensor_calls) {
+  kt_env_reset();
+  kiln_device_t *dev = kt_cpu();
+  const int64_t s2[2] = {2, 3};
+  kiln_tensor_t *t = kt_tensor(KILN_F32, 2, s2), *out = NULL;
+  float host[6];
+  double v;
+  int perm[2] = {1, 0};
+  const kiln_pool2d_params_t pool = {{1, 1}, {1, 1}, {0, 0}};
+
+  KT_NULL_ARG(kiln_tensor_empty(NULL, KILN_F32, 2, s2, &out), "device");
+  KT_NULL_ARG(kiln_tensor_empty(dev, KILN_F32, 2, s2, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_empty(dev, KILN_F32, 2, NULL, &out), "shape");
+  KT_NULL_ARG(kiln_tensor_zeros(NULL, KILN_F32, 2, s2, &out), "device");
+  KT_NULL_ARG(kiln_tensor_ones(dev, KILN_F32, 2, s2, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_full(NULL, KILN_F32, 2, s2, 1.0, &out), "device");
+  KT_NULL_ARG(kiln_tensor_arange(NULL, KILN_F32, 0, 4, 1, &out), "device");
+  KT_NULL_ARG(kiln_tensor_arange(dev, KILN_F32, 0, 4, 1, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_from_host(NULL, KILN_F32, 2, s2, host, &out), "device");
+  KT_NULL_ARG(kiln_tensor_from_host(dev, KILN_F32, 2, s2, NULL, &out), "data");
+  KT_NULL_ARG(kiln_tensor_uniform(NULL, 2, s2, 1, 0, 1, &out), "device");
+  KT_NULL_ARG(kiln_tensor_normal(dev, 2, s2, 1, 0, 1, NULL), "out");
+
+  KT_NULL_ARG(kiln_tensor_read(NULL, host, sizeof host), "tensor");
+  KT_NULL_ARG(kiln_tensor_read(t, NULL, sizeof host), "host");
+  KT_NULL_ARG(kiln_tensor_item(NULL, &v), "tensor");
+  KT_NULL_ARG(kiln_tensor_copy(NULL, dev, &out), "tensor");
+  KT_NULL_ARG(kiln_tensor_copy(t, NULL, &out), "device");
+  KT_NULL_ARG(kiln_tensor_copy(t, dev, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_to(NULL, dev, &out), "tensor");
+  KT_NULL_ARG(kiln_tensor_to(t, NULL, &out), "device");
+  KT_NULL_ARG(kiln_tensor_reshape(NULL, 1, (const int64_t[]){6}, &out), "tensor");
+  KT_NULL_ARG(kiln_tensor_reshape(t, 1, NULL, &out), "shape");
+  KT_NULL_ARG(kiln_tensor_reshape(t, 1, (const int64_t[]){6}, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_transpose(NULL, 0, 1, &out), "tensor");
+  KT_NULL_ARG(kiln_tensor_transpose(t, 0, 1, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_permute(NULL, perm, &out), "tensor");
+  KT_NULL_ARG(kiln_tensor_permute(t, NULL, &out), "perm");
+  KT_NULL_ARG(kiln_tensor_contiguous(NULL, &out), "tensor");
+  KT_NULL_ARG(kiln_tensor_contiguous(t, NULL), "out");
+
+  KT_NULL_ARG(kiln_tensor_unary(KILN_UNARY_EXP, NULL, &out), "a");
+  KT_NULL_ARG(kiln_tensor_exp(t, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_relu(NULL, &out), "a");
+  KT_NULL_ARG(kiln_tensor_binary(KILN_BINARY_ADD, NULL, t, &out), "a");
+  KT_NULL_ARG(kiln_tensor_binary(KILN_BINARY_ADD, t, NULL, &out), "b");
+  KT_NULL_ARG(kiln_tensor_add(t, t, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_mul_scalar(NULL, 2.0, &out), "a");
+  KT_NULL_ARG(kiln_tensor_binary_scalar(KILN_BINARY_SUB, t, 1.0, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_matmul(NULL, t, false, true, &out), "a");
+  KT_NULL_ARG(kiln_tensor_matmul(t, NULL, false, true, &out), "b");
+  KT_NULL_ARG(kiln_tensor_matmul(t, t, false, true, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_sum(NULL, 0, false, &out), "a");
+  KT_NULL_ARG(kiln_tensor_mean(t, 0, false, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_max(NULL, KILN_ALL_AXES, false, &out), "a");
+  KT_NULL_ARG(kiln_tensor_argmax(NULL, 0, true, &out), "a");
+  KT_NULL_ARG(kiln_tensor_norm(NULL, &out), "a");
+  KT_NULL_ARG(kiln_tensor_softmax(NULL, &out), "a");
+  KT_NULL_ARG(kiln_tensor_log_softmax(t, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_cross_entropy(NULL, t, &out), "logits");
+  KT_NULL_ARG(kiln_tensor_cross_entropy(t, NULL, &out), "labels");
+  KT_NULL_ARG(kiln_tensor_conv2d(NULL, t, NULL, NULL, &out), "x");
+  KT_NULL_ARG(kiln_tensor_conv2d(t, NULL, NULL, NULL, &out), "weight");
+  KT_NULL_ARG(kiln_tensor_conv2d(t, t, NULL, NULL, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_max_pool2d(NULL, &pool, &out), "x");
+  KT_NULL_ARG(kiln_tensor_max_pool2d(t, NULL, &out), "params");
+  KT_NULL_ARG(kiln_tensor_max_pool2d(t, &pool, NULL), "out");
+  /* Nothing was written to *out by any failure. */
+  ck_assert_ptr_null(out);
+
+  ck_assert_ptr_null(kiln_tensor_retain(NULL));
+  kiln_tensor_release(NULL);
+  ck_assert_int_eq(kiln_tensor_ndim(NULL), 0);
+  ck_assert_int_eq(kiln_tensor_numel(NULL), 0);
+  ck_assert_ptr_null(kiln_tensor_shape(NULL));
+  ck_assert_ptr_null(kiln_tensor_device(NULL));
+  ck_assert_ptr_null(kiln_tensor_buffer(NULL));
+  ck_assert(!kiln_tensor_is_contiguous(NULL));
+  kiln_tensor_release(t);
+  kiln_deinitialize();
+}
+END_TEST
+
+START_TEST(test_null_runtime_calls) {
+  kt_env_reset();
+  KT_NULL_ARG(kiln_set_providers(NULL), "overrides");
+  KT_NULL_ARG(kiln_cache_stats(NULL), "out_stats");
+  kiln_config_initialize(NULL);
+  KT_FAILS(kiln_set_policy((kiln_policy_t)7), KILN_INVALID_ARGUMENT, "kiln_set_policy(7)");
+  KT_FAILS(kiln_set_providers("matmul=fast"), KILN_INVALID_ARGUMENT, "unknown provider \"fast\"");
+  /* A second kiln_initialize, after kiln started, is refused. */
+  size_t n;
+  KT_OK(kiln_device_count(&n));
+  KT_FAILS(kiln_initialize(NULL), KILN_INVALID_ARGUMENT, "already started");
+  kiln_deinitialize();
+}
+END_TEST
+
+/* ---- sizes --------------------------------------------------------------------------- */
+
+START_TEST(test_sizes) {
+  kt_env_reset();
+  kiln_device_t *dev = kt_cpu();
+  kiln_tensor_t *out = NULL;
+  KT_FAILS3(kiln_tensor_zeros(dev, KILN_F32, 2, (const int64_t[]){3, -2}, &out), KILN_INVALID_ARGUMENT, "-2",
+            "negative", "dimension 1");
+  KT_FAILS(kiln_tensor_empty(dev, KILN_I32, 1, (const int64_t[]){-1}, &out), KILN_INVALID_ARGUMENT, "-1");
+  KT_FAILS(kiln_tensor_uniform(dev, 1, (const int64_t[]){-5}, 1, 0, 1, &out), KILN_INVALID_ARGUMENT, "-5");
+  KT_FAILS(kiln_tensor_ones(dev, KILN_F32, 9, (const int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 1}, &out),
+           KILN_INVALID_ARGUMENT, "ndim 9");
+  KT_FAILS(kiln_tensor_ones(dev, KILN_F32, -1, NULL, &out), KILN_INVALID_ARGUMENT, "ndim -1");
+  /* A byte size that overflows size_t: 2^62 * 2^62 elements, or 2^62 f32s. */
+  KT_FAILS3(kiln_tensor_zeros(dev, KILN_F32, 2, (const int64_t[]){INT64_C(1) << 62, INT64_C(1) << 62}, &out),
+            KILN_INVALID_ARGUMENT, "overflows", "4611686018427387904", "f32");
+  KT_FAILS(kiln_tensor_empty(dev, KILN_F32, 1, (const int64_t[]){INT64_C(1) << 62}, &out), KILN_INVALID_ARGUMENT,
+           "overflows");
+  KT_FAILS(kiln_tensor_empty(dev, KILN_I32, 1, (const int64_t[]){INT64_MAX}, &out), KILN_INVALID_ARGUMENT,
+           "overflows");
+  /* Larger than the device: 2^50 floats (4 PiB) on cpu:0. */
+  KT_FAILS(kiln_tensor_empty(dev, KILN_F32, 1, (const int64_t[]){INT64_C(1) << 50}, &out), KILN_OUT_OF_MEMORY,
+           "4503599627370496");
+  KT_FAILS(kiln_tensor_zeros(dev, KILN_F32, 2, (const int64_t[]){INT64_C(1) << 25, INT64_C(1) << 25}, &out),
+           KILN_OUT_OF_MEMORY, "bytes");
+  kiln_buffer_t *b = NULL;
+  KT_FAILS(kiln_buffer_create(dev, (size_t)1 << 52, &b), KILN_OUT_OF_MEMORY, "4503599627370496");
+  ck_assert_ptr_null(b);
+  ck_assert_ptr_null(out);
+  /* kiln still works after refusing them. */
+  KT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, (const int64_t[]){4}, &out));
+  float host[4] = {1, 1, 1, 1};
+  KT_OK(kiln_tensor_read(out, host, sizeof host));
+  ck_assert(host[0] == 0.0f && host[3] == 0.0f);
+  /* Reads into too little host memory, and item of more than one element. */
+  KT_FAILS3(kiln_tensor_read(out, host, 8), KILN_INVALID_ARGUMENT, "8 bytes", "16 bytes", "at least 16");
+  double v;
+  KT_FAILS(kiln_tensor_item(out, &v), KILN_INVALID_ARGUMENT, "4");
+  kiln_tensor_release(out);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* ---- shapes --------------------------------------------------------------------------- */
+
+START_TEST(test_shape_mismatch) {
+  kt_env_reset();
+  kiln_tensor_t *a = kt_tensor(KILN_F32, 2, (const int64_t[]){3, 4});
+  kiln_tensor_t *b = kt_tensor(KILN_F32, 2, (const int64_t[]){5, 4});
+  kiln_tensor_t *v = kt_tensor(KILN_F32, 1, (const int64_t[]){4});
+  kiln_tensor_t *x = kt_tensor(KILN_F32, 4, (const int64_t[]){1, 3, 5, 5});
+  kiln_tensor_t *w = kt_tensor(KILN_F32, 4, (const int64_t[]){2, 4, 3, 3});
+  kiln_tensor_t *w_big = kt_tensor(KILN_F32, 4, (const int64_t[]){2, 3, 7, 7});
+  kiln_tensor_t *bias = kt_tensor(KILN_F32, 1, (const int64_t[]){3});
+  kiln_tensor_t *labels = kt_tensor(KILN_I32, 1, (const int64_t[]){5});
+  kiln_tensor_t *out = NULL;
+
+  KT_FAILS3(kiln_tensor_add(a, b, &out), KILN_SHAPE_MISMATCH, "[3, 4]", "[5, 4]", "do not broadcast");
+  KT_FAILS3(kiln_tensor_maximum(b, a, &out), KILN_SHAPE_MISMATCH, "[5, 4]", "[3, 4]", "must match or be 1");
+  KT_FAILS3(kiln_tensor_matmul(a, b, false, false, &out), KILN_SHAPE_MISMATCH, "inner dimensions differ", "3 x 4",
+            "5 x 4");
+  KT_FAILS(kiln_tensor_matmul(a, v, false, false, &out), KILN_SHAPE_MISMATCH, "2 or 3 dimensions");
+  kiln_tensor_t *ba = kt_tensor(KILN_F32, 3, (const int64_t[]){2, 3, 4});
+  kiln_tensor_t *bb = kt_tensor(KILN_F32, 3, (const int64_t[]){3, 4, 2});
+  KT_FAILS(kiln_tensor_matmul(ba, bb, false, false, &out), KILN_SHAPE_MISMATCH, "batch sizes differ");
+  KT_FAILS3(kiln_tensor_conv2d(x, w, NULL, NULL, &out), KILN_SHAPE_MISMATCH, "3 channels", "expects 4",
+            "[2, 4, 3, 3]");
+  KT_FAILS(kiln_tensor_conv2d(x, w_big, NULL, NULL, &out), KILN_SHAPE_MISMATCH, "no positions");
+  kiln_tensor_t *w_ok = kt_tensor(KILN_F32, 4, (const int64_t[]){2, 3, 3, 3});
+  KT_FAILS(kiln_tensor_conv2d(x, w_ok, bias, NULL, &out), KILN_SHAPE_MISMATCH, "bias must be [2]");
+  KT_FAILS(kiln_tensor_conv2d(a, w_ok, NULL, NULL, &out), KILN_SHAPE_MISMATCH, "[N, C, H, W]");
+  KT_FAILS(kiln_tensor_max_pool2d(a, &(kiln_pool2d_params_t){{2, 2}, {0, 0}, {0, 0}}, &out), KILN_SHAPE_MISMATCH,
+           "[N, C, H, W]");
+  KT_FAILS3(kiln_tensor_reshape(a, 2, (const int64_t[]){5, 3}, &out), KILN_SHAPE_MISMATCH, "12", "15", "reshape");
+  KT_FAILS(kiln_tensor_reshape(a, 2, (const int64_t[]){-1, 5}, &out), KILN_SHAPE_MISMATCH, "12");
+  KT_FAILS(kiln_tensor_reshape(a, 2, (const int64_t[]){-1, -1}, &out), KILN_INVALID_ARGUMENT, "both -1");
+  KT_FAILS3(kiln_tensor_cross_entropy(a, labels, &out), KILN_SHAPE_MISMATCH, "[3, 4]", "[5]", "[N, C]");
+  KT_FAILS(kiln_tensor_transpose(a, 0, 2, &out), KILN_INVALID_ARGUMENT, "2");
+  KT_FAILS(kiln_tensor_permute(a, (const int[]){0, 0}, &out), KILN_INVALID_ARGUMENT, "perm");
+  KT_FAILS3(kiln_tensor_sum(a, 2, false, &out), KILN_INVALID_ARGUMENT, "axis 2", "out of range", "KILN_ALL_AXES");
+  KT_FAILS(kiln_tensor_argmax(a, -3, false, &out), KILN_INVALID_ARGUMENT, "axis -3");
+  kiln_tensor_t *empty = kt_tensor(KILN_F32, 2, (const int64_t[]){3, 0});
+  KT_FAILS(kiln_tensor_max(empty, 1, false, &out), KILN_INVALID_ARGUMENT, "empty");
+  KT_FAILS(kiln_tensor_argmax(empty, KILN_ALL_AXES, false, &out), KILN_INVALID_ARGUMENT, "empty");
+  /* Parameters out of range. */
+  KT_FAILS(kiln_tensor_conv2d(x, w_ok, NULL, &(kiln_conv2d_params_t){{0, 1}, {0, 0}, {1, 1}}, &out),
+           KILN_INVALID_ARGUMENT, "stride (0, 1)");
+  KT_FAILS(kiln_tensor_conv2d(x, w_ok, NULL, &(kiln_conv2d_params_t){{1, 1}, {-1, 0}, {1, 1}}, &out),
+           KILN_INVALID_ARGUMENT, "padding (-1, 0)");
+  KT_FAILS(kiln_tensor_max_pool2d(x, &(kiln_pool2d_params_t){{2, 2}, {1, 1}, {2, 0}}, &out), KILN_INVALID_ARGUMENT,
+           "padding (2, 0)");
+  KT_FAILS(kiln_tensor_max_pool2d(x, &(kiln_pool2d_params_t){{0, 2}, {1, 1}, {0, 0}}, &out), KILN_INVALID_ARGUMENT,
+           "kernel (0, 2)");
+  KT_FAILS(kiln_tensor_arange(kt_cpu(), KILN_F32, 0, 5, 0, &out), KILN_INVALID_ARGUMENT, "step");
+  KT_FAILS(kiln_tensor_normal(kt_cpu(), 1, (const int64_t[]){4}, 1, 0.0f, -1.0f, &out), KILN_INVALID_ARGUMENT,
+           "stddev -1");
+  KT_FAILS(kiln_tensor_uniform(kt_cpu(), 1, (const int64_t[]){4}, 1, 2.0f, 1.0f, &out), KILN_INVALID_ARGUMENT,
+           "low <= high");
+  KT_FAILS(kiln_tensor_uniform(kt_cpu(), 1, (const int64_t[]){4}, 1, NAN, 1.0f, &out), KILN_INVALID_ARGUMENT,
+           "finite");
+  KT_FAILS(kiln_tensor_unary((kiln_unary_op_t)99, a, &out), KILN_INVALID_ARGUMENT, "op 99");
+  KT_FAILS(kiln_tensor_binary((kiln_binary_op_t)-1, a, a, &out), KILN_INVALID_ARGUMENT, "op -1");
+  ck_assert_ptr_null(out);
+
+  kiln_tensor_t *all[] = {a, b, v, x, w, w_big, bias, labels, ba, bb, w_ok, empty};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_release(all[i]);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* ---- dtypes ---------------------------------------------------------------------------- */
+
+START_TEST(test_dtype_mismatch) {
+  kt_env_reset();
+  const int64_t s[2] = {2, 3};
+  kiln_tensor_t *f = kt_tensor(KILN_F32, 2, s), *i = kt_tensor(KILN_I32, 2, s), *out = NULL;
+  kiln_tensor_t *fm = kt_tensor(KILN_F32, 2, (const int64_t[]){3, 2});
+  kiln_tensor_t *im = kt_tensor(KILN_I32, 2, (const int64_t[]){3, 2});
+  kiln_tensor_t *fl = kt_tensor(KILN_F32, 1, (const int64_t[]){2});
+  KT_FAILS3(kiln_tensor_add(f, i, &out), KILN_DTYPE_MISMATCH, "a is f32", "b is i32", "one dtype");
+  KT_FAILS(kiln_tensor_matmul(i, im, false, false, &out), KILN_DTYPE_MISMATCH, "i32");
+  KT_FAILS(kiln_tensor_matmul(f, im, false, false, &out), KILN_DTYPE_MISMATCH, "use f32");
+  KT_FAILS3(kiln_tensor_exp(i, &out), KILN_DTYPE_MISMATCH, "exp", "i32", "use f32");
+  KT_FAILS(kiln_tensor_mean(i, 0, false, &out), KILN_DTYPE_MISMATCH, "mean");
+  KT_FAILS(kiln_tensor_norm(i, &out), KILN_DTYPE_MISMATCH, "norm");
+  KT_FAILS(kiln_tensor_softmax(i, &out), KILN_DTYPE_MISMATCH, "softmax");
+  KT_FAILS(kiln_tensor_log_softmax(i, &out), KILN_DTYPE_MISMATCH, "log_softmax");
+  KT_FAILS3(kiln_tensor_cross_entropy(f, fl, &out), KILN_DTYPE_MISMATCH, "logits are f32", "labels f32",
+            "i32 labels");
+  KT_FAILS(kiln_tensor_conv2d(i, i, NULL, NULL, &out), KILN_DTYPE_MISMATCH, "conv2d");
+  KT_FAILS(kiln_tensor_max_pool2d(i, &(kiln_pool2d_params_t){{1, 1}, {1, 1}, {0, 0}}, &out), KILN_DTYPE_MISMATCH,
+           "max_pool2d");
+  KT_FAILS(kiln_tensor_zeros(kt_cpu(), KILN_F16, 2, s, &out), KILN_DTYPE_MISMATCH, "f16");
+  KT_FAILS(kiln_tensor_ones(kt_cpu(), KILN_BF16, 2, s, &out), KILN_DTYPE_MISMATCH, "bf16");
+  KT_FAILS(kiln_tensor_zeros(kt_cpu(), (kiln_dtype_t)42, 2, s, &out), KILN_INVALID_ARGUMENT, "dtype 42");
+  ck_assert_ptr_null(out);
+  ck_assert_str_eq(kiln_dtype_name((kiln_dtype_t)42), "?");
+  ck_assert_uint_eq(kiln_dtype_size((kiln_dtype_t)42), 0);
+  kiln_tensor_release(f);
+  kiln_tensor_release(i);
+  kiln_tensor_release(fm);
+  kiln_tensor_release(im);
+  kiln_tensor_release(fl);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* ---- devices --------------------------------------------------------------------------- */
+
+START_TEST(test_unknown_devices) {
+  kt_env_reset();
+  kiln_device_t *d = NULL;
+  KT_FAILS3(kiln_device_find("cpu:7", &d), KILN_NOT_FOUND, "cpu:7", "cpu:0", "");
+  KT_FAILS(kiln_device_find("bogus:0", &d), KILN_NOT_FOUND, "bogus:0");
+  KT_FAILS(kiln_device_find("gpu", &d), KILN_NOT_FOUND, "gpu");
+  static const struct { const char *selector, *needle; } malformed[] = {
+      {"cpu:", "Incomplete selector 'cpu:': try 'cpu:*'"},
+      {"cpu:0:1", "too many colons in 'cpu:0:1'"},
+      {":0", "no backend before ':' in ':0'; try '*:0'"},
+      {"cpu:gpux", "unknown device 'gpux' in 'cpu:gpux'"},
+      {"CPU:0", "'CPU' in 'CPU:0' is not a backend name"},
+      {"cpu:0,", "empty device in 'cpu:0,'"},
+      {"", "empty"},
+      {"cpu:99999999999999999999", "too large"},
+  };
+  for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
+    kiln_clear_error();
+    kiln_status_t s = kiln_device_find(malformed[i].selector, &d);
+    ck_assert_msg(s == KILN_INVALID_ARGUMENT, "find(\"%s\") -> %s: %s", malformed[i].selector,
+                  kiln_status_name(s), kiln_last_error());
+    ck_assert_msg(strstr(kiln_last_error(), malformed[i].needle) != NULL, "find(\"%s\"): \"%s\" lacks \"%s\"",
+                  malformed[i].selector, kiln_last_error(), malformed[i].needle);
+  }
+  ck_assert_ptr_null(d);
+  kiln_deinitialize();
+}
+END_TEST
+
+START_TEST(test_device_mismatch) {
+  kt_env_reset();
+  setenv("KILN_CPU_DEVICES", "2", 1);
+  kiln_device_t *d0 = NULL, *d1 = NULL;
+  KT_OK(kiln_device_find("cpu:0", &d0));
+  KT_OK(kiln_device_find("cpu:1", &d1));
+  const int64_t s[1] = {4};
+  kiln_tensor_t *a = NULL, *b = NULL, *out = NULL;
+  KT_OK(kiln_tensor_ones(d0, KILN_F32, 1, s, &a));
+  KT_OK(kiln_tensor_ones(d1, KILN_F32, 1, s, &b));
+  KT_FAILS3(kiln_tensor_add(a, b, &out), KILN_DEVICE_MISMATCH, "cpu:0", "cpu:1", "kiln_tensor_to");
+  KT_FAILS(kiln_tensor_matmul(a, b, false, false, &out), KILN_DEVICE_MISMATCH, "kiln_tensor_to");
+  kiln_queue_t *q1 = kiln_device_default_queue(d1);
+  KT_FAILS3(kiln_device_set_current_queue(d0, q1), KILN_DEVICE_MISMATCH, "cpu:1", "cpu:0", "kiln_queue_create");
+  ck_assert_ptr_null(out);
+  kiln_tensor_release(a);
+  kiln_tensor_release(b);
+  kiln_deinitialize();
+  unsetenv("KILN_CPU_DEVICES");
+}
+END_TEST
+
+/* ---- the environment ---------------------------------------------------------------------
+ * Each malformed value: kiln refuses to start with the code, the message
+ * quotes the value and says what is accepted, and every later call repeats
+ * it until kiln_deinitialize. */
+typedef struct kt_env_case_t {
+  const char *var, *value;
+  kiln_status_t code;
+  const char *needle1, *needle2;
+} kt_env_case_t;
+
+static const kt_env_case_t kt_env_cases[] = {
+    {"KILN_BACKEND", "cpu,cpu", KILN_INVALID_ARGUMENT, "KILN_BACKEND=\"cpu,cpu\" names \"cpu\" twice", "[a-z0-9_]+"},
+    {"KILN_BACKEND", "cpu,", KILN_INVALID_ARGUMENT, "KILN_BACKEND=\"cpu,\" has an empty backend name", "[a-z0-9_]+"},
+    {"KILN_BACKEND", "CPU", KILN_INVALID_ARGUMENT, "\"CPU\" is not a backend name", "[a-z0-9_]+"},
+    {"KILN_BACKEND", "a,b,c,d,e,f,g,h,i", KILN_INVALID_ARGUMENT, "names more than 8 backends", "[a-z0-9_]+"},
+    {"KILN_BACKEND", "nosuch", KILN_UNAVAILABLE, "backend 'nosuch' named in KILN_BACKEND cannot be used",
+     "libkiln-nosuch.so not found"},
+    {"KILN_DEVICE", "cpu", KILN_INVALID_ARGUMENT, "KILN_DEVICE=\"cpu\" is not a device selector",
+     "Incomplete selector 'cpu': try 'cpu:*'"},
+    {"KILN_DEVICE", "cpu:0:1", KILN_INVALID_ARGUMENT, "KILN_DEVICE=\"cpu:0:1\"", "too many colons"},
+    {"KILN_DEVICE", "cpu:gpux", KILN_INVALID_ARGUMENT, "KILN_DEVICE=\"cpu:gpux\"", "use *, cpu, gpu, accelerator"},
+    {"KILN_DEVICE", ":0", KILN_INVALID_ARGUMENT, "KILN_DEVICE=\":0\"", "try '*:0'"},
+    {"KILN_DEVICE", "cpu:0;;cpu:0", KILN_INVALID_ARGUMENT, "KILN_DEVICE=\"cpu:0;;cpu:0\"", "empty term"},
+    {"KILN_DEVICE", "Cpu:0", KILN_INVALID_ARGUMENT, "KILN_DEVICE=\"Cpu:0\"", "is not a backend name"},
+    {"KILN_POLICY", "fast", KILN_INVALID_ARGUMENT, "KILN_POLICY=\"fast\" is not a policy",
+     "use one of: vendor, portable, fastest"},
+    {"KILN_POLICY", "Vendor", KILN_INVALID_ARGUMENT, "KILN_POLICY=\"Vendor\"", "vendor, portable, fastest"},
+    {"KILN_PROVIDER", "matmul", KILN_INVALID_ARGUMENT, "KILN_PROVIDER=\"matmul\"", "has no '='"},
+    {"KILN_PROVIDER", "gemm=blas", KILN_INVALID_ARGUMENT, "unknown op \"gemm\" in \"gemm=blas\"", "ops: "},
+    {"KILN_PROVIDER", "matmul=fast", KILN_INVALID_ARGUMENT, "unknown provider \"fast\" in \"matmul=fast\"",
+     "native, blas, clblast, cublas, cudnn"},
+    {"KILN_PROVIDER", "matmul=blas,", KILN_INVALID_ARGUMENT, "empty item in \"matmul=blas,\"", "KILN_PROVIDER"},
+    {"KILN_PROVIDER", "add=native,mul=blas", KILN_INVALID_ARGUMENT, "\"add\" and \"mul\" both set the provider",
+     "give it once"},
+    {"KILN_CPU_DEVICES", "0", KILN_INVALID_ARGUMENT, "KILN_CPU_DEVICES=\"0\" is not a device count",
+     "an integer from 1 to 64"},
+    {"KILN_CPU_DEVICES", "two", KILN_INVALID_ARGUMENT, "KILN_CPU_DEVICES=\"two\"", "from 1 to 64"},
+    {"KILN_CPU_DEVICES", "2x", KILN_INVALID_ARGUMENT, "KILN_CPU_DEVICES=\"2x\"", "from 1 to 64"},
+    {"KILN_CPU_DEVICES", "-2", KILN_INVALID_ARGUMENT, "KILN_CPU_DEVICES=\"-2\"", "from 1 to 64"},
+    {"KILN_CPU_DEVICES", " 2", KILN_INVALID_ARGUMENT, "KILN_CPU_DEVICES=\" 2\"", "from 1 to 64"},
+    {"KILN_CPU_DEVICES", "65", KILN_INVALID_ARGUMENT, "KILN_CPU_DEVICES=\"65\"", "from 1 to 64"},
+    {"KILN_CPU_DEVICES", "99999999999999999999", KILN_INVALID_ARGUMENT, "\"99999999999999999999\"", "from 1 to 64"},
+    {"KILN_LOG", "verbose", KILN_INVALID_ARGUMENT, "KILN_LOG=\"verbose\" is not a log level",
+     "use one of: off, error, warn, info, debug"},
+    {"KILN_LOG", "DEBUG", KILN_INVALID_ARGUMENT, "KILN_LOG=\"DEBUG\"", "off, error, warn, info, debug"},
+};
+
+START_TEST(test_malformed_environment) {
+  const kt_env_case_t *c = &kt_env_cases[_i];
+  kt_env_reset();
+  setenv(c->var, c->value, 1);
+  for (int attempt = 0; attempt < 2; attempt++) {
+    /* The first call starts kiln; the second sees the remembered failure. */
+    kiln_clear_error();
+    size_t count = 99;
+    kiln_status_t s = attempt == 0 ? kiln_ensure_initialized() : kiln_device_count(&count);
+    ck_assert_msg(s == c->code, "%s=\"%s\" (call %d) -> %s, expected %s: %s", c->var, c->value, attempt,
+                  kiln_status_name(s), kiln_status_name(c->code), kiln_last_error());
+    ck_assert_msg(strstr(kiln_last_error(), c->needle1) && strstr(kiln_last_error(), c->needle2),
+                  "%s=\"%s\": message \"%s\" lacks \"%s\" or \"%s\"", c->var, c->value, kiln_last_error(),
+                  c->needle1, c->needle2);
+    ck_assert_msg(strstr(kiln_last_error(), "kiln could not start: ") != NULL, "%s", kiln_last_error());
+    ck_assert_uint_eq(count, 99);
+  }
+  ck_assert_ptr_null(kiln_try_gpu(0));
+  /* Fixing the value and deinitialising lets kiln start. */
+  kiln_deinitialize();
+  unsetenv(c->var);
+  KT_OK(kiln_ensure_initialized());
+  kiln_deinitialize();
+}
+END_TEST
+
+/* The same values through kiln_config_t: the message names the field, and a
+ * failed kiln_initialize leaves kiln stopped so the caller can try again. */
+START_TEST(test_malformed_config) {
+  kt_env_reset();
+  kiln_config_t config;
+  kiln_config_initialize(&config);
+  config.policy = "fast";
+  KT_FAILS3(kiln_initialize(&config), KILN_INVALID_ARGUMENT, "kiln_config_t.policy=\"fast\"", "is not a policy",
+            "vendor, portable, fastest");
+  kiln_config_initialize(&config);
+  config.device = "opencl";
+  KT_FAILS(kiln_initialize(&config), KILN_INVALID_ARGUMENT, "kiln_config_t.device=\"opencl\"");
+  kiln_config_initialize(&config);
+  config.provider = "matmul=fast";
+  KT_FAILS(kiln_initialize(&config), KILN_INVALID_ARGUMENT, "kiln_config_t.provider=\"matmul=fast\"");
+  kiln_config_initialize(&config);
+  config.log = "loud";
+  KT_FAILS(kiln_initialize(&config), KILN_INVALID_ARGUMENT, "kiln_config_t.log=\"loud\"");
+  kiln_config_initialize(&config);
+  config.backend = "cpu,,cpu";
+  KT_FAILS(kiln_initialize(&config), KILN_INVALID_ARGUMENT, "kiln_config_t.backend=\"cpu,,cpu\"");
+  kiln_config_initialize(&config);
+  config.cpu_devices = 0;
+  KT_FAILS3(kiln_initialize(&config), KILN_INVALID_ARGUMENT, "kiln_config_t.cpu_devices=0", "1 to 64", "-1");
+  config.cpu_devices = 65;
+  KT_FAILS(kiln_initialize(&config), KILN_INVALID_ARGUMENT, "kiln_config_t.cpu_devices=65");
+  /* A field wins over a malformed variable; an empty variable is unset. */
+  setenv("KILN_POLICY", "fast", 1);
+  setenv("KILN_LOG", "", 1);
+  kiln_config_initialize(&config);
+  config.policy = "portable";
+  KT_OK(kiln_initialize(&config));
+  ck_assert_int_eq(kiln_policy(), KILN_POLICY_PORTABLE);
+  kiln_deinitialize();
+  unsetenv("KILN_POLICY");
+  unsetenv("KILN_LOG");
+}
+END_TEST
+
+/* KILN_BACKEND_PATH is a list of folders: missing ones are named among the
+ * paths tried, and a file there that is not a plugin is refused with the
+ * loader's reason. */
+START_TEST(test_backend_path) {
+  kt_env_reset();
+  setenv("KILN_BACKEND_PATH", "/nonexistent/one::/nonexistent/two", 1);
+  setenv("KILN_BACKEND", "nosuch,cpu", 1);
+  KT_FAILS3(kiln_ensure_initialized(), KILN_UNAVAILABLE, "/nonexistent/one/libkiln-nosuch.so",
+            "/nonexistent/two/libkiln-nosuch.so", "set KILN_BACKEND_PATH to the folder that holds it");
+  kiln_deinitialize();
+
+  char dir[4200], path[4300];
+  snprintf(dir, sizeof dir, "%s/plugins", getenv("KILN_CACHE_DIR"));
+  mkdir(getenv("KILN_CACHE_DIR"), 0700);
+  mkdir(dir, 0700);
+  /* Not a shared object at all. */
+  snprintf(path, sizeof path, "%s/libkiln-junk.so", dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  for (int i = 0; i < 64; i++) fputs("not an ELF file\n", f);
+  fclose(f);
+  setenv("KILN_BACKEND_PATH", dir, 1);
+  setenv("KILN_BACKEND", "junk,cpu", 1);
+  KT_FAILS3(kiln_ensure_initialized(), KILN_UNAVAILABLE, "backend 'junk' named in KILN_BACKEND cannot be used",
+            "libkiln-junk.so: ", "ELF header");
+  kiln_deinitialize();
+  /* A shared object without the entry point. */
+  snprintf(path, sizeof path, "%s/libkiln-notplugin.so", dir);
+  const char *libm = access("/lib/x86_64-linux-gnu/libm.so.6", F_OK) == 0 ? "/lib/x86_64-linux-gnu/libm.so.6"
+                                                                              : "/usr/lib/libm.so.6";
+  if (symlink(libm, path) == 0) {
+    setenv("KILN_BACKEND", "notplugin,cpu", 1);
+    KT_FAILS3(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "does not export kiln_backend_entry()",
+              "not a kiln backend plugin", "libkiln-notplugin.so");
+    kiln_deinitialize();
+  }
+  /* Unset (the default list), the same folder is no error. */
+  unsetenv("KILN_BACKEND");
+  KT_OK(kiln_ensure_initialized());
+  kiln_deinitialize();
+}
+END_TEST
+
+/* KILN_CACHE_DIR has no malformed value: a folder that cannot be made runs
+ * uncached, counted, never an error. */
+START_TEST(test_cache_dir) {
+  kt_env_reset();
+  char file[4200], below[4300];
+  mkdir(getenv("KILN_CACHE_DIR"), 0700);
+  snprintf(file, sizeof file, "%s/plainfile", getenv("KILN_CACHE_DIR"));
+  FILE *f = fopen(file, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  snprintf(below, sizeof below, "%s/cache", file);
+  char saved[4200];
+  snprintf(saved, sizeof saved, "%s", getenv("KILN_CACHE_DIR"));
+  setenv("KILN_CACHE_DIR", below, 1);
+  setenv("KILN_POLICY", "fastest", 1);
+  KT_OK(kiln_ensure_initialized());
+  ck_assert_str_eq(kiln_cache_dir(), below);
+  /* fastest stores its measurement: the store fails quietly. */
+  const int64_t s[2] = {4, 4};
+  kiln_tensor_t *a = kt_tensor(KILN_F32, 2, s), *out = NULL;
+  KT_OK(kiln_tensor_matmul(a, a, false, false, &out));
+  float host[16];
+  KT_OK(kiln_tensor_read(out, host, sizeof host));
+  ck_assert(host[0] == 4.0f);
+  kiln_cache_stats_t stats;
+  KT_OK(kiln_cache_stats(&stats));
+  ck_assert_uint_eq(stats.stores, 0);
+  kiln_tensor_release(a);
+  kiln_tensor_release(out);
+  kiln_deinitialize();
+  setenv("KILN_CACHE_DIR", saved, 1);
+  unsetenv("KILN_POLICY");
+}
+END_TEST
+
+static Suite *kt_bad_input_suite(void) {
+  Suite *s = suite_create("bad_input");
+  TCase *nulls = tcase_create("NULL handles");
+  tcase_add_test(nulls, test_null_device_calls);
+  tcase_add_test(nulls, test_null_queue_calls);
+  tcase_add_test(nulls, test_null_buffer_calls);
+  tcase_add_test(nulls, test_null_tensor_calls);
+  tcase_add_test(nulls, test_null_runtime_calls);
+  suite_add_tcase(s, nulls);
+  TCase *values = tcase_create("sizes, shapes, dtypes, devices");
+  tcase_add_test(values, test_sizes);
+  tcase_add_test(values, test_shape_mismatch);
+  tcase_add_test(values, test_dtype_mismatch);
+  tcase_add_test(values, test_unknown_devices);
+  tcase_add_test(values, test_device_mismatch);
+  suite_add_tcase(s, values);
+  TCase *env = tcase_create("environment");
+  tcase_add_loop_test(env, test_malformed_environment, 0, (int)(sizeof kt_env_cases / sizeof kt_env_cases[0]));
+  tcase_add_test(env, test_malformed_config);
+  tcase_add_test(env, test_backend_path);
+  tcase_add_test(env, test_cache_dir);
+  suite_add_tcase(s, env);
+  return s;
+}
+
 int main(void) {
-  puts("not written yet");
-  return 77;
+  kt_private_cache_dir();
+  const char *path = getenv("KILN_BACKEND_PATH");
+  if (path) snprintf(kt_backend_path, sizeof kt_backend_path, "%s", path);
+  /* Check runs each test in a forked child: kiln starts there, never here. */
+  return kt_run_suite(kt_bad_input_suite());
 }
