@@ -35,14 +35,15 @@ static bool kt_small;
 static unsigned long kt_checks;                /* comparisons made, for the summary */
 /* Comparisons per device and provider name, for the summary. */
 static struct {
-  char provider[16];
+  char provider[40];
   unsigned long count;
-} kt_tally[KT_MAX_DEVICES][8];
+} kt_tally[KT_MAX_DEVICES][16];
 
 static void kt_count(size_t device, const char *provider) {
   if (strcmp(provider, "unsupported") != 0) kt_checks++;
-  for (int i = 0; i < 8; i++) {
-    if (!kt_tally[device][i].provider[0]) snprintf(kt_tally[device][i].provider, 16, "%s", provider);
+  for (int i = 0; i < 16; i++) {
+    if (!kt_tally[device][i].provider[0])
+      snprintf(kt_tally[device][i].provider, sizeof kt_tally[device][i].provider, "%s", provider);
     if (!strcmp(kt_tally[device][i].provider, provider)) {
       kt_tally[device][i].count++;
       return;
@@ -418,7 +419,13 @@ static void kt_check(const kt_case_t *c) {
       KT_OK(kiln_set_providers(override));
       kt_result_t got;
       kt_result_get(kt_devs[d], c, &got);
-      kt_count(d, p);
+      /* A provider may decline particular arguments (the core then runs
+       * native): the summary shows how often, as "provider>native". An
+       * empty result enqueues nothing, so says nothing about it. */
+      char tally[40];
+      bool other = got.status == KILN_OK && got.numel > 0 && got.ran[0] && strcmp(got.ran, p) != 0;
+      snprintf(tally, sizeof tally, "%s%s%s", p, other ? ">" : "", other ? got.ran : "");
+      kt_count(d, tally);
       kt_compare(c, kt_devs[d], p, &want, &got);
       kt_result_free(&got);
     }
@@ -1183,7 +1190,7 @@ int main(void) {
   printf("conformance: %lu comparisons against %s\n", kt_checks, kiln_device_name(kt_ref));
   for (size_t d = 0; d < kt_ndev; d++) {
     printf("  %s:", kiln_device_name(kt_devs[d]));
-    for (int i = 0; i < 8 && kt_tally[d][i].provider[0]; i++)
+    for (int i = 0; i < 16 && kt_tally[d][i].provider[0]; i++)
       printf(" %s %lu", kt_tally[d][i].provider, kt_tally[d][i].count);
     printf("\n");
   }
