@@ -8,9 +8,9 @@ __kernel void im2col_f32(__global const float *x, long x_off, __global float *co
   x += x_off;
   const long pq = p * q, rs = r * s, crs = c * rs;
   KILN_FOR_EACH(i, images * crs * pq) {
-    const long col = i % pq, row = (i / pq) % crs, img = i / (pq * crs);
-    const long ch = row / rs, ri = (row % rs) / s, si = row % s;
-    const long pp = col / q, qq = col % q;
+    const long col = i % pq, row = kiln_udiv(i, pq) % crs, img = kiln_udiv(i, pq * crs);
+    const long ch = kiln_udiv(row, rs), ri = kiln_udiv(row % rs, s), si = row % s;
+    const long pp = kiln_udiv(col, q), qq = col % q;
     const long hh = pp * stride_h - pad_h + ri * dil_h;
     const long ww = qq * stride_w - pad_w + si * dil_w;
     cols[i] = hh >= 0 && hh < h && ww >= 0 && ww < w ? x[((img * c + ch) * h + hh) * w + ww] : 0.0f;
@@ -33,7 +33,7 @@ __kernel void max_pool2d_f32(__global const float *x, long x_off, __global float
   x += x_off;
   y += y_off;
   KILN_FOR_EACH(i, planes * p * q) {
-    const long qq = i % q, pp = (i / q) % p, plane = i / (p * q);
+    const long qq = i % q, pp = kiln_udiv(i, q) % p, plane = kiln_udiv(i, p * q);
     long h0 = pp * stride_h - pad_h, h1 = h0 + kernel_h;
     long w0 = qq * stride_w - pad_w, w1 = w0 + kernel_w;
     if (h0 < 0) h0 = 0;

@@ -37,7 +37,7 @@ __kernel void gemm_pack_a(__global const float *a, long a_off, __global float *o
   KILN_FOR_EACH(e, total) {
     const int r = (int)(e % KILN_GEMM_RM);
     const long rest = e / KILN_GEMM_RM;
-    const int l = (int)(rest % k), ib = (int)(rest / k);
+    const int l = (int)(rest % k), ib = (int)kiln_udiv(rest, k);
     const int i = ib * KILN_GEMM_RM + r;
     ob[e] = i < m ? KILN_GEMM_A(ab, i, l) : 0.0f;
   }
@@ -52,7 +52,7 @@ __kernel void gemm_pack_b(__global const float *b, long b_off, __global float *o
   KILN_FOR_EACH(e, total) {
     const int c = (int)(e % KILN_GEMM_RN);
     const long rest = e / KILN_GEMM_RN;
-    const int l = (int)(rest % k), jb = (int)(rest / k);
+    const int l = (int)(rest % k), jb = (int)kiln_udiv(rest, k);
     const int j = jb * KILN_GEMM_RN + c;
     ob[e] = j < n ? KILN_GEMM_B(bb, l, j) : 0.0f;
   }

@@ -1,17 +1,18 @@
 /* kernels/opencl/prelude.cl: what every kiln OpenCL program starts with: the dialect's math for ops.def and Philox, and shared helpers. */
 /*
  * OpenCL C 1.2 is the baseline. Optional features are used only behind the
- * feature macros the compiler defines for the device (cl_khr_fp64) and may be
- * turned off by the host with -DKILN_CL_NO_FP64. Nothing here assumes a warp
- * or wavefront width: kernels that share local memory put a barrier between
- * every write and the reads of other work-items, and every work-item checks
- * its bounds (global sizes are rounded up to the work-group size).
+ * feature macros the compiler defines for the device (cl_khr_fp64), and only
+ * where the host's capability macro agrees (-DKILN_CL_FP64=0 turns it off).
+ * Nothing here assumes a warp or wavefront width: kernels that share local
+ * memory put a barrier between every write and the reads of other
+ * work-items, and every work-item checks its bounds (global sizes are
+ * rounded up to the work-group size).
  *
  * Buffer arguments come in pairs: a __global pointer and a `long` element
  * offset, because views are not aligned enough for sub-buffers.
  */
 
-#if defined(cl_khr_fp64) && !defined(KILN_CL_NO_FP64)
+#if defined(cl_khr_fp64) && (!defined(KILN_CL_FP64) || KILN_CL_FP64)
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #define KILN_CL_HAVE_FP64 1
 #endif
@@ -69,12 +70,18 @@ KILN_FN float kiln_max_nan(float a, float b) { return ((b > a || b != b) && a ==
   long p##0, long p##1, long p##2, long p##3, long p##4, long p##5, long p##6, long p##7
 #define KILN_DIMS_ARRAY(p) {p##0, p##1, p##2, p##3, p##4, p##5, p##6, p##7}
 
+/* The quotient of two non-negative longs by an unsigned division, for use beside
+ * a signed `%` of the same operands: a division and a remainder of the same
+ * kind get paired by the compiler through an LLVM `freeze`, which Oclgrind's
+ * uninitialised-value checker cannot follow. */
+KILN_FN long kiln_udiv(long a, long b) { return (long)((ulong)a / (ulong)b); }
+
 /* Element offsets, in one or two strided inputs, of element i of the output. */
 KILN_FN long kiln_offset1(long i, int ndim, const long *shape, const long *s0) {
   long a = 0;
   for (int d = ndim - 1; d >= 0; d--) {
     const long coord = i % shape[d];
-    i /= shape[d];
+    i = kiln_udiv(i, shape[d]);
     a += coord * s0[d];
   }
   return a;
@@ -84,7 +91,7 @@ KILN_FN void kiln_offset2(long i, int ndim, const long *shape, const long *s0, c
   long a = 0, b = 0;
   for (int d = ndim - 1; d >= 0; d--) {
     const long coord = i % shape[d];
-    i /= shape[d];
+    i = kiln_udiv(i, shape[d]);
     a += coord * s0[d];
     b += coord * s1[d];
   }

@@ -75,7 +75,7 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
     const bool squares = op == KILN_RED_NORM;                                                      \
     const long items = outer * chunks;                                                             \
     for (long b = (long)get_group_id(0); b < items; b += (long)get_num_groups(0)) {                \
-      const long row = b / chunks, begin = (b % chunks) * chunk;                                   \
+      const long row = kiln_udiv(b, chunks), begin = (b % chunks) * chunk;                                   \
       const long end = begin + chunk < len ? begin + chunk : len;                                  \
       __global const T *x = in + row * len;                                                        \
       float sum = 0.0f, comp = 0.0f;                                                               \
@@ -174,7 +174,7 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
     out += out_off;                                                                                \
     const bool squares = op == KILN_RED_NORM;                                                      \
     KILN_FOR_EACH(o, outer * inner) {                                                              \
-      const long row = o / inner, col = o % inner;                                                 \
+      const long row = kiln_udiv(o, inner), col = o % inner;                                                 \
       __global const T *x = in + row * len * inner + col;                                          \
       float sum = 0.0f, comp = 0.0f;                                                               \
       uint isum = 0u;                                                                              \
