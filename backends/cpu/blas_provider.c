@@ -1,35 +1,244 @@
-/* backends/cpu/blas_provider.c: the CPU backend's `blas` provider: MATMUL and CONV2D through a CBLAS (OpenBLAS). */
+/* backends/cpu/blas_provider.c: the CPU backend's `blas` provider: MATMUL and CONV2D through a CBLAS (OpenBLAS), threaded on the device's own pool. */
 #include <stdlib.h>
 
 #include "kernels/cpu/gemm_internal.h"
 
 #if defined(KILN_HAVE_BLAS)
 #include <cblas.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
 
 /* A conv panel for the BLAS is allowed to be larger than kiln's own: the
  * library blocks for the cache itself and runs faster on wider products. */
 #define KILN_BLAS_CONV_PANEL_BYTES ((int64_t)16 << 20)
 
+/* Multiply-adds each pool thread takes at least (about 20 us of work):
+ * below it, the product stays on the queue's worker. Splitting a product of a
+ * few microseconds pays on an idle machine, but each split ends in a barrier,
+ * and on a busy one a thread that is descheduled holds the others up for a
+ * whole time slice; one thread degrades gracefully instead. */
+#define KILN_BLAS_MIN_WORK_PER_THREAD ((int64_t)1 << 22)
+
+/* How the library's calls are threaded.
+ *
+ * kiln runs OpenBLAS one call per thread, on the device's own pool, with the
+ * product split into one block of C per thread: then a device uses exactly its
+ * share of the cores (KILN_CPU_DEVICES splits them), two devices run their
+ * products at once (OpenBLAS serialises its own threaded calls behind one
+ * lock), nothing wakes OpenBLAS's helper threads (which spin with sched_yield
+ * for a long while after each call and take cores from kiln's threads), and a
+ * small product stays on the queue's worker.
+ *
+ * OpenBLAS 0.3.21 (pthreads) has no per-call thread count, only the process-
+ * wide openblas_set_num_threads. While any kiln call is in flight, kiln sets
+ * it to 1 and afterwards restores the value it found (counted across devices,
+ * so overlapping calls restore it once). An application calling OpenBLAS
+ * itself during that window runs single-threaded; outside it, nothing changes.
+ * A device uses at most as many threads as OpenBLAS was configured for
+ * (OPENBLAS_NUM_THREADS=1 keeps kiln's calls on one thread too). */
+typedef enum blas_threading_t {
+  BLAS_THREADING_UNKNOWN = 0,
+  BLAS_THREADING_SEQUENTIAL, /* the library never threads: split freely */
+  BLAS_THREADING_PTHREADS,   /* OpenBLAS with its own pthreads: split, with the count held at 1 */
+  BLAS_THREADING_LIBRARY,    /* OpenMP OpenBLAS or another CBLAS: leave the threading to it */
+} blas_threading_t;
+
+static _Atomic int g_threading; /* blas_threading_t, decided on first use */
+
+#if defined(KILN_HAVE_OPENBLAS)
+static pthread_mutex_t g_count_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_count_users;       /* kiln calls in flight */
+static int g_count_saved = 1;   /* the count found before the first of them */
+static bool g_sets_affinity;    /* this OpenBLAS resets the caller's affinity when set to 1 thread */
+#endif
+
+static blas_threading_t blas_threading(void) {
+  int t = atomic_load_explicit(&g_threading, memory_order_acquire);
+  if (t != BLAS_THREADING_UNKNOWN) return (blas_threading_t)t;
+#if defined(KILN_HAVE_OPENBLAS)
+  switch (openblas_get_parallel()) {
+  case 0: t = BLAS_THREADING_SEQUENTIAL; break;
+  case 1: t = BLAS_THREADING_PTHREADS; break;
+  default: t = BLAS_THREADING_LIBRARY; break;
+  }
+  const char *config = openblas_get_config();
+  g_sets_affinity = config && !strstr(config, "NO_AFFINITY");
+#else
+  t = BLAS_THREADING_LIBRARY;
+#endif
+  atomic_store_explicit(&g_threading, t, memory_order_release);
+  return (blas_threading_t)t;
+}
+
+/* Hold the library at one thread per call while kiln calls it; returns how
+ * many threads one kiln product may use at most. */
+static int blas_calls_begin(blas_threading_t threading) {
+#if defined(KILN_HAVE_OPENBLAS)
+  if (threading != BLAS_THREADING_PTHREADS) return threading == BLAS_THREADING_SEQUENTIAL ? CPU_SETSIZE : 1;
+  pthread_mutex_lock(&g_count_lock);
+  if (g_count_users++ == 0) {
+    g_count_saved = openblas_get_num_threads();
+    if (g_count_saved != 1) {
+      /* Builds with affinity support put the calling thread back on the
+       * process's original CPUs when going to one thread: keep the worker's. */
+      cpu_set_t mine;
+      const bool have = g_sets_affinity && pthread_getaffinity_np(pthread_self(), sizeof mine, &mine) == 0;
+      openblas_set_num_threads(1);
+      if (have) pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
+    }
+  }
+  const int limit = g_count_saved > 1 ? g_count_saved : 1;
+  pthread_mutex_unlock(&g_count_lock);
+  return limit;
+#else
+  return threading == BLAS_THREADING_SEQUENTIAL ? CPU_SETSIZE : 1;
+#endif
+}
+
+static void blas_calls_end(blas_threading_t threading) {
+#if defined(KILN_HAVE_OPENBLAS)
+  if (threading != BLAS_THREADING_PTHREADS) return;
+  pthread_mutex_lock(&g_count_lock);
+  /* Restore the count unless the application changed it meanwhile. */
+  if (--g_count_users == 0 && g_count_saved != 1 && openblas_get_num_threads() == 1)
+    openblas_set_num_threads(g_count_saved);
+  pthread_mutex_unlock(&g_count_lock);
+#else
+  (void)threading;
+#endif
+}
+
 bool kiln_cpu_blas_available(void) { return true; }
 
-void kiln_cpu_matmul_blas(const kiln_op_t *op, const float *a_base, const float *b_base, float *c_base) {
-  const int64_t m = op->u.matmul.m, n = op->u.matmul.n, k = op->u.matmul.k;
-  const float *a = a_base + op->in[0].offset;
-  const float *b = b_base + op->in[1].offset;
-  float *c = c_base + op->out.offset;
-  if (m <= 0 || n <= 0) return;
-  /* CBLAS takes int dimensions and insists on ld >= 1 even where nothing is
-   * read; the core keeps shapes within int for this provider (a larger one
-   * is not a product a CBLAS can express). */
-  const int lda = op->u.matmul.lda > 0 ? (int)op->u.matmul.lda : 1;
-  const int ldb = op->u.matmul.ldb > 0 ? (int)op->u.matmul.ldb : 1;
-  for (int64_t i = 0; i < op->u.matmul.batch; i++) {
-    cblas_sgemm(CblasRowMajor, op->u.matmul.trans_a ? CblasTrans : CblasNoTrans,
-                op->u.matmul.trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, 1.0f,
-                a + i * op->u.matmul.stride_a, lda, b + i * op->u.matmul.stride_b, ldb, 0.0f,
-                c + i * op->u.matmul.stride_c, (int)op->u.matmul.ldc);
+/* ---- one product split over the pool ------------------------------------------ */
+
+typedef struct blas_gemm_t {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  const float *a;
+  int64_t lda;
+  const float *b;
+  int64_t ldb;
+  float *c;
+  int64_t ldc;
+  int tm, tn; /* the grid of C blocks, one per thread */
+} blas_gemm_t;
+
+static int clamp_ld(int64_t ld) { return ld > 0 ? (int)ld : 1; }
+
+static void blas_sgemm_block(const blas_gemm_t *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  if (m1 <= m0 || n1 <= n0) return;
+  const float *a = g->trans_a ? g->a + m0 : g->a + m0 * g->lda;
+  const float *b = g->trans_b ? g->b + n0 * g->ldb : g->b + n0;
+  /* CBLAS insists on ld >= 1 even where nothing is read; the core keeps the
+   * sizes within int for this provider. */
+  cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+              (int)(m1 - m0), (int)(n1 - n0), (int)g->k, 1.0f, a, clamp_ld(g->lda), b, clamp_ld(g->ldb), 0.0f,
+              g->c + m0 * g->ldc + n0, clamp_ld(g->ldc));
+}
+
+/* Blocks start on multiples of these, so that every block but the last is
+ * made of the library's whole register tiles. */
+enum { BLAS_ROW_ALIGN = 8, BLAS_COL_ALIGN = 16 };
+
+static void blas_gemm_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const blas_gemm_t *g = ctx;
+  const int64_t mu = (g->m + BLAS_ROW_ALIGN - 1) / BLAS_ROW_ALIGN;
+  const int64_t nu = (g->n + BLAS_COL_ALIGN - 1) / BLAS_COL_ALIGN;
+  for (int64_t t = begin; t < end; t++) {
+    const int64_t ti = t / g->tn, tj = t % g->tn;
+    int64_t m0 = mu * ti / g->tm * BLAS_ROW_ALIGN, m1 = mu * (ti + 1) / g->tm * BLAS_ROW_ALIGN;
+    int64_t n0 = nu * tj / g->tn * BLAS_COL_ALIGN, n1 = nu * (tj + 1) / g->tn * BLAS_COL_ALIGN;
+    blas_sgemm_block(g, m0 < g->m ? m0 : g->m, m1 < g->m ? m1 : g->m, n0 < g->n ? n0 : g->n,
+                     n1 < g->n ? n1 : g->n);
   }
 }
+
+/* The tm x tn split of `threads` whose largest block is smallest; ties go to
+ * splitting M (blocks of whole rows of C share no cache lines). */
+static void blas_choose_grid(int64_t m, int64_t n, int threads, int *out_tm, int *out_tn) {
+  const int64_t mu = (m + BLAS_ROW_ALIGN - 1) / BLAS_ROW_ALIGN;
+  const int64_t nu = (n + BLAS_COL_ALIGN - 1) / BLAS_COL_ALIGN;
+  int best_tm = 1, best_tn = 1;
+  int64_t best = INT64_MAX;
+  for (int tm = threads; tm >= 1; tm--) {
+    if (threads % tm) continue;
+    const int tn = threads / tm;
+    if (tm > mu || tn > nu) continue;
+    const int64_t cost = (mu + tm - 1) / tm * BLAS_ROW_ALIGN * ((nu + tn - 1) / tn * BLAS_COL_ALIGN);
+    if (cost < best) {
+      best = cost;
+      best_tm = tm;
+      best_tn = tn;
+    }
+  }
+  *out_tm = best_tm;
+  *out_tn = best_tn;
+}
+
+/* C = op(A) op(B) with at most `limit` threads of `pool` (pool NULL: this
+ * thread alone), each running one single-threaded library call. */
+static void blas_sgemm(kiln_cpu_pool_t *pool, int limit, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                       int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  blas_gemm_t g = {trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, 1, 1};
+  int threads = pool ? kiln_cpu_pool_threads(pool) : 1;
+  if (threads > limit) threads = limit;
+  const int64_t work = m * n * (k > 0 ? k : 1);
+  if (threads > 1 && work / threads < KILN_BLAS_MIN_WORK_PER_THREAD)
+    threads = (int)(work / KILN_BLAS_MIN_WORK_PER_THREAD);
+  if (threads > 1) blas_choose_grid(m, n, threads, &g.tm, &g.tn);
+  if (g.tm * g.tn <= 1) {
+    blas_sgemm_block(&g, 0, m, 0, n);
+    return;
+  }
+  kiln_cpu_parallel_for(pool, g.tm * g.tn, 1, blas_gemm_task, &g);
+}
+
+/* ---- MATMUL ---------------------------------------------------------------------- */
+
+typedef struct blas_batch_t {
+  const kiln_op_t *op;
+  const float *a, *b;
+  float *c;
+} blas_batch_t;
+
+static void blas_batch_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const blas_batch_t *bb = ctx;
+  const kiln_op_t *op = bb->op;
+  for (int64_t i = begin; i < end; i++)
+    blas_sgemm(NULL, 1, op->u.matmul.trans_a, op->u.matmul.trans_b, op->u.matmul.m, op->u.matmul.n,
+               op->u.matmul.k, bb->a + i * op->u.matmul.stride_a, op->u.matmul.lda,
+               bb->b + i * op->u.matmul.stride_b, op->u.matmul.ldb, bb->c + i * op->u.matmul.stride_c,
+               op->u.matmul.ldc);
+}
+
+void kiln_cpu_matmul_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *a_base, const float *b_base,
+                          float *c_base) {
+  const int64_t batch = op->u.matmul.batch;
+  const int64_t m = op->u.matmul.m, n = op->u.matmul.n, k = op->u.matmul.k;
+  if (batch <= 0 || m <= 0 || n <= 0) return;
+  const blas_threading_t threading = blas_threading();
+  const int limit = blas_calls_begin(threading);
+  blas_batch_t bb = {op, a_base + op->in[0].offset, b_base + op->in[1].offset, c_base + op->out.offset};
+  const int threads = pool ? kiln_cpu_pool_threads(pool) : 1;
+  const int64_t work = m * n * (k > 0 ? k : 1);
+  if (limit > 1 && threads > 1 && batch > 1 && work < (int64_t)threads * 4 * KILN_BLAS_MIN_WORK_PER_THREAD &&
+      work * batch >= 2 * KILN_BLAS_MIN_WORK_PER_THREAD) {
+    /* Many small products: whole products per thread. */
+    kiln_cpu_parallel_for(pool, batch, 1, blas_batch_task, &bb);
+  } else {
+    for (int64_t i = 0; i < batch; i++)
+      blas_sgemm(pool, limit, op->u.matmul.trans_a, op->u.matmul.trans_b, m, n, k,
+                 bb.a + i * op->u.matmul.stride_a, op->u.matmul.lda, bb.b + i * op->u.matmul.stride_b,
+                 op->u.matmul.ldb, bb.c + i * op->u.matmul.stride_c, op->u.matmul.ldc);
+  }
+  blas_calls_end(threading);
+}
+
+/* ---- CONV2D ---------------------------------------------------------------------- */
 
 void kiln_cpu_conv2d_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x, const float *w,
                           const float *bias, float *y) {
@@ -55,8 +264,10 @@ void kiln_cpu_conv2d_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const floa
       return;
     }
   }
-  /* One panel at a time: the library threads each product itself, so the
-   * pool only lays out the panels, and the two never run at once. */
+  const blas_threading_t threading = blas_threading();
+  const int limit = blas_calls_begin(threading);
+  /* One panel at a time: the pool lays out the panel, then splits its
+   * product. */
   for (int64_t ni = 0; ni < n; ni++) {
     const float *xi = x + ni * chw;
     for (int64_t j0 = 0; j0 < pq; j0 += chunk) {
@@ -70,8 +281,7 @@ void kiln_cpu_conv2d_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const floa
         ldb = cols;
       }
       if (crs > 0) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)k, (int)cols, (int)crs, 1.0f, w,
-                    (int)crs, b, ldb > 0 ? (int)ldb : 1, 0.0f, yi, (int)pq);
+        blas_sgemm(pool, limit, false, false, k, cols, crs, w, crs, b, ldb, yi, pq);
       } else {
         for (int64_t kk = 0; kk < k; kk++)
           for (int64_t j = 0; j < cols; j++) yi[kk * pq + j] = 0.0f;
@@ -84,6 +294,7 @@ void kiln_cpu_conv2d_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const floa
       }
     }
   }
+  blas_calls_end(threading);
   free(col);
 }
 
@@ -94,8 +305,9 @@ bool kiln_cpu_blas_available(void) { return false; }
 /* Never called (the backend offers the provider only when it is available);
  * they compute the same result through kiln's own kernels all the same, so a
  * caller that forgets the check gets right answers, not a crash. */
-void kiln_cpu_matmul_blas(const kiln_op_t *op, const float *a_base, const float *b_base, float *c_base) {
-  kiln_cpu_matmul_native(NULL, op, a_base, b_base, c_base);
+void kiln_cpu_matmul_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *a_base, const float *b_base,
+                          float *c_base) {
+  kiln_cpu_matmul_native(pool, op, a_base, b_base, c_base);
 }
 
 void kiln_cpu_conv2d_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x, const float *w,

@@ -113,7 +113,7 @@ void kiln_cpu_op_execute(kiln_backend_device_t *device, kiln_provider_t provider
     const float *a = op->in[0].buffer->data, *b = op->in[1].buffer->data;
     float *c = op->out.buffer->data;
     if (provider == KILN_PROVIDER_BLAS)
-      kiln_cpu_matmul_blas(op, a, b, c);
+      kiln_cpu_matmul_blas(pool, op, a, b, c);
     else
       kiln_cpu_matmul_native(pool, op, a, b, c);
     break;

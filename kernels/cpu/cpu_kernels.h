@@ -32,9 +32,11 @@ void kiln_cpu_max_pool2d_native(kiln_cpu_pool_t *pool, const kiln_op_t *op, cons
 
 /* The `blas` provider (backends/cpu/blas_provider.c): present only when kiln
  * was built with a CBLAS. kiln_cpu_blas_available() is false otherwise and
- * the other two must not be called. */
+ * the other two must not be called. Both split each product over `pool`,
+ * one single-threaded library call per thread. */
 bool kiln_cpu_blas_available(void);
-void kiln_cpu_matmul_blas(const kiln_op_t *op, const float *a_base, const float *b_base, float *c_base);
+void kiln_cpu_matmul_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *a_base, const float *b_base,
+                          float *c_base);
 void kiln_cpu_conv2d_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x, const float *w,
                           const float *bias, float *y);
 
