@@ -120,6 +120,21 @@ START_TEST(test_null_queue_calls) {
   KT_NULL_ARG(kiln_event_elapsed(NULL, e, &ms), "start");
   KT_NULL_ARG(kiln_event_elapsed(e, NULL, &ms), "end");
   KT_NULL_ARG(kiln_event_elapsed(e, e, NULL), "out_ms");
+  /* A wait list with a hole, and events of two queues timed together. */
+  kiln_event_t *const holes[2] = {e, NULL};
+  kiln_buffer_t *b = NULL;
+  char host[8] = {0};
+  KT_OK(kiln_buffer_create(dev, sizeof host, &b));
+  KT_FAILS(kiln_buffer_write(q, b, 0, host, sizeof host, true, 2, holes, NULL), KILN_INVALID_ARGUMENT,
+           "wait event 1 of 2 is NULL");
+  kiln_queue_t *other = NULL;
+  kiln_event_t *e2 = NULL;
+  KT_OK(kiln_queue_create(dev, &other));
+  KT_OK(kiln_queue_record(other, &e2));
+  KT_FAILS(kiln_event_elapsed(e, e2, &ms), KILN_INVALID_ARGUMENT, "queue");
+  kiln_event_release(e2);
+  kiln_queue_release(other);
+  kiln_buffer_release(b);
   kiln_event_release(e);
   ck_assert_ptr_null(kiln_device_default_queue(NULL));
   ck_assert_ptr_null(kiln_device_current_queue(NULL));
@@ -198,6 +213,7 @@ START_TEST(test_null_tensor_calls) {
   KT_NULL_ARG(kiln_tensor_read(NULL, host, sizeof host), "tensor");
   KT_NULL_ARG(kiln_tensor_read(t, NULL, sizeof host), "host");
   KT_NULL_ARG(kiln_tensor_item(NULL, &v), "tensor");
+  KT_NULL_ARG(kiln_tensor_item(t, NULL), "out_value");
   KT_NULL_ARG(kiln_tensor_copy(NULL, dev, &out), "tensor");
   KT_NULL_ARG(kiln_tensor_copy(t, NULL, &out), "device");
   KT_NULL_ARG(kiln_tensor_copy(t, dev, NULL), "out");
@@ -291,8 +307,8 @@ START_TEST(test_sizes) {
   KT_FAILS(kiln_tensor_empty(dev, KILN_I32, 1, (const int64_t[]){INT64_MAX}, &out), KILN_INVALID_ARGUMENT,
            "overflows");
   /* Larger than the device: 2^50 floats (4 PiB) on cpu:0. */
-  KT_FAILS(kiln_tensor_empty(dev, KILN_F32, 1, (const int64_t[]){INT64_C(1) << 50}, &out), KILN_OUT_OF_MEMORY,
-           "4503599627370496");
+  KT_FAILS3(kiln_tensor_empty(dev, KILN_F32, 1, (const int64_t[]){INT64_C(1) << 50}, &out), KILN_OUT_OF_MEMORY,
+            "4503599627370496", "cpu:0", "largest allocation");
   KT_FAILS(kiln_tensor_zeros(dev, KILN_F32, 2, (const int64_t[]){INT64_C(1) << 25, INT64_C(1) << 25}, &out),
            KILN_OUT_OF_MEMORY, "bytes");
   kiln_buffer_t *b = NULL;
