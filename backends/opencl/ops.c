@@ -502,23 +502,91 @@ static kiln_status_t gemm_tiled(kiln_backend_queue_t *queue, const gemm_t *g) {
   return status;
 }
 
-/* Pack `count` batches of one operand (pack_a or pack_b) into `dst`. */
+/* A kernel over (columns, rows, batches) with work-items along columns: one
+ * work-group row of up to 256 work-items, rounded up (the kernel checks). */
+static kiln_status_t launch_planes(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                                   int64_t cols, int64_t rows, int64_t batches, size_t arg_count,
+                                   const kiln_cl_arg_t *args) {
+  size_t wg = 1;
+  kiln_status_t status = group_limit(queue, program, kernel, 256, &wg);
+  if (status != KILN_OK) return status;
+  /* No wider than the columns need: short rows would leave most idle. */
+  while (wg > 1 && (int64_t)(wg / 2) >= cols) wg /= 2;
+  const size_t global[3] = {((size_t)cols + wg - 1) / wg * wg, (size_t)rows, (size_t)batches};
+  const size_t local[3] = {wg, 1, 1};
+  return kiln_cl_launch(queue, program, kernel, 3, global, local, arg_count, args);
+}
+
+/* Pack `count` batches of one operand (gemm_pack_a or gemm_pack_b) into `dst`. */
 static kiln_status_t gemm_pack(kiln_backend_queue_t *queue, const char *kernel, cl_mem src, int64_t src_off,
                                cl_mem dst, int64_t rows, int64_t k, int64_t ld, bool trans, int64_t stride,
-                               int64_t blocks, int64_t per_batch, int64_t count) {
-  size_t wg = 1;
-  kiln_status_t status = group_limit(queue, KILN_CL_PROGRAM_gemm, kernel, 256, &wg);
-  if (status != KILN_OK) return status;
-  int64_t groups = (per_batch + (int64_t)wg - 1) / (int64_t)wg;
-  if (groups > KILN_CL_MAX_GROUPS / 4) groups = KILN_CL_MAX_GROUPS / 4;
-  if (groups < 1) groups = 1;
+                               int64_t blocks, int64_t block_rows, int64_t count) {
   const kiln_cl_arg_t args[] = {
-      KILN_CL_MEM(src), KILN_CL_LONG(src_off), KILN_CL_MEM(dst),       KILN_CL_INT(rows),  KILN_CL_INT(k),
+      KILN_CL_MEM(src), KILN_CL_LONG(src_off),      KILN_CL_MEM(dst),     KILN_CL_INT(rows), KILN_CL_INT(k),
       KILN_CL_LONG(ld), KILN_CL_INT(trans ? 1 : 0), KILN_CL_LONG(stride), KILN_CL_INT(blocks),
   };
-  const size_t global[2] = {(size_t)groups * wg, (size_t)count};
-  const size_t local[2] = {wg, 1};
-  return kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, kernel, 2, global, local, sizeof args / sizeof args[0], args);
+  return launch_planes(queue, KILN_CL_PROGRAM_gemm, kernel, blocks * block_rows, k, count,
+                       sizeof args / sizeof args[0], args);
+}
+
+/* The work-group of gemm_packed: two column blocks by up to sixteen row blocks
+ * (measured best on PoCL), within the kernel's and the device's limits. */
+static kiln_status_t gemm_packed_local(kiln_backend_queue_t *queue, size_t *out_lx, size_t *out_ly) {
+  size_t limit = 1;
+  kiln_status_t status = group_limit(queue, KILN_CL_PROGRAM_gemm, "gemm_packed", 32, &limit);
+  if (status != KILN_OK) return status;
+  const size_t lx = limit >= 2 ? 2 : 1;
+  size_t ly = limit / lx;
+  if (ly > 16) ly = 16;
+  const size_t dim1 = queue->device->max_work_item_sizes[1];
+  if (dim1 && ly > dim1) ly = dim1;
+  *out_lx = lx;
+  *out_ly = ly ? ly : 1;
+  return KILN_OK;
+}
+
+/* The product of packed panels for `count` batches from `first`. */
+static kiln_status_t gemm_packed_compute(kiln_backend_queue_t *queue, const gemm_t *g, cl_mem pa, cl_mem pb,
+                                         int64_t first, int64_t count, int64_t ap_batch, int64_t bp_batch) {
+  const int64_t mb = (g->m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM, nb = (g->n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
+  size_t lx = 1, ly = 1;
+  kiln_status_t status = gemm_packed_local(queue, &lx, &ly);
+  if (status != KILN_OK) return status;
+  const kiln_cl_arg_t args[] = {
+      KILN_CL_MEM(pa),
+      KILN_CL_MEM(pb),
+      KILN_CL_MEM(g->c),
+      KILN_CL_LONG(g->c_off + first * g->stride_c),
+      KILN_CL_INT(g->m),
+      KILN_CL_INT(g->n),
+      KILN_CL_INT(g->k),
+      KILN_CL_LONG(g->ldc),
+      KILN_CL_LONG(g->stride_c),
+      KILN_CL_INT(mb),
+      KILN_CL_INT(nb),
+      KILN_CL_LONG(ap_batch),
+      KILN_CL_LONG(bp_batch),
+  };
+  const size_t global[3] = {((size_t)nb + lx - 1) / lx * lx, ((size_t)mb + ly - 1) / ly * ly, (size_t)count};
+  const size_t local[3] = {lx, ly, 1};
+  return kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, "gemm_packed", 3, global, local, sizeof args / sizeof args[0],
+                        args);
+}
+
+/* Scratch bytes one round of packed panels or columns may take. */
+static size_t scratch_budget(const kiln_backend_device_t *device) {
+  size_t budget = KILN_CL_SCRATCH_BUDGET;
+  if (device->max_alloc && device->max_alloc / 2 < budget) budget = (size_t)(device->max_alloc / 2);
+  return budget;
+}
+
+/* Batches per round for `per_batch` scratch bytes each. */
+static int64_t round_of(const kiln_backend_device_t *device, size_t per_batch, int64_t batches) {
+  int64_t round = per_batch ? (int64_t)(scratch_budget(device) / per_batch) : batches;
+  if (round < 1) round = 1;
+  if (round > batches) round = batches;
+  if (round > KILN_CL_MAX_BATCH_PER_LAUNCH) round = KILN_CL_MAX_BATCH_PER_LAUNCH;
+  return round;
 }
 
 static kiln_status_t gemm_packed(kiln_backend_queue_t *queue, const gemm_t *g) {
@@ -526,61 +594,26 @@ static kiln_status_t gemm_packed(kiln_backend_queue_t *queue, const gemm_t *g) {
   const int64_t mb = (g->m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM, nb = (g->n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
   const int64_t a_elems = mb * KILN_CL_GEMM_RM * g->k, b_elems = nb * KILN_CL_GEMM_RN * g->k;
   const bool shared_a = g->stride_a == 0; /* every batch multiplies the same A: pack it once */
-  /* Batches per round, so the panels stay within the scratch budget and the
-   * device's largest allocation. */
-  size_t budget = KILN_CL_SCRATCH_BUDGET;
-  if (device->max_alloc && device->max_alloc / 2 < budget) budget = (size_t)(device->max_alloc / 2);
-  const size_t per_batch = (size_t)(b_elems + (shared_a ? 0 : a_elems)) * sizeof(float);
-  int64_t round = per_batch ? (int64_t)(budget / per_batch) : g->batch;
-  if (round < 1) round = 1;
-  if (round > g->batch) round = g->batch;
-  if (round > KILN_CL_MAX_BATCH_PER_LAUNCH) round = KILN_CL_MAX_BATCH_PER_LAUNCH;
-
+  const int64_t round =
+      round_of(device, (size_t)(b_elems + (shared_a ? 0 : a_elems)) * sizeof(float), g->batch);
   cl_mem pa = NULL, pb = NULL;
   kiln_status_t status = KILN_OK;
   if (g->k > 0) {
     status = kiln_cl_scratch_create(device, (size_t)(a_elems * (shared_a ? 1 : round)) * sizeof(float), &pa);
     if (status == KILN_OK) status = kiln_cl_scratch_create(device, (size_t)(b_elems * round) * sizeof(float), &pb);
   }
-  /* The compute kernel's work-group: two column blocks by up to sixteen row
-   * blocks (measured best on PoCL), within the kernel's limits. */
-  size_t limit = 1;
-  if (status == KILN_OK) status = group_limit(queue, KILN_CL_PROGRAM_gemm, "gemm_packed", 32, &limit);
-  size_t lx = limit >= 2 ? 2 : 1;
-  size_t ly = limit / lx;
-  if (ly > 16) ly = 16;
-  if (device->max_work_item_sizes[1] && ly > device->max_work_item_sizes[1]) ly = device->max_work_item_sizes[1];
-  if (ly < 1) ly = 1;
   for (int64_t first = 0; status == KILN_OK && first < g->batch; first += round) {
     const int64_t count = g->batch - first < round ? g->batch - first : round;
     if (g->k > 0) {
       if (!shared_a || first == 0)
         status = gemm_pack(queue, "gemm_pack_a", g->a, g->a_off + first * g->stride_a, pa, g->m, g->k, g->lda,
-                           g->trans_a, g->stride_a, mb, a_elems, shared_a ? 1 : count);
+                           g->trans_a, g->stride_a, mb, KILN_CL_GEMM_RM, shared_a ? 1 : count);
       if (status == KILN_OK)
         status = gemm_pack(queue, "gemm_pack_b", g->b, g->b_off + first * g->stride_b, pb, g->n, g->k, g->ldb,
-                           g->trans_b, g->stride_b, nb, b_elems, count);
+                           g->trans_b, g->stride_b, nb, KILN_CL_GEMM_RN, count);
       if (status != KILN_OK) break;
     }
-    const kiln_cl_arg_t args[] = {
-        KILN_CL_MEM(pa),
-        KILN_CL_MEM(pb),
-        KILN_CL_MEM(g->c),
-        KILN_CL_LONG(g->c_off + first * g->stride_c),
-        KILN_CL_INT(g->m),
-        KILN_CL_INT(g->n),
-        KILN_CL_INT(g->k),
-        KILN_CL_LONG(g->ldc),
-        KILN_CL_LONG(g->stride_c),
-        KILN_CL_INT(mb),
-        KILN_CL_INT(nb),
-        KILN_CL_LONG(shared_a ? 0 : a_elems),
-        KILN_CL_LONG(b_elems),
-    };
-    const size_t global[3] = {((size_t)nb + lx - 1) / lx * lx, ((size_t)mb + ly - 1) / ly * ly, (size_t)count};
-    const size_t local[3] = {lx, ly, 1};
-    status = kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, "gemm_packed", 3, global, local,
-                            sizeof args / sizeof args[0], args);
+    status = gemm_packed_compute(queue, g, pa, pb, first, count, shared_a ? 0 : a_elems, b_elems);
   }
   if (pa) clReleaseMemObject(pa);
   if (pb) clReleaseMemObject(pb);
@@ -626,20 +659,25 @@ static kiln_status_t run_matmul(kiln_backend_queue_t *queue, const kiln_op_t *op
 /* ---- convolution and pooling ------------------------------------------------------- */
 
 static kiln_status_t run_conv2d(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t k = op->u.conv2d.k, r = op->u.conv2d.r, s = op->u.conv2d.s, p = op->u.conv2d.p, q = op->u.conv2d.q;
   const int64_t crs = c * r * s, pq = p * q;
   if (n * k * pq == 0) return KILN_OK;
-  if (!fits_i32(crs) || !fits_i32(pq) || !fits_i32(k))
+  const int64_t nb = (pq + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
+  if (!fits_i32(crs) || !fits_i32(nb * KILN_CL_GEMM_RN) || !fits_i32(k) || !fits_i32(c * h * w))
     return kiln_cl_error(KILN_OUT_OF_RESOURCES,
-                         "the native OpenCL conv2d needs c*r*s, p*q and k below 2^31, got %lld, %lld, %lld",
-                         (long long)crs, (long long)pq, (long long)k);
+                         "the native OpenCL conv2d needs c*r*s, p*q, k and c*h*w below 2^31, got %lld, %lld, %lld, "
+                         "%lld; split the batch or the channels",
+                         (long long)crs, (long long)pq, (long long)k, (long long)(c * h * w));
   const cl_mem x = mem_of(&op->in[0]), y = mem_of(&op->out);
   const int64_t x_off = (int64_t)op->in[0].offset, y_off = (int64_t)op->out.offset;
   /* Per image: Y[k, pq] = W[k, crs] @ columns[crs, pq]. */
   gemm_t g = {
       .a = mem_of(&op->in[1]),
       .a_off = (int64_t)op->in[1].offset,
+      .c = y,
+      .c_off = y_off,
       .m = k,
       .n = pq,
       .k = crs,
@@ -653,65 +691,82 @@ static kiln_status_t run_conv2d(kiln_backend_queue_t *queue, const kiln_op_t *op
   kiln_status_t status = KILN_OK;
   const bool pointwise = r == 1 && s == 1 && op->u.conv2d.stride[0] == 1 && op->u.conv2d.stride[1] == 1 &&
                          op->u.conv2d.pad[0] == 0 && op->u.conv2d.pad[1] == 0 && p == h && q == w;
-  if (pointwise) {
-    /* A 1x1 convolution is already a GEMM over each image: no columns. */
+  const bool packed = !gemm_use_tiled(queue);
+  if (pointwise || crs == 0) {
+    /* A 1x1 convolution is already a GEMM over each image: no columns (and
+     * no channels is a GEMM with k = 0: zeros). */
     g.b = x;
     g.b_off = x_off;
-    g.c = y;
-    g.c_off = y_off;
     g.batch = n;
     status = gemm_run(queue, &g);
   } else {
-    const size_t per_image = (size_t)crs * (size_t)pq * sizeof(float);
-    kiln_backend_device_t *device = queue->device;
-    size_t budget = KILN_CL_SCRATCH_BUDGET;
-    if (device->max_alloc && device->max_alloc / 2 < budget) budget = (size_t)(device->max_alloc / 2);
-    int64_t step = per_image ? (int64_t)(budget / per_image) : n;
-    if (step < 1) step = 1;
-    if (step > n) step = n;
-    cl_mem cols = NULL;
-    if (per_image > 0) status = kiln_cl_scratch_create(device, per_image * (size_t)step, &cols);
+    /* Columns for a round of images, in the packed GEMM's layout for B when
+     * that is the GEMM that runs (no packing pass of B then). */
+    const char *kernel = packed ? "im2col_packed_f32" : "im2col_f32";
+    const int64_t cols_per_image = packed ? nb * KILN_CL_GEMM_RN : pq;
+    const size_t per_image = (size_t)crs * (size_t)cols_per_image * sizeof(float);
+    const int64_t step = round_of(device, per_image, n);
+    const int64_t mb = (k + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM;
+    cl_mem cols = NULL, pa = NULL;
+    status = kiln_cl_scratch_create(device, per_image * (size_t)step, &cols);
+    if (status == KILN_OK && packed) {
+      status = kiln_cl_scratch_create(device, (size_t)(mb * KILN_CL_GEMM_RM * crs) * sizeof(float), &pa);
+      if (status == KILN_OK)
+        status = gemm_pack(queue, "gemm_pack_a", g.a, g.a_off, pa, k, crs, crs, false, 0, mb, KILN_CL_GEMM_RM, 1);
+    }
     for (int64_t first = 0; status == KILN_OK && first < n; first += step) {
       const int64_t count = n - first < step ? n - first : step;
-      if (crs > 0) {
-        const kiln_cl_arg_t args[] = {
-            KILN_CL_MEM(x),
-            KILN_CL_LONG(x_off + first * c * h * w),
-            KILN_CL_MEM(cols),
-            KILN_CL_LONG(count),
-            KILN_CL_LONG(c),
-            KILN_CL_LONG(h),
-            KILN_CL_LONG(w),
-            KILN_CL_LONG(r),
-            KILN_CL_LONG(s),
-            KILN_CL_LONG(p),
-            KILN_CL_LONG(q),
-            KILN_CL_INT(op->u.conv2d.stride[0]),
-            KILN_CL_INT(op->u.conv2d.stride[1]),
-            KILN_CL_INT(op->u.conv2d.pad[0]),
-            KILN_CL_INT(op->u.conv2d.pad[1]),
-            KILN_CL_INT(op->u.conv2d.dil[0]),
-            KILN_CL_INT(op->u.conv2d.dil[1]),
-        };
-        status = launch_flat(queue, KILN_CL_PROGRAM_conv, "im2col_f32", count * crs * pq,
+      const kiln_cl_arg_t args[] = {
+          KILN_CL_MEM(x),
+          KILN_CL_LONG(x_off + first * c * h * w),
+          KILN_CL_MEM(cols),
+          KILN_CL_INT(c),
+          KILN_CL_INT(h),
+          KILN_CL_INT(w),
+          KILN_CL_INT(r),
+          KILN_CL_INT(s),
+          KILN_CL_INT(p),
+          KILN_CL_INT(q),
+          KILN_CL_INT(op->u.conv2d.stride[0]),
+          KILN_CL_INT(op->u.conv2d.stride[1]),
+          KILN_CL_INT(op->u.conv2d.pad[0]),
+          KILN_CL_INT(op->u.conv2d.pad[1]),
+          KILN_CL_INT(op->u.conv2d.dil[0]),
+          KILN_CL_INT(op->u.conv2d.dil[1]),
+      };
+      status = launch_planes(queue, KILN_CL_PROGRAM_conv, kernel, cols_per_image, crs, count,
                              sizeof args / sizeof args[0], args);
-        if (status != KILN_OK) break;
+      if (status != KILN_OK) break;
+      if (packed) {
+        /* gemm_packed_compute offsets C by first * stride_c itself. */
+        status = gemm_packed_compute(queue, &g, pa, cols, first, count, 0, crs * cols_per_image);
+      } else {
+        gemm_t gi = g;
+        gi.b = cols;
+        gi.b_off = 0;
+        gi.c_off = y_off + first * k * pq;
+        gi.batch = count;
+        status = gemm_run(queue, &gi);
       }
-      g.b = cols;
-      g.b_off = 0;
-      g.c = y;
-      g.c_off = y_off + first * k * pq;
-      g.batch = count;
-      status = gemm_run(queue, &g);
     }
     if (cols) clReleaseMemObject(cols);
+    if (pa) clReleaseMemObject(pa);
   }
   if (status == KILN_OK && op->u.conv2d.has_bias) {
-    const kiln_cl_arg_t args[] = {
-        KILN_CL_MEM(y), KILN_CL_LONG(y_off), KILN_CL_MEM(mem_of(&op->in[2])), KILN_CL_LONG(op->in[2].offset),
-        KILN_CL_LONG(n), KILN_CL_LONG(k),    KILN_CL_LONG(pq),
-    };
-    status = launch_flat(queue, KILN_CL_PROGRAM_conv, "bias_nchw_f32", n * k * pq, sizeof args / sizeof args[0], args);
+    /* The batch dimension in rounds, as some drivers limit the third one. */
+    for (int64_t first = 0; status == KILN_OK && first < n; first += KILN_CL_MAX_BATCH_PER_LAUNCH) {
+      const int64_t count = n - first < KILN_CL_MAX_BATCH_PER_LAUNCH ? n - first : KILN_CL_MAX_BATCH_PER_LAUNCH;
+      const kiln_cl_arg_t bargs[] = {
+          KILN_CL_MEM(y),
+          KILN_CL_LONG(y_off + first * k * pq),
+          KILN_CL_MEM(mem_of(&op->in[2])),
+          KILN_CL_LONG(op->in[2].offset),
+          KILN_CL_INT(k),
+          KILN_CL_INT(pq),
+      };
+      status = launch_planes(queue, KILN_CL_PROGRAM_conv, "bias_nchw_f32", pq, k, count,
+                             sizeof bargs / sizeof bargs[0], bargs);
+    }
   }
   return status;
 }

@@ -1,28 +1,53 @@
 /* kernels/opencl/conv.cl: the parts of CONV2D around the GEMM (im2col, bias) and MAX_POOL2D, NCHW. */
 
-/* [images][c*r*s][p*q] columns of `images` consecutive input images; padded
- * cells are zeros. */
-__kernel void im2col_f32(__global const float *x, long x_off, __global float *cols, long images, long c, long h,
-                         long w, long r, long s, long p, long q, int stride_h, int stride_w, int pad_h, int pad_w,
-                         int dil_h, int dil_w) {
-  x += x_off;
-  const long pq = p * q, rs = r * s, crs = c * rs;
-  KILN_FOR_EACH(i, images * crs * pq) {
-    const long col = i % pq, row = kiln_udiv(i, pq) % crs, img = kiln_udiv(i, pq * crs);
-    const long ch = kiln_udiv(row, rs), ri = kiln_udiv(row % rs, s), si = row % s;
-    const long pp = kiln_udiv(col, q), qq = col % q;
-    const long hh = pp * stride_h - pad_h + ri * dil_h;
-    const long ww = qq * stride_w - pad_w + si * dil_w;
-    cols[i] = hh >= 0 && hh < h && ww >= 0 && ww < w ? x[((img * c + ch) * h + hh) * w + ww] : 0.0f;
-  }
+/* The input cell that column `col` (an output position) of row `row` (a
+ * channel and filter tap) reads; 0 in the padding. */
+KILN_FN float kiln_im2col_at(__global const float *x, int col, int row, int h, int w, int r_s, int s,
+                             int q, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w) {
+  const int ch = row / r_s, tap = row - ch * r_s;
+  const int ri = tap / s, si = tap - ri * s;
+  const int pp = col / q, qq = col - pp * q;
+  const int hh = pp * stride_h - pad_h + ri * dil_h;
+  const int ww = qq * stride_w - pad_w + si * dil_w;
+  return hh >= 0 && hh < h && ww >= 0 && ww < w ? x[((long)ch * h + hh) * w + ww] : 0.0f;
 }
 
-/* y[img][k][pq] += bias[k] over `images` images. */
-__kernel void bias_nchw_f32(__global float *y, long y_off, __global const float *bias, long bias_off, long images,
-                            long k, long pq) {
-  y += y_off;
-  bias += bias_off;
-  KILN_FOR_EACH(i, images * k * pq) y[i] += bias[(i / pq) % k];
+/* [images][c*r*s][p*q] columns of consecutive input images. Global
+ * (p*q rounded up, c*r*s, images). */
+__kernel void im2col_f32(__global const float *x, long x_off, __global float *cols, int c, int h, int w, int r,
+                         int s, int p, int q, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w) {
+  const int col = (int)get_global_id(0), row = (int)get_global_id(1);
+  const long img = (long)get_global_id(2);
+  const int pq = p * q, crs = c * r * s;
+  if (col >= pq) return;
+  cols[(img * crs + row) * pq + col] = kiln_im2col_at(x + x_off + img * c * h * w, col, row, h, w, r * s, s, q,
+                                                      stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
+}
+
+/* The same columns written straight in gemm.cl's packed layout for B
+ * ([images][ceil(p*q/RN)][c*r*s][RN], zero past p*q), so the GEMM needs no
+ * packing pass of its own. Global (ceil(p*q/RN)*RN rounded up, c*r*s, images). */
+#define KILN_CONV_RN 16 /* KILN_GEMM_RN of gemm.cl */
+__kernel void im2col_packed_f32(__global const float *x, long x_off, __global float *cols, int c, int h, int w, int r,
+                                int s, int p, int q, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h,
+                                int dil_w) {
+  const int col = (int)get_global_id(0), row = (int)get_global_id(1);
+  const long img = (long)get_global_id(2);
+  const int pq = p * q, crs = c * r * s, nb = (pq + KILN_CONV_RN - 1) / KILN_CONV_RN;
+  if (col >= nb * KILN_CONV_RN) return;
+  const long at = img * ((long)nb * crs * KILN_CONV_RN) + ((long)(col / KILN_CONV_RN) * crs + row) * KILN_CONV_RN +
+                  col % KILN_CONV_RN;
+  cols[at] = col < pq ? kiln_im2col_at(x + x_off + img * c * h * w, col, row, h, w, r * s, s, q, stride_h, stride_w,
+                                       pad_h, pad_w, dil_h, dil_w)
+                      : 0.0f;
+}
+
+/* y[img][k][pq] += bias[k]. Global (pq rounded up, k, images). */
+__kernel void bias_nchw_f32(__global float *y, long y_off, __global const float *bias, long bias_off, int k, int pq) {
+  const int col = (int)get_global_id(0), kk = (int)get_global_id(1);
+  const long img = (long)get_global_id(2);
+  if (col >= pq) return;
+  y[y_off + (img * k + kk) * pq + col] += bias[bias_off + kk];
 }
 
 /* Padded cells are never candidates; a window wholly in the padding gives

@@ -26,36 +26,30 @@
 #define KILN_GEMM_A(a, i, l) (trans_a ? (a)[(long)(l) * lda + (i)] : (a)[(long)(i) * lda + (l)])
 #define KILN_GEMM_B(b, l, j) (trans_b ? (b)[(long)(j) * ldb + (l)] : (b)[(long)(l) * ldb + (j)])
 
-/* One work-item per packed element, so writes are contiguous. Batches are
- * dimension 1. */
+/* Global (rows rounded up to the work-group size, k, batches): work-item
+ * (i, l, batch) writes element (i, l) of op(A) to its packed place (zero past
+ * m), so neighbouring work-items write neighbouring floats. */
 __kernel void gemm_pack_a(__global const float *a, long a_off, __global float *out, int m, int k, long lda,
                           int trans_a, long stride_a, int mb) {
-  const long batch = (long)get_global_id(1);
-  const long total = (long)mb * k * KILN_GEMM_RM;
+  const int i = (int)get_global_id(0), l = (int)get_global_id(1);
+  const long batch = (long)get_global_id(2);
+  if (i >= mb * KILN_GEMM_RM) return;
   __global const float *ab = a + a_off + batch * stride_a;
-  __global float *ob = out + batch * total;
-  KILN_FOR_EACH(e, total) {
-    const int r = (int)(e % KILN_GEMM_RM);
-    const long rest = e / KILN_GEMM_RM;
-    const int l = (int)(rest % k), ib = (int)kiln_udiv(rest, k);
-    const int i = ib * KILN_GEMM_RM + r;
-    ob[e] = i < m ? KILN_GEMM_A(ab, i, l) : 0.0f;
-  }
+  const long at = batch * ((long)mb * k * KILN_GEMM_RM) + ((long)(i / KILN_GEMM_RM) * k + l) * KILN_GEMM_RM +
+                  i % KILN_GEMM_RM;
+  out[at] = i < m ? KILN_GEMM_A(ab, i, l) : 0.0f;
 }
 
+/* Likewise for op(B): work-item (j, l, batch), zero past n. */
 __kernel void gemm_pack_b(__global const float *b, long b_off, __global float *out, int n, int k, long ldb,
                           int trans_b, long stride_b, int nb) {
-  const long batch = (long)get_global_id(1);
-  const long total = (long)nb * k * KILN_GEMM_RN;
+  const int j = (int)get_global_id(0), l = (int)get_global_id(1);
+  const long batch = (long)get_global_id(2);
+  if (j >= nb * KILN_GEMM_RN) return;
   __global const float *bb = b + b_off + batch * stride_b;
-  __global float *ob = out + batch * total;
-  KILN_FOR_EACH(e, total) {
-    const int c = (int)(e % KILN_GEMM_RN);
-    const long rest = e / KILN_GEMM_RN;
-    const int l = (int)(rest % k), jb = (int)kiln_udiv(rest, k);
-    const int j = jb * KILN_GEMM_RN + c;
-    ob[e] = j < n ? KILN_GEMM_B(bb, l, j) : 0.0f;
-  }
+  const long at = batch * ((long)nb * k * KILN_GEMM_RN) + ((long)(j / KILN_GEMM_RN) * k + l) * KILN_GEMM_RN +
+                  j % KILN_GEMM_RN;
+  out[at] = j < n ? KILN_GEMM_B(bb, l, j) : 0.0f;
 }
 
 /* Store row i (< m) of a block whose first column is j0. */
