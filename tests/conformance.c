@@ -486,7 +486,8 @@ static const kt_shape_t kt_elementwise_shapes[] = {
     {0, {0}, false, false},         {1, {0}, false, false},         {1, {1}, false, false},
     {1, {7}, false, false},         {2, {3, 0}, false, false},      {2, {3, 5}, true, false},
     {3, {2, 3, 4}, true, false},    {1, {257}, false, true},        {2, {13, 257}, false, true},
-    {2, {13, 257}, true, true},     {4, {2, 3, 5, 7}, true, true},  {-1, {0}, false, false},
+    {2, {13, 257}, true, true},     {4, {2, 3, 5, 7}, true, true},  {1, {262147}, false, true},
+    {-1, {0}, false, false},
 };
 
 /* Broadcasting pairs. */
@@ -847,7 +848,8 @@ static const kt_shape_t kt_reduce_shapes[] = {
     {1, {7}, false, false},          {2, {3, 0}, false, false},     {3, {3, 0, 5}, false, false},
     {2, {4, 5}, true, false},        {3, {2, 3, 4}, true, false},   {1, {1237}, false, true},
     {2, {13, 257}, false, true},     {2, {13, 257}, true, true},    {4, {2, 3, 5, 7}, true, true},
-    {2, {1031, 3}, false, true},     {-1, {0}, false, false},
+    {2, {1031, 3}, false, true},     {1, {70001}, false, true},     {2, {3, 40009}, false, true},
+    {2, {40009, 3}, true, true},     {-1, {0}, false, false},
 };
 
 START_TEST(test_reductions) {
@@ -919,7 +921,7 @@ START_TEST(test_softmax) {
       {0, {0}, false, false},     {1, {1}, false, false},      {1, {7}, false, false},
       {2, {3, 0}, false, false},  {2, {0, 5}, false, false},   {2, {4, 5}, true, false},
       {3, {2, 3, 4}, false, false}, {2, {13, 257}, false, true}, {2, {4, 1237}, false, true},
-      {2, {257, 13}, true, true}, {-1, {0}, false, false},
+      {2, {257, 13}, true, true}, {2, {3, 9973}, false, true}, {-1, {0}, false, false},
   };
   for (int log = 0; log < 2; log++) {
     for (int big = 0; big < 2; big++) {
