@@ -126,14 +126,72 @@ static void fill_pattern(const cmd_t *c) {
   }
 }
 
+/* Copies and fills this large are split over the device's pool: one core
+ * cannot keep enough cache misses in flight to reach the memory bandwidth,
+ * and the page faults of memory touched for the first time (a fresh buffer)
+ * are taken on every core at once. */
+#define KILN_CPU_PARALLEL_COPY_BYTES ((size_t)2 << 20)
+/* Each thread's share starts on a multiple of this. */
+#define KILN_CPU_COPY_BLOCK ((size_t)64 << 10)
+
+typedef struct copy_job_t {
+  const cmd_t *cmd;
+} copy_job_t;
+
+static void copy_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const cmd_t *c = ((const copy_job_t *)ctx)->cmd;
+  const size_t lo = (size_t)begin * KILN_CPU_COPY_BLOCK;
+  size_t hi = (size_t)end * KILN_CPU_COPY_BLOCK;
+  if (hi > c->u.copy.size) hi = c->u.copy.size;
+  if (lo < hi) memcpy((char *)c->u.copy.dst + lo, (const char *)c->u.copy.src + lo, hi - lo);
+}
+
+static void run_memcpy(kiln_backend_queue_t *q, const cmd_t *c) {
+  const size_t size = c->u.copy.size;
+  if (size == 0) return;
+  const uintptr_t d = (uintptr_t)c->u.copy.dst, s = (uintptr_t)c->u.copy.src;
+  const bool overlap = d < s + size && s < d + size;
+  if (overlap || size < KILN_CPU_PARALLEL_COPY_BYTES || kiln_cpu_pool_threads(q->device->pool) < 2) {
+    memmove(c->u.copy.dst, c->u.copy.src, size);
+    return;
+  }
+  copy_job_t job = {c};
+  const int64_t blocks = (int64_t)((size + KILN_CPU_COPY_BLOCK - 1) / KILN_CPU_COPY_BLOCK);
+  kiln_cpu_parallel_for(q->device->pool, blocks, (int64_t)(KILN_CPU_PARALLEL_COPY_BYTES / 2 / KILN_CPU_COPY_BLOCK),
+                        copy_task, &job);
+}
+
+static void fill_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const cmd_t *c = ((const copy_job_t *)ctx)->cmd;
+  cmd_t part = *c;
+  const size_t lo = (size_t)begin * KILN_CPU_COPY_BLOCK;
+  size_t hi = (size_t)end * KILN_CPU_COPY_BLOCK;
+  if (hi > c->u.fill.size) hi = c->u.fill.size;
+  if (lo >= hi) return;
+  part.u.fill.dst = (char *)c->u.fill.dst + lo;
+  part.u.fill.size = hi - lo;
+  fill_pattern(&part);
+}
+
+static void run_fill(kiln_backend_queue_t *q, const cmd_t *c) {
+  const size_t size = c->u.fill.size;
+  if (size < KILN_CPU_PARALLEL_COPY_BYTES || kiln_cpu_pool_threads(q->device->pool) < 2) {
+    fill_pattern(c);
+    return;
+  }
+  /* Blocks are multiples of 4 bytes, so every share starts on a whole pattern. */
+  copy_job_t job = {c};
+  const int64_t blocks = (int64_t)((size + KILN_CPU_COPY_BLOCK - 1) / KILN_CPU_COPY_BLOCK);
+  kiln_cpu_parallel_for(q->device->pool, blocks, (int64_t)(KILN_CPU_PARALLEL_COPY_BYTES / 2 / KILN_CPU_COPY_BLOCK),
+                        fill_task, &job);
+}
+
 /* Returns false on CMD_STOP. */
 static bool execute(kiln_backend_queue_t *q, cmd_t *c) {
   switch (c->kind) {
   case CMD_OP: kiln_cpu_op_execute(q->device, c->provider, &c->u.op); break;
-  case CMD_MEMCPY:
-    if (c->u.copy.size) memmove(c->u.copy.dst, c->u.copy.src, c->u.copy.size);
-    break;
-  case CMD_FILL: fill_pattern(c); break;
+  case CMD_MEMCPY: run_memcpy(q, c); break;
+  case CMD_FILL: run_fill(q, c); break;
   case CMD_RECORD:
     event_signal(c->u.event);
     event_unref(c->u.event);
