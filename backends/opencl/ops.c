@@ -224,6 +224,27 @@ static kiln_status_t launch_rows(kiln_backend_queue_t *queue, kiln_cl_program_t 
   return kiln_cl_launch(queue, program, kernel, 1, &global, &wg, arg_count, args);
 }
 
+/* Release scratch memory once the work enqueued so far on the queue has
+ * completed. OpenCL itself keeps a released buffer alive for pending
+ * commands, but not every implementation does (Oclgrind frees it at once),
+ * so the release waits for a marker; without one it happens now. */
+static void CL_CALLBACK scratch_release_cb(cl_event event, cl_int status, void *mem) {
+  (void)event;
+  (void)status;
+  clReleaseMemObject((cl_mem)mem);
+}
+
+static void scratch_release(kiln_backend_queue_t *queue, cl_mem mem) {
+  if (!mem) return;
+  cl_event marker = NULL;
+  if (clEnqueueMarkerWithWaitList(queue->queue, 0, NULL, &marker) == CL_SUCCESS) {
+    const cl_int err = clSetEventCallback(marker, CL_COMPLETE, scratch_release_cb, mem);
+    clReleaseEvent(marker);
+    if (err == CL_SUCCESS) return;
+  }
+  clReleaseMemObject(mem);
+}
+
 /* ---- elementwise ------------------------------------------------------------------ */
 
 /* The walk of an elementwise kernel: dims of extent 1 dropped, dims merged
@@ -405,7 +426,7 @@ static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op
     status = launch_rows(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_parts_f32" : "reduce_parts_i32", outer, chunks,
                          sizeof pargs / sizeof pargs[0], pargs);
   }
-  if (parts) clReleaseMemObject(parts); /* OpenCL keeps it until the work that uses it completes */
+  scratch_release(queue, parts);
   return status;
 }
 
@@ -441,7 +462,7 @@ static kiln_status_t run_cross_entropy(kiln_backend_queue_t *queue, const kiln_o
     };
     status = launch_rows(queue, KILN_CL_PROGRAM_nn, "xent_mean", 1, rows, sizeof args / sizeof args[0], args);
   }
-  if (work) clReleaseMemObject(work);
+  scratch_release(queue, work);
   return status;
 }
 
@@ -615,8 +636,8 @@ static kiln_status_t gemm_packed(kiln_backend_queue_t *queue, const gemm_t *g) {
     }
     status = gemm_packed_compute(queue, g, pa, pb, first, count, shared_a ? 0 : a_elems, b_elems);
   }
-  if (pa) clReleaseMemObject(pa);
-  if (pb) clReleaseMemObject(pb);
+  scratch_release(queue, pa);
+  scratch_release(queue, pb);
   return status;
 }
 
@@ -749,8 +770,8 @@ static kiln_status_t run_conv2d(kiln_backend_queue_t *queue, const kiln_op_t *op
         status = gemm_run(queue, &gi);
       }
     }
-    if (cols) clReleaseMemObject(cols);
-    if (pa) clReleaseMemObject(pa);
+    scratch_release(queue, cols);
+    scratch_release(queue, pa);
   }
   if (status == KILN_OK && op->u.conv2d.has_bias) {
     /* The batch dimension in rounds, as some drivers limit the third one. */
