@@ -302,8 +302,8 @@ static kiln_status_t open_device(kiln_backend_device_t *d, cl_platform_id platfo
   device_string(device, CL_DEVICE_VERSION, device_version, sizeof device_version);
   /* What a compiled binary depends on: the platform and its version, the
    * device model, its driver. (program.c adds the source hash and options.) */
-  snprintf(d->cache_identity, sizeof d->cache_identity, "opencl|%s|%s|%s|%s|%s|%s", platform_name, platform_version,
-           name, device_vendor, driver, device_version);
+  snprintf(d->cache_identity, sizeof d->cache_identity, "opencl|%.120s|%.120s|%.120s|%.120s|%.120s|%.120s",
+           platform_name, platform_version, name, device_vendor, driver, device_version);
 
   pthread_mutex_init(&d->program_lock, NULL);
   pthread_mutex_init(&d->launch_lock, NULL);

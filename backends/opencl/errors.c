@@ -129,11 +129,13 @@ static const char *advice_for(kiln_status_t status) {
 
 kiln_status_t kiln_cl_check(cl_int err, const char *call_fmt, ...) {
   if (err == CL_SUCCESS) return KILN_OK;
-  char call[768];
-  va_list args;
-  va_start(args, call_fmt);
-  vsnprintf(call, sizeof call, call_fmt, args);
-  va_end(args);
+  char call[768] = "an OpenCL call";
+  if (call_fmt) {
+    va_list args;
+    va_start(args, call_fmt);
+    vsnprintf(call, sizeof call, call_fmt, args);
+    va_end(args);
+  }
   kiln_status_t status = kiln_cl_status_of(err);
   return kiln_cl_error(status, "%s failed: %s (%d); %s", call, kiln_cl_error_name(err), (int)err, advice_for(status));
 }
@@ -191,11 +193,13 @@ kiln_status_t kiln_cl_clblast_check(int status, const char *call_fmt, ...) {
     default: code = KILN_INTERNAL; break;
     }
   }
-  char call[768];
-  va_list args;
-  va_start(args, call_fmt);
-  vsnprintf(call, sizeof call, call_fmt, args);
-  va_end(args);
+  char call[768] = "a CLBlast call";
+  if (call_fmt) {
+    va_list args;
+    va_start(args, call_fmt);
+    vsnprintf(call, sizeof call, call_fmt, args);
+    va_end(args);
+  }
   return kiln_cl_error(code, "%s failed: %s (%d); %s", call, kiln_cl_clblast_status_name(status), status,
                        code == KILN_UNSUPPORTED ? "the native provider runs these arguments" : advice_for(code));
 }
