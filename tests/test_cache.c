@@ -7,9 +7,8 @@
 
 static char kt_root[4096];
 
-/* Start kiln (CPU only) with its cache in a folder below the private one.
- * The private folder is made again first: Check runs each test in a forked
- * child whose exit removes it (common.h's atexit handler). */
+/* Start kiln (CPU only) with its cache in a folder below the private one
+ * (made first, in case a test removed it). */
 static const char *kt_start(const char *name) {
   mkdir(kt_root, 0700);
   static char dir[4200];
