@@ -32,6 +32,11 @@ void kiln_cpu_binary(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *a, 
 void kiln_cpu_binary_scalar(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *a, void *out);
 void kiln_cpu_reduce(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in, void *out);
 void kiln_cpu_softmax(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *in, float *out);
+#if defined(KILN_HAVE_AVX2_KERNEL)
+/* One row of SOFTMAX (log_out: log-softmax) with AVX2 + FMA (nn_avx2.c); call
+ * only where the CPU has both. */
+void kiln_cpu_softmax_row_avx2(const float *x, float *y, int64_t cols, bool log_out);
+#endif
 void kiln_cpu_cross_entropy(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *logits,
                             const int32_t *labels, float *out);
 

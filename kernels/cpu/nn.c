@@ -19,12 +19,19 @@ typedef struct softmax_job_t {
   const kiln_op_t *op;
   const float *in;
   float *out;
+  bool avx2;
 } softmax_job_t;
 
 static void softmax_task(void *ctx, int64_t begin, int64_t end, int thread) {
   const softmax_job_t *j = ctx;
   const int64_t cols = j->op->u.softmax.cols;
   const bool log_out = j->op->u.softmax.log;
+#if defined(KILN_HAVE_AVX2_KERNEL)
+  if (j->avx2) {
+    for (int64_t r = begin; r < end; r++) kiln_cpu_softmax_row_avx2(j->in + r * cols, j->out + r * cols, cols, log_out);
+    return;
+  }
+#endif
   for (int64_t r = begin; r < end; r++) {
     const float *x = j->in + r * cols;
     float *y = j->out + r * cols;
@@ -48,7 +55,12 @@ static void softmax_task(void *ctx, int64_t begin, int64_t end, int thread) {
 }
 
 void kiln_cpu_softmax(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *in, float *out) {
-  softmax_job_t j = {op, in, out};
+  softmax_job_t j = {op, in, out, false};
+#if defined(KILN_HAVE_AVX2_KERNEL)
+  /* libgcc also checks that the OS saves the ymm state before it reports avx2. */
+  __builtin_cpu_init();
+  j.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
   const int64_t cols = op->u.softmax.cols;
   const int64_t grain = cols >= 4096 ? 1 : 4096 / (cols + 1) + 1;
   kiln_cpu_parallel_for(pool, op->u.softmax.rows, grain, softmax_task, &j);
