@@ -370,10 +370,10 @@ kiln_status_t kiln_buffer_read(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
 kiln_status_t kiln_buffer_fill(kiln_queue_t *queue, kiln_buffer_t *buffer, size_t offset, size_t size,
                                const void *pattern, size_t pattern_size, uint32_t wait_count,
                                kiln_event_t *const *wait_events, kiln_event_t **out_event) {
-  kiln_status_t status = kiln_transfer_check("kiln_buffer_fill", queue, buffer, offset, pattern, size);
-  if (status != KILN_OK) return status;
   if (!pattern)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_buffer_fill: pattern is NULL; pass 1, 2 or 4 bytes");
+  kiln_status_t status = kiln_transfer_check("kiln_buffer_fill", queue, buffer, offset, pattern, size);
+  if (status != KILN_OK) return status;
   if (pattern_size != 1 && pattern_size != 2 && pattern_size != 4)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "kiln_buffer_fill: pattern_size %zu is not 1, 2 or 4; repeat a 1-, 2- or 4-byte pattern",
@@ -491,6 +491,8 @@ kiln_status_t kiln_buffer_copy(kiln_queue_t *queue, kiln_buffer_t *src, size_t s
   static const char call[] = "kiln_buffer_copy";
   if (!src)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: src is NULL; pass a buffer from kiln_buffer_create", call);
+  if (!dst)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: dst is NULL; pass a buffer from kiln_buffer_create", call);
   char dummy = 0;
   kiln_status_t status = kiln_transfer_check(call, queue, dst, dst_offset, &dummy, size);
   if (status != KILN_OK) return status;

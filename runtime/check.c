@@ -6,7 +6,6 @@
 #include "runtime/internal.h"
 
 /* From dispatch.c: force one provider for this thread's operations. */
-void kiln__dispatch_force(int provider);
 
 enum { KILN_CHECK_M = 7, KILN_CHECK_K = 5, KILN_CHECK_N = 6 };
 

@@ -57,7 +57,6 @@ const char *kiln__op_kind_name(kiln_op_kind_t kind) {
 
 /* The kind an op name of KILN_PROVIDER stands for, or -1. device.c uses it for
  * kiln_device_providers so that both accept the same names. */
-int kiln__op_kind_lookup(const char *name);
 int kiln__op_kind_lookup(const char *name) {
   for (size_t i = 0; i < sizeof kiln_op_names / sizeof kiln_op_names[0]; i++)
     if (!strcmp(kiln_op_names[i].name, name)) return (int)kiln_op_names[i].kind;

@@ -5,7 +5,6 @@
 #include "runtime/internal.h"
 
 /* config.c owns the op names of KILN_PROVIDER; this lookup shares them. */
-int kiln__op_kind_lookup(const char *name);
 
 /* Keys of the per-op providers properties, one per op kind. */
 static const char *const kiln_provider_keys[KILN_OP_COUNT] = {

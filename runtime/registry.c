@@ -262,10 +262,19 @@ static int kiln_type_rank(kiln_device_type_t type) {
 }
 
 /* Device order: type, then backend priority (config order), then the
- * backend's own order. */
-static bool kiln_device_before(const kiln_device_t *a, size_t a_prio, const kiln_device_t *b, size_t b_prio) {
+ * backend's own order. One exception while KILN_BACKEND is unset: among CPU
+ * devices kiln's own cpu backend comes first. An OpenCL CPU device (PoCL)
+ * drives the same cores through a JIT and slower kernels, so it should not
+ * become the default on a machine without a GPU; it stays listed and
+ * selectable ("opencl:cpu"). */
+static bool kiln_device_before(const kiln_device_t *a, size_t a_prio, const kiln_device_t *b, size_t b_prio,
+                               bool native_cpu_first) {
   int ra = kiln_type_rank(a->desc.type), rb = kiln_type_rank(b->desc.type);
   if (ra != rb) return ra < rb;
+  if (native_cpu_first && a->desc.type == KILN_DEVICE_CPU) {
+    bool na = !strcmp(a->iface->name, "cpu"), nb = !strcmp(b->iface->name, "cpu");
+    if (na != nb) return na;
+  }
   if (a_prio != b_prio) return a_prio < b_prio;
   return a->backend_index < b->backend_index;
 }
@@ -460,7 +469,7 @@ kiln_status_t kiln__registry_load(kiln__runtime_t *rt) {
     kiln_device_t *d = rt->devices[i];
     size_t prio = prio_of[i];
     size_t j = i;
-    while (j > 0 && kiln_device_before(d, prio, rt->devices[j - 1], prio_of[j - 1])) {
+    while (j > 0 && kiln_device_before(d, prio, rt->devices[j - 1], prio_of[j - 1], !rt->config.backends_explicit)) {
       rt->devices[j] = rt->devices[j - 1];
       prio_of[j] = prio_of[j - 1];
       j--;

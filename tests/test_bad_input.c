@@ -167,10 +167,10 @@ START_TEST(test_null_buffer_calls) {
   KT_NULL_ARG(kiln_buffer_read(q, b, 0, host, 4, true, 2, NULL, NULL), "wait list");
   KT_NULL_ARG(kiln_buffer_copy(NULL, b, 0, b2, 0, 4, 0, NULL, NULL), "queue");
   KT_NULL_ARG(kiln_buffer_copy(q, NULL, 0, b2, 0, 4, 0, NULL, NULL), "src");
-  KT_NULL_ARG(kiln_buffer_copy(q, b, 0, NULL, 0, 4, 0, NULL, NULL), "buffer");
+  KT_NULL_ARG(kiln_buffer_copy(q, b, 0, NULL, 0, 4, 0, NULL, NULL), "dst");
   KT_NULL_ARG(kiln_buffer_fill(NULL, b, 0, 4, &pattern, 4, 0, NULL, NULL), "queue");
   KT_NULL_ARG(kiln_buffer_fill(q, NULL, 0, 4, &pattern, 4, 0, NULL, NULL), "buffer");
-  KT_NULL_ARG(kiln_buffer_fill(q, b, 0, 4, NULL, 4, 0, NULL, NULL), "is NULL");
+  KT_NULL_ARG(kiln_buffer_fill(q, b, 0, 4, NULL, 4, 0, NULL, NULL), "pattern");
   /* Ranges past the end, and patterns of a size the fill does not take. */
   KT_FAILS(kiln_buffer_write(q, b, 60, host, 8, true, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "64");
   KT_FAILS(kiln_buffer_read(q, b, SIZE_MAX, host, 2, true, 0, NULL, NULL), KILN_INVALID_ARGUMENT, "64");
