@@ -4,9 +4,10 @@
  * channel and filter tap) reads; 0 in the padding. */
 KILN_FN float kiln_im2col_at(__global const float *x, int col, int row, int h, int w, int r_s, int s,
                              int q, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w) {
-  const int ch = row / r_s, tap = row - ch * r_s;
-  const int ri = tap / s, si = tap - ri * s;
-  const int pp = col / q, qq = col - pp * q;
+  /* Unsigned quotients beside signed remainders: see kiln_udiv. */
+  const int ch = (int)((uint)row / (uint)r_s), tap = row % r_s;
+  const int ri = (int)((uint)tap / (uint)s), si = tap % s;
+  const int pp = (int)((uint)col / (uint)q), qq = col % q;
   const int hh = pp * stride_h - pad_h + ri * dil_h;
   const int ww = qq * stride_w - pad_w + si * dil_w;
   return hh >= 0 && hh < h && ww >= 0 && ww < w ? x[((long)ch * h + hh) * w + ww] : 0.0f;
@@ -35,8 +36,8 @@ __kernel void im2col_packed_f32(__global const float *x, long x_off, __global fl
   const long img = (long)get_global_id(2);
   const int pq = p * q, crs = c * r * s, nb = (pq + KILN_CONV_RN - 1) / KILN_CONV_RN;
   if (col >= nb * KILN_CONV_RN) return;
-  const long at = img * ((long)nb * crs * KILN_CONV_RN) + ((long)(col / KILN_CONV_RN) * crs + row) * KILN_CONV_RN +
-                  col % KILN_CONV_RN;
+  const long at = img * ((long)nb * crs * KILN_CONV_RN) + ((long)((uint)col / KILN_CONV_RN) * crs + row) * KILN_CONV_RN +
+                  (uint)col % KILN_CONV_RN;
   cols[at] = col < pq ? kiln_im2col_at(x + x_off + img * c * h * w, col, row, h, w, r * s, s, q, stride_h, stride_w,
                                        pad_h, pad_w, dil_h, dil_w)
                       : 0.0f;

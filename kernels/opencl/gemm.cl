@@ -35,8 +35,9 @@ __kernel void gemm_pack_a(__global const float *a, long a_off, __global float *o
   const long batch = (long)get_global_id(2);
   if (i >= mb * KILN_GEMM_RM) return;
   __global const float *ab = a + a_off + batch * stride_a;
-  const long at = batch * ((long)mb * k * KILN_GEMM_RM) + ((long)(i / KILN_GEMM_RM) * k + l) * KILN_GEMM_RM +
-                  i % KILN_GEMM_RM;
+  const uint ui = (uint)i; /* unsigned: / and % by a power of two are a shift and a mask */
+  const long at = batch * ((long)mb * k * KILN_GEMM_RM) + ((long)(ui / KILN_GEMM_RM) * k + l) * KILN_GEMM_RM +
+                  ui % KILN_GEMM_RM;
   out[at] = i < m ? KILN_GEMM_A(ab, i, l) : 0.0f;
 }
 
@@ -47,8 +48,9 @@ __kernel void gemm_pack_b(__global const float *b, long b_off, __global float *o
   const long batch = (long)get_global_id(2);
   if (j >= nb * KILN_GEMM_RN) return;
   __global const float *bb = b + b_off + batch * stride_b;
-  const long at = batch * ((long)nb * k * KILN_GEMM_RN) + ((long)(j / KILN_GEMM_RN) * k + l) * KILN_GEMM_RN +
-                  j % KILN_GEMM_RN;
+  const uint uj = (uint)j;
+  const long at = batch * ((long)nb * k * KILN_GEMM_RN) + ((long)(uj / KILN_GEMM_RN) * k + l) * KILN_GEMM_RN +
+                  uj % KILN_GEMM_RN;
   out[at] = j < n ? KILN_GEMM_B(bb, l, j) : 0.0f;
 }
 
@@ -144,7 +146,7 @@ __kernel void gemm_tiled(__global const float *a, long a_off, __global const flo
   for (int l0 = 0; l0 < k; l0 += KILN_GEMM_TK) {
     /* 1024 elements of each slab, four per work-item; consecutive work-items
      * take consecutive elements along the contiguous direction. */
-    for (int e = tid; e < KILN_GEMM_TK * KILN_GEMM_TILE; e += 256) {
+    for (uint e = (uint)tid; e < KILN_GEMM_TK * KILN_GEMM_TILE; e += 256) {
       int ii, ll;
       if (trans_a) { ii = e % KILN_GEMM_TILE; ll = e / KILN_GEMM_TILE; }
       else { ll = e % KILN_GEMM_TK; ii = e / KILN_GEMM_TK; }
