@@ -2,9 +2,10 @@
 """tests/opencl/oclgrind_check.py: register PoCL and Oclgrind side by side, and run a suite on the Oclgrind device with its checks on.
 
 Two modes:
-  --make-icd-dir DIR   write DIR/*.icd: every ICD of /etc/OpenCL/vendors plus
-                       Oclgrind's (which Debian does not register); print
-                       "oclgrind" when Oclgrind's ICD library was found.
+  --make-icd-dir DIR [--extra-icd LIB] [--no-oclgrind]
+                       write DIR/*.icd: every ICD of /etc/OpenCL/vendors plus
+                       Oclgrind's (which Debian does not register) and LIB;
+                       print "oclgrind" when Oclgrind's ICD library was found.
   --icd-dir DIR --devinfo EXE -- SUITE [ARGS]
                        run SUITE with OCL_ICD_VENDORS=DIR and KILN_DEVICE set
                        to the Oclgrind device (found with devinfo --json) and
@@ -58,7 +59,7 @@ def find_oclgrind_icd():
     return None
 
 
-def make_icd_dir(directory):
+def make_icd_dir(directory, extra=None, oclgrind=True):
     os.makedirs(directory, exist_ok=True)
     for old in glob.glob(os.path.join(directory, "*.icd")):
         os.unlink(old)
@@ -66,7 +67,11 @@ def make_icd_dir(directory):
     if os.path.isdir(registered):
         for icd in sorted(glob.glob(os.path.join(registered, "*.icd"))):
             shutil.copyfile(icd, os.path.join(directory, os.path.basename(icd)))
-    library = find_oclgrind_icd()
+    if extra:
+        # The library need not exist yet (it is built after configuring).
+        with open(os.path.join(directory, "extra.icd"), "w") as f:
+            f.write(extra + "\n")
+    library = find_oclgrind_icd() if oclgrind else None
     if library and not any("oclgrind" in open(f).read() for f in glob.glob(os.path.join(directory, "*.icd"))):
         with open(os.path.join(directory, "oclgrind.icd"), "w") as f:
             f.write(library + "\n")
@@ -140,12 +145,14 @@ def run_checked(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--make-icd-dir")
+    parser.add_argument("--extra-icd")
+    parser.add_argument("--no-oclgrind", action="store_true")
     parser.add_argument("--icd-dir")
     parser.add_argument("--devinfo")
     parser.add_argument("suite", nargs="*")
     args = parser.parse_args()
     if args.make_icd_dir:
-        return make_icd_dir(args.make_icd_dir)
+        return make_icd_dir(args.make_icd_dir, args.extra_icd, not args.no_oclgrind)
     if not args.icd_dir or not args.devinfo or not args.suite:
         parser.error("give --make-icd-dir DIR, or --icd-dir DIR --devinfo EXE -- SUITE [ARGS]")
     return run_checked(args)

@@ -518,6 +518,43 @@ START_TEST(test_add_runs) {
 }
 END_TEST
 
+/* ---- enumeration that meets a failing platform -------------------------- */
+
+static char log_seen[4096];
+
+static void capture_log(kiln_log_level_t level, const char *message, void *user) {
+  (void)level, (void)user;
+  size_t used = strlen(log_seen);
+  snprintf(log_seen + used, sizeof log_seen - used, "%s\n", message);
+}
+
+START_TEST(test_broken_platform_skipped) {
+  if (!getenv("KILN_TEST_BROKEN_PLATFORM")) {
+    printf("test_broken_platform_skipped: skipped: needs OCL_ICD_VENDORS with the broken test platform (the "
+           "opencl-broken-platform test sets it)\n");
+    return;
+  }
+  kiln_log_set_callback(capture_log, NULL);
+  kiln_log_set_level(KILN_LOG_WARN);
+  kiln_device_t *devices[16];
+  size_t n = opencl_devices(devices, 16);
+  /* The system's devices are all there, and the skip was said, with the
+   * platform's name and OpenCL's error. */
+  ck_assert_uint_ge(n, 1);
+  ck_assert_msg(strstr(log_seen, "kiln broken test platform") && strstr(log_seen, "CL_OUT_OF_HOST_MEMORY"),
+                "log: %s", log_seen);
+  size_t count = 0;
+  KT_OK(kiln_backend_count(&count));
+  for (size_t i = 0; i < count; i++) {
+    kiln_backend_info_t info;
+    KT_OK(kiln_backend_info(i, &info));
+    if (!strcmp(info.name, "opencl")) ck_assert_int_eq(info.state, KILN_BACKEND_LOADED);
+  }
+  release_all(devices, n);
+  kiln_log_set_callback(NULL, NULL);
+}
+END_TEST
+
 /* Whether kiln sees an OpenCL device, asked in a child so this process starts
  * kiln fresh in every test. */
 static bool opencl_visible(char *why, size_t size) {
@@ -569,6 +606,9 @@ int main(void) {
   tcase_add_test(devices, test_events);
   tcase_add_test(devices, test_allocation_too_large);
   suite_add_tcase(suite, devices);
+  TCase *platforms = tcase_create("platforms");
+  tcase_add_test(platforms, test_broken_platform_skipped);
+  suite_add_tcase(suite, platforms);
   TCase *cache = tcase_create("cache");
   tcase_set_timeout(cache, 300);
   tcase_add_test(cache, test_cache_warm_start);
