@@ -122,8 +122,15 @@ static kiln_status_t event_end(kiln_backend_event_t *event, cl_ulong *out_ns) {
       state != CL_COMPLETE && state >= 0)
     return kiln_cl_error(KILN_NOT_READY, "an event of opencl:%zu has not completed yet; wait for the end event before "
                                          "asking for the elapsed time", event->device->index);
-  return kiln_cl_check(clGetEventProfilingInfo(event->event, CL_PROFILING_COMMAND_END, sizeof *out_ns, out_ns, NULL),
-                       "clGetEventProfilingInfo(CL_PROFILING_COMMAND_END) on opencl:%zu", event->device->index);
+  cl_int err = clGetEventProfilingInfo(event->event, CL_PROFILING_COMMAND_END, sizeof *out_ns, out_ns, NULL);
+  if (err == CL_PROFILING_INFO_NOT_AVAILABLE)
+    /* Completed, on a profiling queue: the driver keeps no timestamps for
+     * markers. */
+    return kiln_cl_error(KILN_UNSUPPORTED,
+                         "clGetEventProfilingInfo(CL_PROFILING_COMMAND_END) on opencl:%zu (%s): the driver gives no "
+                         "timestamp for a completed marker (CL_PROFILING_INFO_NOT_AVAILABLE); time on the host instead",
+                         event->device->index, event->device->desc.name);
+  return kiln_cl_check(err, "clGetEventProfilingInfo(CL_PROFILING_COMMAND_END) on opencl:%zu", event->device->index);
 }
 
 kiln_status_t kiln_cl_event_elapsed(kiln_backend_event_t *start, kiln_backend_event_t *end, double *out_ms) {
