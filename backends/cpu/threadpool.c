@@ -15,17 +15,22 @@ struct kiln_cpu_pool_t {
   /* Queue workers of one device take turns: one parallel_for at a time. */
   pthread_mutex_t turn;
 
-  /* The job, written by the caller before `generation` is bumped. */
+  /* The job, written by the caller before `claim` and `generation` announce it. */
   kiln_cpu_task_fn fn;
   void *ctx;
   int64_t n;
-  int chunks;
   bool stop;
 
   _Alignas(64) _Atomic uint32_t generation; /* futex: a new job (or stop) */
   _Atomic uint32_t generation_sleepers;
-  _Alignas(64) _Atomic uint32_t pending; /* futex: helpers yet to acknowledge the job */
-  _Atomic uint32_t pending_sleepers;
+  /* Chunks are claimed, not assigned: (generation << 32) | (chunks << 16) |
+   * next. Whoever is running takes the next chunk, the caller included, so
+   * a helper that the scheduler has not run yet (a busy machine) delays no
+   * one: the others take its chunks. The word names its job, so a helper
+   * that wakes late cannot claim a chunk of the next one by mistake. */
+  _Alignas(64) _Atomic uint64_t claim;
+  _Alignas(64) _Atomic uint32_t done; /* futex: chunks finished */
+  _Atomic uint32_t done_sleepers;
 };
 
 /* The pool whose job the calling thread is running, so that a kernel calling
@@ -37,10 +42,32 @@ typedef struct helper_arg_t {
   int index;
 } helper_arg_t;
 
-static void run_chunk(kiln_cpu_pool_t *pool, int chunk) {
-  int64_t begin = pool->n * chunk / pool->chunks;
-  int64_t end = pool->n * (chunk + 1) / pool->chunks;
-  if (begin < end) pool->fn(pool->ctx, begin, end, chunk);
+static inline uint64_t claim_word(uint32_t generation, int chunks, int next) {
+  return ((uint64_t)generation << 32) | ((uint64_t)(uint32_t)chunks << 16) | (uint64_t)(uint32_t)next;
+}
+
+/* Claim the next chunk of job `generation`; -1 when none is left (or the job
+ * is another one by now). */
+static int claim_chunk(kiln_cpu_pool_t *pool, uint32_t generation) {
+  uint64_t cur = atomic_load_explicit(&pool->claim, memory_order_acquire);
+  for (;;) {
+    if ((uint32_t)(cur >> 32) != generation) return -1;
+    const int chunks = (int)((cur >> 16) & 0xffff), next = (int)(cur & 0xffff);
+    if (next >= chunks) return -1;
+    if (atomic_compare_exchange_weak_explicit(&pool->claim, &cur, cur + 1, memory_order_acq_rel,
+                                              memory_order_acquire))
+      return next;
+  }
+}
+
+/* Run chunks of job `generation` while any is left. */
+static void run_chunks(kiln_cpu_pool_t *pool, uint32_t generation, int chunks) {
+  for (int c; (c = claim_chunk(pool, generation)) >= 0;) {
+    /* The job cannot change before this chunk is counted done. */
+    const int64_t begin = pool->n * c / chunks, end = pool->n * (c + 1) / chunks;
+    if (begin < end) pool->fn(pool->ctx, begin, end, c);
+    if (atomic_fetch_add(&pool->done, 1) + 1 == (uint32_t)chunks) kiln_cpu_wake(&pool->done, &pool->done_sleepers);
+  }
 }
 
 static void *helper_main(void *arg) {
@@ -52,10 +79,8 @@ static void *helper_main(void *arg) {
   for (;;) {
     seen = kiln_cpu_wait_change(&pool->generation, seen, &pool->generation_sleepers);
     if (pool->stop) return NULL;
-    if (a.index < pool->chunks) run_chunk(pool, a.index);
-    /* Every helper acknowledges every job, so the caller never rewrites the
-     * job while a helper may still read it. */
-    if (atomic_fetch_sub(&pool->pending, 1) == 1) kiln_cpu_wake(&pool->pending, &pool->pending_sleepers);
+    const uint64_t cur = atomic_load_explicit(&pool->claim, memory_order_acquire);
+    if ((uint32_t)(cur >> 32) == seen) run_chunks(pool, seen, (int)((cur >> 16) & 0xffff));
   }
 }
 
@@ -67,8 +92,9 @@ kiln_cpu_pool_t *kiln_cpu_pool_create(int threads, const int *cpu_ids) {
   pthread_mutex_init(&pool->turn, NULL);
   atomic_init(&pool->generation, 0);
   atomic_init(&pool->generation_sleepers, 0);
-  atomic_init(&pool->pending, 0);
-  atomic_init(&pool->pending_sleepers, 0);
+  atomic_init(&pool->claim, 0);
+  atomic_init(&pool->done, 0);
+  atomic_init(&pool->done_sleepers, 0);
   if (threads == 1) return pool;
 
   pool->helpers = calloc((size_t)threads - 1, sizeof *pool->helpers);
@@ -131,6 +157,7 @@ void kiln_cpu_parallel_for(kiln_cpu_pool_t *pool, int64_t n, int64_t grain, kiln
   }
   int64_t max_chunks = n / grain;
   int chunks = max_chunks < pool->threads ? (int)max_chunks : pool->threads;
+  if (chunks > 0xffff) chunks = 0xffff;
   if (chunks <= 1) {
     fn(ctx, 0, n, 0);
     return;
@@ -141,17 +168,17 @@ void kiln_cpu_parallel_for(kiln_cpu_pool_t *pool, int64_t n, int64_t grain, kiln
   pool->fn = fn;
   pool->ctx = ctx;
   pool->n = n;
-  pool->chunks = chunks;
-  uint32_t helpers = (uint32_t)pool->threads - 1;
-  atomic_store(&pool->pending, helpers);
-  atomic_fetch_add(&pool->generation, 1);
+  atomic_store_explicit(&pool->done, 0, memory_order_relaxed);
+  const uint32_t generation = atomic_load_explicit(&pool->generation, memory_order_relaxed) + 1;
+  atomic_store(&pool->claim, claim_word(generation, chunks, 0));
+  atomic_store(&pool->generation, generation);
   kiln_cpu_wake(&pool->generation, &pool->generation_sleepers);
 
-  run_chunk(pool, 0);
+  run_chunks(pool, generation, chunks);
 
-  for (uint32_t left = atomic_load_explicit(&pool->pending, memory_order_acquire); left != 0;
-       left = atomic_load_explicit(&pool->pending, memory_order_acquire))
-    kiln_cpu_wait_change(&pool->pending, left, &pool->pending_sleepers);
+  for (uint32_t finished = atomic_load_explicit(&pool->done, memory_order_acquire); finished != (uint32_t)chunks;
+       finished = atomic_load_explicit(&pool->done, memory_order_acquire))
+    kiln_cpu_wait_change(&pool->done, finished, &pool->done_sleepers);
   tl_running_pool = NULL;
   pthread_mutex_unlock(&pool->turn);
 }
