@@ -383,13 +383,18 @@ static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op
   const int64_t outer = op->u.reduce.outer, len = op->u.reduce.len, inner = op->u.reduce.inner;
   if (outer * inner == 0) return KILN_OK;
   const bool f32 = op->in[0].dtype == KILN_F32;
+  const kiln_reduce_op_t rop = op->u.reduce.op;
+  /* f32 sums (and means and norms) have kernels of their own that read eight
+   * floats at a time and track no maximum. */
+  const bool sum = f32 && (rop == KILN_REDUCE_SUM || rop == KILN_REDUCE_MEAN || rop == KILN_REDUCE_NORM);
   const cl_mem in = mem_of(&op->in[0]), out = mem_of(&op->out);
   if (inner > 1 || len == 0) {
     const kiln_cl_arg_t args[] = {
         KILN_CL_MEM(in),        KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(out),   KILN_CL_LONG(op->out.offset),
         KILN_CL_LONG(outer),    KILN_CL_LONG(len),              KILN_CL_LONG(inner), KILN_CL_INT(op->u.reduce.op),
     };
-    return launch_flat(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_cols_f32" : "reduce_cols_i32", outer * inner,
+    return launch_flat(queue, KILN_CL_PROGRAM_reduce,
+                       sum ? "reduce_cols_sum_f32" : f32 ? "reduce_cols_f32" : "reduce_cols_i32", outer * inner,
                        sizeof args / sizeof args[0], args);
   }
   /* Rows: one work-group per row, and long rows split into chunks when there
@@ -411,19 +416,27 @@ static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op
     status = kiln_cl_scratch_create(device, (size_t)(outer * chunks) * 20u, &parts);
     if (status != KILN_OK) return status;
   }
+  /* The sum kernel's work-items take contiguous runs of a row on CPUs (each
+   * runs alone on a core) and interleaved blocks on GPUs (coalesced). */
+  const bool contiguous = device->is_cpu || device->local_mem_is_global;
   const kiln_cl_arg_t args[] = {
       KILN_CL_MEM(in),    KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(out),    KILN_CL_LONG(op->out.offset),
       KILN_CL_MEM(parts), KILN_CL_LONG(outer),            KILN_CL_LONG(len),   KILN_CL_LONG(chunk),
-      KILN_CL_LONG(chunks), KILN_CL_INT(op->u.reduce.op),
+      KILN_CL_LONG(chunks), KILN_CL_INT(op->u.reduce.op), KILN_CL_INT(contiguous ? 1 : 0),
   };
-  status = launch_rows(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_rows_f32" : "reduce_rows_i32", outer * chunks,
-                       chunk, sizeof args / sizeof args[0], args);
+  if (sum)
+    status = launch_rows(queue, KILN_CL_PROGRAM_reduce, "reduce_rows_sum_f32", outer * chunks, (chunk + 7) / 8,
+                         sizeof args / sizeof args[0], args);
+  else
+    status = launch_rows(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_rows_f32" : "reduce_rows_i32",
+                         outer * chunks, chunk, sizeof args / sizeof args[0] - 1, args);
   if (status == KILN_OK && chunks > 1) {
     const kiln_cl_arg_t pargs[] = {
         KILN_CL_MEM(parts), KILN_CL_MEM(out),     KILN_CL_LONG(op->out.offset), KILN_CL_LONG(outer),
         KILN_CL_LONG(len),  KILN_CL_LONG(chunks), KILN_CL_INT(op->u.reduce.op),
     };
-    status = launch_rows(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_parts_f32" : "reduce_parts_i32", outer, chunks,
+    status = launch_rows(queue, KILN_CL_PROGRAM_reduce,
+                         sum ? "reduce_parts_sum_f32" : f32 ? "reduce_parts_f32" : "reduce_parts_i32", outer, chunks,
                          sizeof pargs / sizeof pargs[0], pargs);
   }
   scratch_release(queue, parts);

@@ -5,7 +5,9 @@
  * follow the CPU backend: NaN wins, and among equals (or NaNs) the first
  * index, whatever order partial results meet in.
  *
- * Three kernels per dtype:
+ * Three kernels per dtype, and for f32 SUM, MEAN and NORM three more
+ * (reduce_*_sum_f32) that read eight floats at a time into a compensated
+ * float8 and track nothing else:
  *   reduce_rows_*   inner == 1: one work-group per (row, chunk); with one chunk
  *                   per row it writes the result, otherwise a partial record
  *   reduce_parts_*  merges the partial records of each row in order
@@ -203,3 +205,115 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
 
 KILN_CL_REDUCE_(float, f32)
 KILN_CL_REDUCE_(int, i32)
+
+/* ---- f32 SUM, MEAN, NORM ------------------------------------------------------ */
+
+/* Compensated float8 sum; infinities switch the compensation off. */
+KILN_FN void kiln_kahan_add8(float8 *sum, float8 *comp, float8 v) {
+  const float8 y = v - *comp;
+  const float8 t = *sum + y;
+  *comp = select((float8)(0.0f), (t - *sum) - y, isfinite(t));
+  *sum = t;
+}
+
+KILN_FN float kiln_sum8(float8 s) { return ((s.s0 + s.s1) + (s.s2 + s.s3)) + ((s.s4 + s.s5) + (s.s6 + s.s7)); }
+
+/* The compensated sum (of squares with `squares`) of x[begin, end) shared by
+ * the work-items of a group: blocks of eight floats, each work-item taking a
+ * contiguous run of blocks (`contiguous`, for CPUs, where a work-item runs
+ * alone on a core) or every wgs-th block (GPUs: neighbours read neighbouring
+ * blocks); the tail past the last whole block one float per work-item. */
+KILN_FN float kiln_partial_sum(__global const float *x, long begin, long end, bool squares, int contiguous) {
+  const long lid = (long)get_local_id(0), wgs = (long)get_local_size(0);
+  const long blocks = (end - begin) / 8;
+  long j0 = lid, j1 = blocks, step = wgs;
+  if (contiguous) {
+    const long per = (blocks + wgs - 1) / wgs;
+    j0 = lid * per;
+    j1 = j0 + per < blocks ? j0 + per : blocks;
+    step = 1;
+  }
+  float8 sum = (float8)(0.0f), comp = (float8)(0.0f);
+  for (long j = j0; j < j1; j += step) {
+    float8 v = vload8(0, x + begin + j * 8);
+    if (squares) v = v * v;
+    kiln_kahan_add8(&sum, &comp, v);
+  }
+  float tail = 0.0f, tail_comp = 0.0f;
+  for (long l = begin + blocks * 8 + lid; l < end; l += wgs) {
+    const float v = x[l];
+    kiln_kahan_add(&tail, &tail_comp, squares ? v * v : v);
+  }
+  return kiln_sum8(sum - comp) + (tail - tail_comp);
+}
+
+KILN_FN void kiln_finish_sum(__global float *out, long at, int op, long len, float sum) {
+  out[at] = op == KILN_RED_MEAN ? sum / (float)len : op == KILN_RED_NORM ? sqrt(sum) : sum;
+}
+
+/* Every work-item gets the group's total of v (a tree in local memory). */
+KILN_FN float kiln_reduce_group_sum(float v, __local float *scratch) {
+  const int lid = (int)get_local_id(0), wgs = (int)get_local_size(0);
+  scratch[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = wgs / 2; s > 0; s >>= 1) {
+    if (lid < s) scratch[lid] += scratch[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float r = scratch[0];
+  barrier(CLK_LOCAL_MEM_FENCE); /* everyone read it before scratch is reused */
+  return r;
+}
+
+__kernel void reduce_rows_sum_f32(__global const float *in, long in_off, __global float *out, long out_off,
+                                  __global long *parts, long outer, long len, long chunk, long chunks, int op,
+                                  int contiguous) {
+  __local float scratch[KILN_CL_REDUCE_WG];
+  in += in_off;
+  out += out_off;
+  const long items = outer * chunks;
+  for (long b = (long)get_group_id(0); b < items; b += (long)get_num_groups(0)) {
+    const long row = kiln_udiv(b, chunks), begin = (b % chunks) * chunk;
+    const long end = begin + chunk < len ? begin + chunk : len;
+    const float sum =
+        kiln_reduce_group_sum(kiln_partial_sum(in + row * len, begin, end, op == KILN_RED_NORM, contiguous), scratch);
+    if (get_local_id(0) == 0) {
+      if (chunks == 1)
+        kiln_finish_sum(out, row, op, len, sum);
+      else
+        ((__global float *)(parts + items))[b] = sum;
+    }
+  }
+}
+
+__kernel void reduce_parts_sum_f32(__global const long *parts, __global float *out, long out_off, long outer,
+                                   long len, long chunks, int op) {
+  __local float scratch[KILN_CL_REDUCE_WG];
+  out += out_off;
+  const long items = outer * chunks;
+  __global const float *p_sum = (__global const float *)(parts + items);
+  for (long row = (long)get_group_id(0); row < outer; row += (long)get_num_groups(0)) {
+    float sum = 0.0f, comp = 0.0f;
+    for (long c = get_local_id(0); c < chunks; c += get_local_size(0)) kiln_kahan_add(&sum, &comp, p_sum[row * chunks + c]);
+    sum = kiln_reduce_group_sum(sum - comp, scratch);
+    if (get_local_id(0) == 0) kiln_finish_sum(out, row, op, len, sum);
+  }
+}
+
+/* inner > 1: one work-item per column, neighbours on neighbouring columns. */
+__kernel void reduce_cols_sum_f32(__global const float *in, long in_off, __global float *out, long out_off, long outer,
+                                  long len, long inner, int op) {
+  in += in_off;
+  out += out_off;
+  const bool squares = op == KILN_RED_NORM;
+  KILN_FOR_EACH(o, outer * inner) {
+    const long row = kiln_udiv(o, inner), col = o % inner;
+    __global const float *x = in + row * len * inner + col;
+    float sum = 0.0f, comp = 0.0f;
+    for (long l = 0; l < len; l++) {
+      const float v = x[l * inner];
+      kiln_kahan_add(&sum, &comp, squares ? v * v : v);
+    }
+    kiln_finish_sum(out, o, op, len, sum - comp);
+  }
+}
