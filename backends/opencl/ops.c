@@ -393,8 +393,10 @@ static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op
         KILN_CL_MEM(in),        KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(out),   KILN_CL_LONG(op->out.offset),
         KILN_CL_LONG(outer),    KILN_CL_LONG(len),              KILN_CL_LONG(inner), KILN_CL_INT(op->u.reduce.op),
     };
-    return launch_flat(queue, KILN_CL_PROGRAM_reduce,
-                       sum ? "reduce_cols_sum_f32" : f32 ? "reduce_cols_f32" : "reduce_cols_i32", outer * inner,
+    if (sum) /* one work-item per eight columns */
+      return launch_flat(queue, KILN_CL_PROGRAM_reduce, "reduce_cols_sum_f32", outer * ((inner + 7) / 8),
+                         sizeof args / sizeof args[0], args);
+    return launch_flat(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_cols_f32" : "reduce_cols_i32", outer * inner,
                        sizeof args / sizeof args[0], args);
   }
   /* Rows: one work-group per row, and long rows split into chunks when there

@@ -300,20 +300,38 @@ __kernel void reduce_parts_sum_f32(__global const long *parts, __global float *o
   }
 }
 
-/* inner > 1: one work-item per column, neighbours on neighbouring columns. */
+/* inner > 1: one work-item per eight neighbouring columns of a row (fewer at
+ * the row's end), summed down len as one compensated float8. */
 __kernel void reduce_cols_sum_f32(__global const float *in, long in_off, __global float *out, long out_off, long outer,
                                   long len, long inner, int op) {
   in += in_off;
   out += out_off;
   const bool squares = op == KILN_RED_NORM;
-  KILN_FOR_EACH(o, outer * inner) {
-    const long row = kiln_udiv(o, inner), col = o % inner;
+  const long blocks = (inner + 7) / 8;
+  KILN_FOR_EACH(o, outer * blocks) {
+    const long row = kiln_udiv(o, blocks), col = (o % blocks) * 8;
     __global const float *x = in + row * len * inner + col;
-    float sum = 0.0f, comp = 0.0f;
-    for (long l = 0; l < len; l++) {
-      const float v = x[l * inner];
-      kiln_kahan_add(&sum, &comp, squares ? v * v : v);
+    __global float *y = out + row * inner + col;
+    if (col + 8 <= inner) {
+      float8 sum = (float8)(0.0f), comp = (float8)(0.0f);
+      for (long l = 0; l < len; l++) {
+        float8 v = vload8(0, x + l * inner);
+        if (squares) v = v * v;
+        kiln_kahan_add8(&sum, &comp, v);
+      }
+      sum -= comp;
+      if (op == KILN_RED_MEAN) sum = sum / (float8)((float)len);
+      else if (op == KILN_RED_NORM) sum = sqrt(sum);
+      vstore8(sum, 0, y);
+    } else {
+      for (long c = 0; c < inner - col; c++) {
+        float sum = 0.0f, comp = 0.0f;
+        for (long l = 0; l < len; l++) {
+          const float v = x[l * inner + c];
+          kiln_kahan_add(&sum, &comp, squares ? v * v : v);
+        }
+        kiln_finish_sum(y, c, op, len, sum - comp);
+      }
     }
-    kiln_finish_sum(out, o, op, len, sum - comp);
   }
 }
