@@ -711,7 +711,14 @@ static int check_no_platform(void) {
 }
 
 int main(void) {
-  kt_private_cache_dir();
+  const char *cache_dir = kt_private_cache_dir();
+  /* PoCL keeps its own kernel cache (under $HOME by default): keep it in the
+   * private directory too, so the suite writes nothing outside it. */
+  if (cache_dir && !getenv("POCL_CACHE_DIR")) {
+    char pocl[4200];
+    snprintf(pocl, sizeof pocl, "%s/pocl", cache_dir);
+    setenv("POCL_CACHE_DIR", pocl, 1);
+  }
   if (getenv("KILN_TEST_NO_PLATFORM")) return check_no_platform();
   char why[512];
   if (!opencl_visible(why, sizeof why)) {
