@@ -379,6 +379,13 @@ static kiln_status_t run_elementwise(kiln_backend_queue_t *queue, const kiln_op_
 
 /* ---- reductions, softmax, cross-entropy ------------------------------------------------ */
 
+/* Whether the work-items of a row kernel take contiguous runs of the row
+ * (CPUs, where each runs alone on a core) rather than interleaved elements
+ * (GPUs, where neighbours reading neighbours coalesce). */
+static bool row_runs(kiln_backend_queue_t *queue) {
+  return queue->device->is_cpu || queue->device->local_mem_is_global;
+}
+
 static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op) {
   const int64_t outer = op->u.reduce.outer, len = op->u.reduce.len, inner = op->u.reduce.inner;
   if (outer * inner == 0) return KILN_OK;
@@ -418,9 +425,7 @@ static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op
     status = kiln_cl_scratch_create(device, (size_t)(outer * chunks) * 20u, &parts);
     if (status != KILN_OK) return status;
   }
-  /* The sum kernel's work-items take contiguous runs of a row on CPUs (each
-   * runs alone on a core) and interleaved blocks on GPUs (coalesced). */
-  const bool contiguous = device->is_cpu || device->local_mem_is_global;
+  const bool contiguous = row_runs(queue);
   const kiln_cl_arg_t args[] = {
       KILN_CL_MEM(in),    KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(out),    KILN_CL_LONG(op->out.offset),
       KILN_CL_MEM(parts), KILN_CL_LONG(outer),            KILN_CL_LONG(len),   KILN_CL_LONG(chunk),
@@ -451,7 +456,7 @@ static kiln_status_t run_softmax(kiln_backend_queue_t *queue, const kiln_op_t *o
   const kiln_cl_arg_t args[] = {
       KILN_CL_MEM(mem_of(&op->in[0])), KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(mem_of(&op->out)),
       KILN_CL_LONG(op->out.offset),    KILN_CL_LONG(rows),             KILN_CL_LONG(cols),
-      KILN_CL_INT(op->u.softmax.log ? 1 : 0),
+      KILN_CL_INT(op->u.softmax.log ? 1 : 0),  KILN_CL_INT(row_runs(queue) ? 1 : 0),
   };
   return launch_rows(queue, KILN_CL_PROGRAM_nn, "softmax_f32", rows, cols, sizeof args / sizeof args[0], args);
 }
@@ -466,7 +471,7 @@ static kiln_status_t run_cross_entropy(kiln_backend_queue_t *queue, const kiln_o
     const kiln_cl_arg_t args[] = {
         KILN_CL_MEM(mem_of(&op->in[0])), KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(mem_of(&op->in[1])),
         KILN_CL_LONG(op->in[1].offset),  KILN_CL_MEM(work),              KILN_CL_LONG(rows),
-        KILN_CL_LONG(cols),
+        KILN_CL_LONG(cols),                KILN_CL_INT(row_runs(queue) ? 1 : 0),
     };
     status = launch_rows(queue, KILN_CL_PROGRAM_nn, "xent_rows", rows, cols, sizeof args / sizeof args[0], args);
   }

@@ -43,44 +43,78 @@ KILN_FN void kiln_nn_kahan_add(float *sum, float *comp, float v) {
   *sum = t;
 }
 
-/* The row's maximum m and sum of exp(x - m), in every work-item. */
-KILN_FN float2 kiln_row_max_sumexp(__global const float *x, long cols, __local float *scratch) {
-  const int lid = (int)get_local_id(0), wgs = (int)get_local_size(0);
+/* The work-item's share of a row of `cols`: a contiguous run on CPUs
+ * (`contiguous`: each work-item runs alone on a core), every wgs-th element
+ * on GPUs (neighbours read neighbours). */
+typedef struct kiln_share_t {
+  long begin, end, step;
+} kiln_share_t;
+
+KILN_FN kiln_share_t kiln_share_of(long cols, int contiguous) {
+  const long lid = (long)get_local_id(0), wgs = (long)get_local_size(0);
+  kiln_share_t sh;
+  if (contiguous) {
+    const long per = (cols + wgs - 1) / wgs;
+    sh.begin = lid * per < cols ? lid * per : cols;
+    sh.end = sh.begin + per < cols ? sh.begin + per : cols;
+    sh.step = 1;
+  } else {
+    sh.begin = lid;
+    sh.end = cols;
+    sh.step = wgs;
+  }
+  return sh;
+}
+
+/* The row's maximum m and sum of exp(x - m), in every work-item; with `e`
+ * not NULL, each exp(x - m) is kept there too (the work-item's own share, read
+ * back only by itself). */
+KILN_FN float2 kiln_row_max_sumexp(__global const float *x, __global float *e, kiln_share_t sh,
+                                   __local float *scratch) {
   float m = -INFINITY;
-  for (long i = lid; i < cols; i += wgs) m = kiln_max_nan(m, x[i]);
+  for (long i = sh.begin; i < sh.end; i += sh.step) m = kiln_max_nan(m, x[i]);
   m = kiln_group_max(m, scratch);
   float sum = 0.0f, comp = 0.0f;
-  for (long i = lid; i < cols; i += wgs) kiln_nn_kahan_add(&sum, &comp, exp(x[i] - m));
+  if (e) {
+    for (long i = sh.begin; i < sh.end; i += sh.step) {
+      const float v = exp(x[i] - m);
+      e[i] = v;
+      kiln_nn_kahan_add(&sum, &comp, v);
+    }
+  } else {
+    for (long i = sh.begin; i < sh.end; i += sh.step) kiln_nn_kahan_add(&sum, &comp, exp(x[i] - m));
+  }
   sum = kiln_group_sum(sum - comp, scratch);
   return (float2)(m, sum);
 }
 
 __kernel void softmax_f32(__global const float *in, long in_off, __global float *out, long out_off, long rows,
-                          long cols, int log_out) {
+                          long cols, int log_out, int contiguous) {
   __local float scratch[KILN_CL_REDUCE_WG];
-  const int lid = (int)get_local_id(0), wgs = (int)get_local_size(0);
+  const kiln_share_t sh = kiln_share_of(cols, contiguous);
   for (long r = (long)get_group_id(0); r < rows; r += (long)get_num_groups(0)) {
     __global const float *x = in + in_off + r * cols;
     __global float *y = out + out_off + r * cols;
-    const float2 ms = kiln_row_max_sumexp(x, cols, scratch);
+    const float2 ms = kiln_row_max_sumexp(x, log_out ? (__global float *)0 : y, sh, scratch);
     if (log_out) {
       const float shift = ms.x + log(ms.y);
-      for (long i = lid; i < cols; i += wgs) y[i] = x[i] - shift;
+      for (long i = sh.begin; i < sh.end; i += sh.step) y[i] = x[i] - shift;
     } else {
       const float inv = 1.0f / ms.y;
-      for (long i = lid; i < cols; i += wgs) y[i] = exp(x[i] - ms.x) * inv;
+      for (long i = sh.begin; i < sh.end; i += sh.step) y[i] *= inv;
     }
   }
 }
 
 /* The loss of each row into work[r]; a label out of range gives NaN. */
 __kernel void xent_rows(__global const float *logits, long logits_off, __global const int *labels, long labels_off,
-                        __global float *work, long rows, long cols) {
+                        __global float *work, long rows, long cols, int contiguous) {
   __local float scratch[KILN_CL_REDUCE_WG];
+  const kiln_share_t sh = kiln_share_of(cols, contiguous);
   for (long r = (long)get_group_id(0); r < rows; r += (long)get_num_groups(0)) {
     __global const float *x = logits + logits_off + r * cols;
     const int label = labels[labels_off + r];
-    const float2 ms = kiln_row_max_sumexp(x, cols, scratch);
+    const float2 ms = kiln_row_max_sumexp(x, (__global float *)0, sh, scratch);
     if (get_local_id(0) == 0)
       work[r] = label < 0 || label >= cols ? NAN : -((x[label] - ms.x) - log(ms.y));
   }
