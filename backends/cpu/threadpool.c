@@ -19,7 +19,9 @@ struct kiln_cpu_pool_t {
   kiln_cpu_task_fn fn;
   void *ctx;
   int64_t n;
-  bool stop;
+  /* Read by helpers that may not have taken part in the last job, so nothing
+   * else orders it with destroy's write. */
+  _Atomic bool stop;
 
   _Alignas(64) _Atomic uint32_t generation; /* futex: a new job (or stop) */
   _Atomic uint32_t generation_sleepers;
@@ -78,7 +80,7 @@ static void *helper_main(void *arg) {
   uint32_t seen = 0;
   for (;;) {
     seen = kiln_cpu_wait_change(&pool->generation, seen, &pool->generation_sleepers);
-    if (pool->stop) return NULL;
+    if (atomic_load(&pool->stop)) return NULL;
     const uint64_t cur = atomic_load_explicit(&pool->claim, memory_order_acquire);
     if ((uint32_t)(cur >> 32) == seen) run_chunks(pool, seen, (int)((cur >> 16) & 0xffff));
   }
@@ -92,6 +94,7 @@ kiln_cpu_pool_t *kiln_cpu_pool_create(int threads, const int *cpu_ids) {
   pthread_mutex_init(&pool->turn, NULL);
   atomic_init(&pool->generation, 0);
   atomic_init(&pool->generation_sleepers, 0);
+  atomic_init(&pool->stop, false);
   atomic_init(&pool->claim, 0);
   atomic_init(&pool->done, 0);
   atomic_init(&pool->done_sleepers, 0);
@@ -134,7 +137,7 @@ void kiln_cpu_pool_destroy(kiln_cpu_pool_t *pool) {
   if (!pool) return;
   if (pool->helpers_started > 0) {
     pthread_mutex_lock(&pool->turn);
-    pool->stop = true;
+    atomic_store(&pool->stop, true);
     atomic_fetch_add(&pool->generation, 1);
     kiln_cpu_futex_wake_all(&pool->generation);
     pthread_mutex_unlock(&pool->turn);
