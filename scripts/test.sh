@@ -36,7 +36,7 @@ if [ -x "$bench" ]; then
   kiln_section "kiln-bench --quick (proves it runs; the numbers mean nothing here)"
   bench_dir="$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-XXXXXX")"
   trap 'rm -rf "$bench_dir"' EXIT
-  (cd "$bench_dir" && KILN_CACHE_DIR="$bench_dir/cache" "$KILN_ROOT/$bench" --quick)
+  (cd "$bench_dir" && KILN_CACHE_DIR="$bench_dir/cache" POCL_CACHE_DIR="$bench_dir/pocl" "$KILN_ROOT/$bench" --quick)
 else
   kiln_section "kiln-bench not built; skipped"
 fi
