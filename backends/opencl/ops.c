@@ -775,7 +775,10 @@ static kiln_status_t run_conv2d(kiln_backend_queue_t *queue, const kiln_op_t *op
           KILN_CL_INT(op->u.conv2d.dil[0]),
           KILN_CL_INT(op->u.conv2d.dil[1]),
       };
-      status = launch_planes(queue, KILN_CL_PROGRAM_conv, kernel, cols_per_image, crs, count,
+      /* Work-items along q, p rows (one more for the packed layout's zero
+       * columns past p*q, fewer than RN of them), a plane per (image, row). */
+      const int64_t across = packed && q < KILN_CL_GEMM_RN ? KILN_CL_GEMM_RN : q;
+      status = launch_planes(queue, KILN_CL_PROGRAM_conv, kernel, across, packed ? p + 1 : p, count * crs,
                              sizeof args / sizeof args[0], args);
       if (status != KILN_OK) break;
       if (packed) {

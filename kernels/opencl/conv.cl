@@ -1,46 +1,69 @@
 /* kernels/opencl/conv.cl: the parts of CONV2D around the GEMM (im2col, bias) and MAX_POOL2D, NCHW. */
 
-/* The input cell that column `col` (an output position) of row `row` (a
- * channel and filter tap) reads; 0 in the padding. */
-KILN_FN float kiln_im2col_at(__global const float *x, int col, int row, int h, int w, int r_s, int s,
-                             int q, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w) {
-  /* Unsigned quotients beside signed remainders: see kiln_udiv. */
+/* Columns of im2col are the output positions (pp, qq) of an image and rows
+ * its channel-and-tap triples (ch, ri, si). Both kernels run over the global
+ * range (q rounded up, p or p + 1, images * c*r*s): every quotient depends
+ * only on dimensions 1 and 2, which are fixed within a work-group of
+ * (n, 1, 1), so compilers hoist them out of the work-item loop and no
+ * work-item divides. Padded cells are zeros. */
+KILN_FN float kiln_im2col_cell(__global const float *x, long x_off, int pp, int qq, long plane, int c, int h, int w,
+                               int r, int s, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w,
+                               int *out_row, long *out_img) {
+  const int crs = c * r * s;
+  const long img = kiln_udiv(plane, crs);
+  const int row = (int)(plane % crs);
+  const int r_s = r * s;
   const int ch = (int)((uint)row / (uint)r_s), tap = row % r_s;
   const int ri = (int)((uint)tap / (uint)s), si = tap % s;
-  const int pp = (int)((uint)col / (uint)q), qq = col % q;
   const int hh = pp * stride_h - pad_h + ri * dil_h;
   const int ww = qq * stride_w - pad_w + si * dil_w;
-  return hh >= 0 && hh < h && ww >= 0 && ww < w ? x[((long)ch * h + hh) * w + ww] : 0.0f;
+  *out_row = row;
+  *out_img = img;
+  return hh >= 0 && hh < h && ww >= 0 && ww < w ? x[x_off + ((img * c + ch) * h + hh) * w + ww] : 0.0f;
 }
 
 /* [images][c*r*s][p*q] columns of consecutive input images. Global
- * (p*q rounded up, c*r*s, images). */
+ * (q rounded up, p, images * c*r*s). */
 __kernel void im2col_f32(__global const float *x, long x_off, __global float *cols, int c, int h, int w, int r,
                          int s, int p, int q, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w) {
-  const int col = (int)get_global_id(0), row = (int)get_global_id(1);
-  const long img = (long)get_global_id(2);
-  const int pq = p * q, crs = c * r * s;
-  if (col >= pq) return;
-  cols[(img * crs + row) * pq + col] = kiln_im2col_at(x + x_off + img * c * h * w, col, row, h, w, r * s, s, q,
-                                                      stride_h, stride_w, pad_h, pad_w, dil_h, dil_w);
+  const int qq = (int)get_global_id(0), pp = (int)get_global_id(1);
+  const long plane = (long)get_global_id(2);
+  if (qq >= q) return;
+  int row;
+  long img;
+  const float v = kiln_im2col_cell(x, x_off, pp, qq, plane, c, h, w, r, s, stride_h, stride_w, pad_h, pad_w, dil_h,
+                                   dil_w, &row, &img);
+  const long pq = (long)p * q, crs = (long)c * r * s;
+  cols[(img * crs + row) * pq + (long)pp * q + qq] = v;
 }
 
 /* The same columns written straight in gemm.cl's packed layout for B
  * ([images][ceil(p*q/RN)][c*r*s][RN], zero past p*q), so the GEMM needs no
- * packing pass of its own. Global (ceil(p*q/RN)*RN rounded up, c*r*s, images). */
+ * packing pass of its own. Global (q rounded up, p + 1, images * c*r*s): the
+ * extra row pp == p writes the zeros past p*q. */
 #define KILN_CONV_RN 16 /* KILN_GEMM_RN of gemm.cl */
 __kernel void im2col_packed_f32(__global const float *x, long x_off, __global float *cols, int c, int h, int w, int r,
                                 int s, int p, int q, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h,
                                 int dil_w) {
-  const int col = (int)get_global_id(0), row = (int)get_global_id(1);
-  const long img = (long)get_global_id(2);
-  const int pq = p * q, crs = c * r * s, nb = (pq + KILN_CONV_RN - 1) / KILN_CONV_RN;
-  if (col >= nb * KILN_CONV_RN) return;
-  const long at = img * ((long)nb * crs * KILN_CONV_RN) + ((long)((uint)col / KILN_CONV_RN) * crs + row) * KILN_CONV_RN +
-                  (uint)col % KILN_CONV_RN;
-  cols[at] = col < pq ? kiln_im2col_at(x + x_off + img * c * h * w, col, row, h, w, r * s, s, q, stride_h, stride_w,
-                                       pad_h, pad_w, dil_h, dil_w)
-                      : 0.0f;
+  const int qq = (int)get_global_id(0), pp = (int)get_global_id(1);
+  const long plane = (long)get_global_id(2);
+  const int pq = p * q, nb = (pq + KILN_CONV_RN - 1) / KILN_CONV_RN;
+  int row;
+  long img;
+  float v = kiln_im2col_cell(x, x_off, pp < p ? pp : 0, qq < q ? qq : 0, plane, c, h, w, r, s, stride_h, stride_w,
+                             pad_h, pad_w, dil_h, dil_w, &row, &img);
+  int col = pp * q + qq;
+  if (pp == p) { /* the padding columns past p*q */
+    col = pq + qq;
+    v = 0.0f;
+    if (col >= nb * KILN_CONV_RN) return;
+  } else if (qq >= q) {
+    return;
+  }
+  const long crs = (long)c * r * s;
+  const uint ucol = (uint)col;
+  cols[img * ((long)nb * crs * KILN_CONV_RN) + ((long)(ucol / KILN_CONV_RN) * crs + row) * KILN_CONV_RN +
+       ucol % KILN_CONV_RN] = v;
 }
 
 /* y[img][k][pq] += bias[k]. Global (pq rounded up, k, images). */
