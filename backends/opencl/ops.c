@@ -224,25 +224,12 @@ static kiln_status_t launch_rows(kiln_backend_queue_t *queue, kiln_cl_program_t 
   return kiln_cl_launch(queue, program, kernel, 1, &global, &wg, arg_count, args);
 }
 
-/* Release scratch memory once the work enqueued so far on the queue has
- * completed. OpenCL itself keeps a released buffer alive for pending
- * commands, but not every implementation does (Oclgrind frees it at once),
- * so the release waits for a marker; without one it happens now. */
-static void CL_CALLBACK scratch_release_cb(cl_event event, cl_int status, void *mem) {
-  (void)event;
-  (void)status;
-  clReleaseMemObject((cl_mem)mem);
-}
-
+/* Release scratch memory right after the work that uses it was enqueued:
+ * OpenCL deletes a released buffer only once the commands that use it have
+ * finished. */
 static void scratch_release(kiln_backend_queue_t *queue, cl_mem mem) {
-  if (!mem) return;
-  cl_event marker = NULL;
-  if (clEnqueueMarkerWithWaitList(queue->queue, 0, NULL, &marker) == CL_SUCCESS) {
-    const cl_int err = clSetEventCallback(marker, CL_COMPLETE, scratch_release_cb, mem);
-    clReleaseEvent(marker);
-    if (err == CL_SUCCESS) return;
-  }
-  clReleaseMemObject(mem);
+  (void)queue;
+  if (mem) clReleaseMemObject(mem);
 }
 
 /* ---- elementwise ------------------------------------------------------------------ */
