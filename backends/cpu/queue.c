@@ -234,11 +234,11 @@ static void wait_head(kiln_backend_queue_t *q, uint32_t target, bool spin) {
   uint32_t head = atomic_load_explicit(&q->head, memory_order_acquire);
   if (head_reached(head, target)) return;
   if (spin) {
-    const uint64_t deadline = kiln_cpu_now_ns() + KILN_CPU_SPIN_NS;
+    const uint64_t start = kiln_cpu_now_ns();
     for (unsigned i = 1; !head_reached(head, target); i++) {
       kiln_cpu_relax();
       head = atomic_load_explicit(&q->head, memory_order_acquire);
-      if ((i & 63) == 0 && kiln_cpu_now_ns() > deadline) break;
+      if ((i & 63) == 0 && !kiln_cpu_spin_step(start)) break;
     }
     if (head_reached(head, target)) return;
   }

@@ -4,7 +4,9 @@
 
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -14,6 +16,13 @@
  * the next command of a busy producer or the end of a short kernel, short
  * enough that an idle thread costs nothing measurable. */
 #define KILN_CPU_SPIN_NS 50000
+
+/* After this much of the spin, a spinner also yields its CPU now and then:
+ * when the thread it waits for shares that CPU (a busy machine, or the
+ * scheduler placing a woken worker beside its producer), the change can only
+ * come once the spinner steps aside, and without yielding each wait would
+ * cost a whole spin. With the CPU to itself, sched_yield returns at once. */
+#define KILN_CPU_SPIN_YIELD_NS 2000
 
 static inline uint64_t kiln_cpu_now_ns(void) {
   struct timespec ts;
@@ -40,15 +49,24 @@ static inline void kiln_cpu_futex_wake_all(_Atomic uint32_t *word) {
 
 /* Spin for up to KILN_CPU_SPIN_NS while *word == expected. Returns the value
  * seen last: != expected when it changed during the spin. */
+/* One step of a spin that began at `start` (ns): false once it should stop
+ * and sleep. Call it every 64 iterations or so. */
+static inline bool kiln_cpu_spin_step(uint64_t start) {
+  const uint64_t now = kiln_cpu_now_ns();
+  if (now - start > KILN_CPU_SPIN_NS) return false;
+  if (now - start > KILN_CPU_SPIN_YIELD_NS) sched_yield();
+  return true;
+}
+
 static inline uint32_t kiln_cpu_spin_while(_Atomic uint32_t *word, uint32_t expected) {
   uint32_t v = atomic_load_explicit(word, memory_order_acquire);
   if (v != expected) return v;
-  uint64_t deadline = kiln_cpu_now_ns() + KILN_CPU_SPIN_NS;
+  const uint64_t start = kiln_cpu_now_ns();
   for (unsigned i = 1;; i++) {
     kiln_cpu_relax();
     v = atomic_load_explicit(word, memory_order_acquire);
     if (v != expected) return v;
-    if ((i & 63) == 0 && kiln_cpu_now_ns() > deadline) return v;
+    if ((i & 63) == 0 && !kiln_cpu_spin_step(start)) return v;
   }
 }
 
