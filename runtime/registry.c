@@ -255,10 +255,10 @@ static int kiln_type_rank(kiln_device_type_t type) {
   switch (type) {
     case KILN_DEVICE_GPU: return 0;
     case KILN_DEVICE_ACCELERATOR: return 1;
-    case KILN_DEVICE_OTHER: return 2;
-    case KILN_DEVICE_CPU: return 3;
+    case KILN_DEVICE_CPU: return 2;
+    case KILN_DEVICE_OTHER: return 3; /* simulators (Oclgrind), unknown kinds: never the default over the CPU */
   }
-  return 2;
+  return 3;
 }
 
 /* Device order: type, then backend priority (config order), then the

@@ -43,8 +43,11 @@ void kiln_cl_build_options(const kiln_backend_device_t *device, char *out, size_
   /* OpenCL C 1.2 everywhere; optional features only as -D flags the kernels
    * test. No -cl-fast-relaxed-math nor -cl-mad-enable: results must match
    * the CPU backend's within the conformance tolerances on every driver. */
-  int n = snprintf(out, out_size, "-cl-std=CL1.2 -DKILN_CL_FP64=%d -DKILN_CL_FP16=%d", device->fp64 ? 1 : 0,
-                   device->fp16 ? 1 : 0);
+  /* Oclgrind interprets the LLVM its own clang emits, and its interpreter
+   * lacks intrinsics the optimiser introduces (llvm.abs.i32 for the i32 abs
+   * formula): on Oclgrind, unoptimised code. */
+  int n = snprintf(out, out_size, "-cl-std=CL1.2 -DKILN_CL_FP64=%d -DKILN_CL_FP16=%d%s", device->fp64 ? 1 : 0,
+                   device->fp16 ? 1 : 0, device->vendor == KILN_CL_VENDOR_OCLGRIND ? " -cl-opt-disable" : "");
   const char *extra = getenv("KILN_OPENCL_BUILD_OPTIONS");
   if (extra && *extra && n > 0 && (size_t)n < out_size) snprintf(out + n, out_size - (size_t)n, " %s", extra);
 }
