@@ -7,7 +7,6 @@
 #include <cblas.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <string.h>
 
 /* A conv panel for the BLAS is allowed to be larger than kiln's own: the
@@ -39,13 +38,13 @@
  * A device uses at most as many threads as OpenBLAS was configured for
  * (OPENBLAS_NUM_THREADS=1 keeps kiln's calls on one thread too). */
 typedef enum blas_threading_t {
-  BLAS_THREADING_UNKNOWN = 0,
   BLAS_THREADING_SEQUENTIAL, /* the library never threads: split freely */
   BLAS_THREADING_PTHREADS,   /* OpenBLAS with its own pthreads: split, with the count held at 1 */
   BLAS_THREADING_LIBRARY,    /* OpenMP OpenBLAS or another CBLAS: leave the threading to it */
 } blas_threading_t;
 
-static _Atomic int g_threading; /* blas_threading_t, decided on first use */
+static blas_threading_t g_threading; /* decided once, on first use */
+static pthread_once_t g_threading_once = PTHREAD_ONCE_INIT;
 
 #if defined(KILN_HAVE_OPENBLAS)
 static pthread_mutex_t g_count_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -54,22 +53,23 @@ static int g_count_saved = 1;   /* the count found before the first of them */
 static bool g_sets_affinity;    /* this OpenBLAS resets the caller's affinity when set to 1 thread */
 #endif
 
-static blas_threading_t blas_threading(void) {
-  int t = atomic_load_explicit(&g_threading, memory_order_acquire);
-  if (t != BLAS_THREADING_UNKNOWN) return (blas_threading_t)t;
+static void blas_threading_decide(void) {
 #if defined(KILN_HAVE_OPENBLAS)
   switch (openblas_get_parallel()) {
-  case 0: t = BLAS_THREADING_SEQUENTIAL; break;
-  case 1: t = BLAS_THREADING_PTHREADS; break;
-  default: t = BLAS_THREADING_LIBRARY; break;
+  case 0: g_threading = BLAS_THREADING_SEQUENTIAL; break;
+  case 1: g_threading = BLAS_THREADING_PTHREADS; break;
+  default: g_threading = BLAS_THREADING_LIBRARY; break;
   }
   const char *config = openblas_get_config();
   g_sets_affinity = config && !strstr(config, "NO_AFFINITY");
 #else
-  t = BLAS_THREADING_LIBRARY;
+  g_threading = BLAS_THREADING_LIBRARY;
 #endif
-  atomic_store_explicit(&g_threading, t, memory_order_release);
-  return (blas_threading_t)t;
+}
+
+static blas_threading_t blas_threading(void) {
+  pthread_once(&g_threading_once, blas_threading_decide);
+  return g_threading;
 }
 
 /* Hold the library at one thread per call while kiln calls it; returns how
