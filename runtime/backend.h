@@ -271,6 +271,58 @@ typedef struct kiln_backend_iface_t {
   kiln_status_t (*op_run)(kiln_backend_queue_t *queue, kiln_provider_t provider, const kiln_op_t *op);
 } kiln_backend_iface_t;
 
+/* ---- helpers every backend shares (inline: plugins do not link libkiln) ---- */
+
+static inline const char *kiln_backend_op_kind_name(kiln_op_kind_t kind) {
+  switch (kind) {
+#define KILN_BACKEND_KIND_NAME_(NAME, name) case KILN_OP_##NAME: return #name;
+    KILN_OP_KINDS(KILN_BACKEND_KIND_NAME_)
+#undef KILN_BACKEND_KIND_NAME_
+  default: return "?";
+  }
+}
+
+static inline const char *kiln_backend_provider_name(kiln_provider_t provider) {
+  switch (provider) {
+#define KILN_BACKEND_PROVIDER_NAME_(NAME, name) case KILN_PROVIDER_##NAME: return #name;
+    KILN_PROVIDERS(KILN_BACKEND_PROVIDER_NAME_)
+#undef KILN_BACKEND_PROVIDER_NAME_
+  default: return "?";
+  }
+}
+
+static inline const char *kiln_backend_dtype_name(kiln_dtype_t dtype) {
+  switch (dtype) {
+  case KILN_F32: return "f32";
+  case KILN_I32: return "i32";
+  case KILN_F16: return "f16";
+  case KILN_BF16: return "bf16";
+  default: return "?";
+  }
+}
+
+/* The dtypes kiln's native kernels serve on every backend, so that the same
+ * program runs on any device: f32 everywhere; i32 for the generators, COPY,
+ * the integer formulas of ops.def and REDUCE. */
+static inline bool kiln_backend_native_supports(kiln_op_kind_t kind, kiln_dtype_t dtype) {
+  switch (kind) {
+  case KILN_OP_FILL:
+  case KILN_OP_ARANGE:
+  case KILN_OP_COPY:
+  case KILN_OP_UNARY:
+  case KILN_OP_BINARY:
+  case KILN_OP_BINARY_SCALAR:
+  case KILN_OP_REDUCE: return dtype == KILN_F32 || dtype == KILN_I32;
+  case KILN_OP_RANDOM:
+  case KILN_OP_MATMUL:
+  case KILN_OP_SOFTMAX:
+  case KILN_OP_CROSS_ENTROPY:
+  case KILN_OP_CONV2D:
+  case KILN_OP_MAX_POOL2D: return dtype == KILN_F32;
+  default: return false;
+  }
+}
+
 /* Plugins mark their entry point with this (the project builds with
  * -fvisibility=hidden). */
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))

@@ -5,40 +5,6 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_native.h"
 
-static const char *op_kind_name(kiln_op_kind_t kind) {
-  switch (kind) {
-#define KILN_CPU_KIND_NAME_(NAME, name) \
-  case KILN_OP_##NAME:                  \
-    return #name;
-    KILN_OP_KINDS(KILN_CPU_KIND_NAME_)
-#undef KILN_CPU_KIND_NAME_
-  default:
-    return "?";
-  }
-}
-
-static const char *provider_name(kiln_provider_t provider) {
-  switch (provider) {
-#define KILN_CPU_PROVIDER_NAME_(NAME, name) \
-  case KILN_PROVIDER_##NAME:                \
-    return #name;
-    KILN_PROVIDERS(KILN_CPU_PROVIDER_NAME_)
-#undef KILN_CPU_PROVIDER_NAME_
-  default:
-    return "?";
-  }
-}
-
-static const char *dtype_name(kiln_dtype_t dtype) {
-  switch (dtype) {
-  case KILN_F32: return "f32";
-  case KILN_I32: return "i32";
-  case KILN_F16: return "f16";
-  case KILN_BF16: return "bf16";
-  default: return "?";
-  }
-}
-
 uint32_t kiln_cpu_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype) {
   if (!kiln_cpu_native_supports_kind(kind, dtype)) return 0;
   uint32_t mask = 1u << KILN_PROVIDER_NATIVE;
@@ -56,12 +22,13 @@ kiln_status_t kiln_cpu_op_check(kiln_provider_t provider, const kiln_op_t *op) {
                                    "the CPU backend has no kernel for %s on %s (output %s); "
                                    "convert the operands to a supported dtype (f32, or i32 where the op has an "
                                    "integer formula)",
-                                   op_kind_name(op->kind), dtype_name(op->in[0].dtype), dtype_name(op->out.dtype));
+                                   kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(op->in[0].dtype),
+                                   kiln_backend_dtype_name(op->out.dtype));
   if (provider == KILN_PROVIDER_NATIVE) return KILN_OK;
   if (provider != KILN_PROVIDER_BLAS || (op->kind != KILN_OP_MATMUL && op->kind != KILN_OP_CONV2D))
     return kiln_cpu_host.set_error(KILN_UNSUPPORTED,
                                    "provider '%s' does not run %s on the CPU backend; use 'native'%s",
-                                   provider_name(provider), op_kind_name(op->kind),
+                                   kiln_backend_provider_name(provider), kiln_backend_op_kind_name(op->kind),
                                    op->kind == KILN_OP_MATMUL || op->kind == KILN_OP_CONV2D ? " or 'blas'" : "");
   if (!kiln_cpu_blas_available())
     return kiln_cpu_host.set_error(KILN_UNSUPPORTED,

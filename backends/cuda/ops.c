@@ -30,55 +30,6 @@ static const int binary_scalar_i32[KILN_BINARY_COUNT_] = {
 #include "kernels/ops.def"
 };
 
-static const char *op_kind_name(kiln_op_kind_t kind) {
-  switch (kind) {
-#define KILN_CUDA_KIND_NAME_(NAME, name) case KILN_OP_##NAME: return #name;
-    KILN_OP_KINDS(KILN_CUDA_KIND_NAME_)
-#undef KILN_CUDA_KIND_NAME_
-  default: return "?";
-  }
-}
-
-static const char *provider_name(kiln_provider_t provider) {
-  switch (provider) {
-#define KILN_CUDA_PROVIDER_NAME_(NAME, name) case KILN_PROVIDER_##NAME: return #name;
-    KILN_PROVIDERS(KILN_CUDA_PROVIDER_NAME_)
-#undef KILN_CUDA_PROVIDER_NAME_
-  default: return "?";
-  }
-}
-
-static const char *dtype_name(kiln_dtype_t dtype) {
-  switch (dtype) {
-  case KILN_F32: return "f32";
-  case KILN_I32: return "i32";
-  case KILN_F16: return "f16";
-  case KILN_BF16: return "bf16";
-  default: return "?";
-  }
-}
-
-/* The same dtype support as the CPU backend: f32 everywhere, i32 for the
- * generators, COPY, the integer formulas and REDUCE. */
-static bool native_supports_kind(kiln_op_kind_t kind, kiln_dtype_t dtype) {
-  switch (kind) {
-  case KILN_OP_FILL:
-  case KILN_OP_ARANGE:
-  case KILN_OP_COPY:
-  case KILN_OP_UNARY:
-  case KILN_OP_BINARY:
-  case KILN_OP_BINARY_SCALAR:
-  case KILN_OP_REDUCE: return dtype == KILN_F32 || dtype == KILN_I32;
-  case KILN_OP_RANDOM:
-  case KILN_OP_MATMUL:
-  case KILN_OP_SOFTMAX:
-  case KILN_OP_CROSS_ENTROPY:
-  case KILN_OP_CONV2D:
-  case KILN_OP_MAX_POOL2D: return dtype == KILN_F32;
-  default: return false;
-  }
-}
-
 static int formula_of(const kiln_op_t *op, kiln_dtype_t dtype) {
   const bool f = dtype == KILN_F32;
   switch (op->kind) {
@@ -107,7 +58,7 @@ static bool native_supports(const kiln_op_t *op) {
     return op->in[0].dtype == KILN_F32 && op->in[1].dtype == KILN_I32 && dtype == KILN_F32;
   default: dtype = op->in[0].dtype; break;
   }
-  if (!native_supports_kind(op->kind, dtype)) return false;
+  if (!kiln_backend_native_supports(op->kind, dtype)) return false;
   switch (op->kind) {
   case KILN_OP_UNARY:
   case KILN_OP_BINARY_SCALAR: return formula_of(op, dtype) != 0 && op->out.dtype == dtype;
@@ -127,7 +78,7 @@ static bool native_supports(const kiln_op_t *op) {
 }
 
 uint32_t kiln_cuda_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype) {
-  if (!native_supports_kind(kind, dtype)) return 0;
+  if (!kiln_backend_native_supports(kind, dtype)) return 0;
   uint32_t mask = 1u << KILN_PROVIDER_NATIVE;
   if (dtype == KILN_F32 && kind == KILN_OP_MATMUL && kiln_cuda_cublas_available()) mask |= 1u << KILN_PROVIDER_CUBLAS;
   if (dtype == KILN_F32 && (kind == KILN_OP_CONV2D || kind == KILN_OP_MAX_POOL2D) && kiln_cuda_cudnn_available())
@@ -526,7 +477,8 @@ kiln_status_t kiln_cuda_op_run(kiln_backend_queue_t *queue, kiln_provider_t prov
     return kiln_cuda_error(KILN_UNSUPPORTED,
                            "the CUDA backend has no kernel for %s on %s (output %s); convert the operands to a "
                            "supported dtype (f32, or i32 where the op has an integer formula)",
-                           op_kind_name(op->kind), dtype_name(op->in[0].dtype), dtype_name(op->out.dtype));
+                           kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(op->in[0].dtype),
+                           kiln_backend_dtype_name(op->out.dtype));
   if (!device->module)
     return kiln_cuda_error(KILN_UNAVAILABLE, "cuda:%d cannot run kiln's kernels: %s", device->ordinal,
                            device->module_error);
@@ -539,7 +491,7 @@ kiln_status_t kiln_cuda_op_run(kiln_backend_queue_t *queue, kiln_provider_t prov
                  ? kiln_cuda_cublas_matmul(queue, op)
                  : kiln_cuda_error(KILN_UNSUPPORTED, "provider 'cublas' runs only matmul (f32) on CUDA, not %s on %s; "
                                                      "use 'native'",
-                                   op_kind_name(op->kind), dtype_name(op->in[0].dtype));
+                                   kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(op->in[0].dtype));
     break;
   case KILN_PROVIDER_CUDNN:
     if (op->kind == KILN_OP_CONV2D)
@@ -549,11 +501,11 @@ kiln_status_t kiln_cuda_op_run(kiln_backend_queue_t *queue, kiln_provider_t prov
     else
       status = kiln_cuda_error(KILN_UNSUPPORTED, "provider 'cudnn' runs only conv2d and max_pool2d on CUDA, not %s; "
                                                  "use 'native'",
-                               op_kind_name(op->kind));
+                               kiln_backend_op_kind_name(op->kind));
     break;
   default:
     status = kiln_cuda_error(KILN_UNSUPPORTED, "provider '%s' does not exist on the CUDA backend; use 'native'%s",
-                             provider_name(provider),
+                             kiln_backend_provider_name(provider),
                              op->kind == KILN_OP_MATMUL ? " or 'cublas'"
                              : op->kind == KILN_OP_CONV2D || op->kind == KILN_OP_MAX_POOL2D ? " or 'cudnn'" : "");
     break;

@@ -45,56 +45,8 @@ static const char *const binary_scalar_i32[KILN_BINARY_COUNT_] = {
 /* Scratch for packed GEMM panels or im2col columns, per round of batches. */
 #define KILN_CL_SCRATCH_BUDGET ((size_t)256 << 20)
 
-static const char *op_kind_name(kiln_op_kind_t kind) {
-  switch (kind) {
-#define KILN_CL_KIND_NAME_(NAME, name) case KILN_OP_##NAME: return #name;
-    KILN_OP_KINDS(KILN_CL_KIND_NAME_)
-#undef KILN_CL_KIND_NAME_
-  default: return "?";
-  }
-}
-
-static const char *provider_name(kiln_provider_t provider) {
-  switch (provider) {
-#define KILN_CL_PROVIDER_NAME_(NAME, name) case KILN_PROVIDER_##NAME: return #name;
-    KILN_PROVIDERS(KILN_CL_PROVIDER_NAME_)
-#undef KILN_CL_PROVIDER_NAME_
-  default: return "?";
-  }
-}
-
-static const char *dtype_name(kiln_dtype_t dtype) {
-  switch (dtype) {
-  case KILN_F32: return "f32";
-  case KILN_I32: return "i32";
-  case KILN_F16: return "f16";
-  case KILN_BF16: return "bf16";
-  default: return "?";
-  }
-}
-
-/* ---- what the native provider serves ---------------------------------------------
- * The same dtype support as the CPU backend: f32 everywhere, i32 for the
- * generators, COPY, the integer formulas and REDUCE. */
-static bool native_supports_kind(kiln_op_kind_t kind, kiln_dtype_t dtype) {
-  switch (kind) {
-  case KILN_OP_FILL:
-  case KILN_OP_ARANGE:
-  case KILN_OP_COPY:
-  case KILN_OP_UNARY:
-  case KILN_OP_BINARY:
-  case KILN_OP_BINARY_SCALAR:
-  case KILN_OP_REDUCE: return dtype == KILN_F32 || dtype == KILN_I32;
-  case KILN_OP_RANDOM:
-  case KILN_OP_MATMUL:
-  case KILN_OP_SOFTMAX:
-  case KILN_OP_CROSS_ENTROPY:
-  case KILN_OP_CONV2D:
-  case KILN_OP_MAX_POOL2D: return dtype == KILN_F32;
-  default: return false;
-  }
-}
-
+/* ---- what the native provider serves (kiln_backend_native_supports, and a
+ * formula for each elementwise op) ----------------------------------------------- */
 static const char *formula_of(const kiln_op_t *op, kiln_dtype_t dtype) {
   const bool f = dtype == KILN_F32;
   switch (op->kind) {
@@ -123,7 +75,7 @@ static bool native_supports(const kiln_op_t *op) {
     return op->in[0].dtype == KILN_F32 && op->in[1].dtype == KILN_I32 && dtype == KILN_F32;
   default: dtype = op->in[0].dtype; break;
   }
-  if (!native_supports_kind(op->kind, dtype)) return false;
+  if (!kiln_backend_native_supports(op->kind, dtype)) return false;
   switch (op->kind) {
   case KILN_OP_UNARY:
   case KILN_OP_BINARY_SCALAR: return formula_of(op, dtype) != NULL && op->out.dtype == dtype;
@@ -147,7 +99,7 @@ static bool native_supports(const kiln_op_t *op) {
 
 uint32_t kiln_cl_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype) {
   (void)device;
-  if (!native_supports_kind(kind, dtype)) return 0;
+  if (!kiln_backend_native_supports(kind, dtype)) return 0;
   uint32_t mask = 1u << KILN_PROVIDER_NATIVE;
   if (dtype == KILN_F32 && kind == KILN_OP_MATMUL && kiln_cl_clblast_available()) mask |= 1u << KILN_PROVIDER_CLBLAST;
   return mask;
@@ -842,19 +794,20 @@ kiln_status_t kiln_cl_op_run(kiln_backend_queue_t *queue, kiln_provider_t provid
     return kiln_cl_error(KILN_UNSUPPORTED,
                          "the OpenCL backend has no kernel for %s on %s (output %s); convert the operands to a "
                          "supported dtype (f32, or i32 where the op has an integer formula)",
-                         op_kind_name(op->kind), dtype_name(op->in[0].dtype), dtype_name(op->out.dtype));
+                         kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(op->in[0].dtype),
+                         kiln_backend_dtype_name(op->out.dtype));
   switch (provider) {
   case KILN_PROVIDER_NATIVE: return run_native(queue, op);
   case KILN_PROVIDER_CLBLAST:
     if (op->kind != KILN_OP_MATMUL)
       return kiln_cl_error(KILN_UNSUPPORTED, "provider 'clblast' runs only matmul (f32) on OpenCL, not %s; use 'native'",
-                           op_kind_name(op->kind));
+                           kiln_backend_op_kind_name(op->kind));
     if (!kiln_cl_clblast_available())
       return kiln_cl_error(KILN_UNSUPPORTED, "provider 'clblast' is not available (libclblast.so.1 was not loaded); "
                                              "use 'native'");
     return kiln_cl_clblast_matmul(queue, op);
   default:
     return kiln_cl_error(KILN_UNSUPPORTED, "provider '%s' does not exist on the OpenCL backend; use 'native'%s",
-                         provider_name(provider), op->kind == KILN_OP_MATMUL ? " or 'clblast'" : "");
+                         kiln_backend_provider_name(provider), op->kind == KILN_OP_MATMUL ? " or 'clblast'" : "");
   }
 }

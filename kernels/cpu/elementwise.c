@@ -105,25 +105,7 @@ static binary_row_fn binary_row(kiln_binary_op_t op, kiln_dtype_t dtype) {
 }
 
 bool kiln_cpu_native_supports_kind(kiln_op_kind_t kind, kiln_dtype_t dtype) {
-  switch (kind) {
-  case KILN_OP_FILL:
-  case KILN_OP_ARANGE:
-  case KILN_OP_COPY:
-  case KILN_OP_UNARY:
-  case KILN_OP_BINARY:
-  case KILN_OP_BINARY_SCALAR:
-  case KILN_OP_REDUCE:
-    return dtype == KILN_F32 || dtype == KILN_I32;
-  case KILN_OP_RANDOM:
-  case KILN_OP_MATMUL:
-  case KILN_OP_SOFTMAX:
-  case KILN_OP_CROSS_ENTROPY:
-  case KILN_OP_CONV2D:
-  case KILN_OP_MAX_POOL2D:
-    return dtype == KILN_F32;
-  default:
-    return false;
-  }
+  return kiln_backend_native_supports(kind, dtype);
 }
 
 bool kiln_cpu_native_supports(const kiln_op_t *op) {
