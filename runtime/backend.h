@@ -323,6 +323,65 @@ static inline bool kiln_backend_native_supports(kiln_op_kind_t kind, kiln_dtype_
   }
 }
 
+/* Whether kernels/ops.def has an i32 formula for the op (every op has an
+ * f32 one: runtime/ops.c checks that at compile time). */
+static inline bool kiln_backend_unary_i32_exists(kiln_unary_op_t op) {
+  switch (op) {
+#define KILN_UNARY_I32(NAME, expr) case KILN_UNARY_##NAME: return true;
+#include "kernels/ops.def"
+  default: return false;
+  }
+}
+
+static inline bool kiln_backend_binary_i32_exists(kiln_binary_op_t op) {
+  switch (op) {
+#define KILN_BINARY_I32(NAME, expr) case KILN_BINARY_##NAME: return true;
+#include "kernels/ops.def"
+  default: return false;
+  }
+}
+
+/* Whether kiln's native kernels serve this particular op: its kind and
+ * dtypes, the formula of an elementwise op, the reduction's output dtype. The
+ * dtype that decides is the input's where there is one (argmax writes i32
+ * from f32). */
+static inline bool kiln_backend_native_supports_op(const kiln_op_t *op) {
+  kiln_dtype_t dtype = op->out.dtype;
+  switch (op->kind) {
+  case KILN_OP_FILL:
+  case KILN_OP_ARANGE:
+  case KILN_OP_RANDOM: break;
+  case KILN_OP_CROSS_ENTROPY:
+    return op->in[0].dtype == KILN_F32 && op->in[1].dtype == KILN_I32 && dtype == KILN_F32;
+  default: dtype = op->in[0].dtype; break;
+  }
+  if (!kiln_backend_native_supports(op->kind, dtype)) return false;
+  switch (op->kind) {
+  case KILN_OP_UNARY:
+    if ((unsigned)op->u.unary.op >= KILN_UNARY_COUNT_) return false;
+    return (dtype == KILN_F32 || kiln_backend_unary_i32_exists(op->u.unary.op)) && op->out.dtype == dtype;
+  case KILN_OP_BINARY:
+  case KILN_OP_BINARY_SCALAR:
+    if ((unsigned)op->u.binary.op >= KILN_BINARY_COUNT_) return false;
+    if (dtype == KILN_I32 && !kiln_backend_binary_i32_exists(op->u.binary.op)) return false;
+    if (op->kind == KILN_OP_BINARY && op->in[1].dtype != dtype) return false;
+    return op->out.dtype == dtype;
+  case KILN_OP_COPY: return op->out.dtype == dtype;
+  case KILN_OP_REDUCE:
+    switch (op->u.reduce.op) {
+    case KILN_REDUCE_SUM:
+    case KILN_REDUCE_MAX: return op->out.dtype == dtype;
+    case KILN_REDUCE_ARGMAX: return op->out.dtype == KILN_I32;
+    case KILN_REDUCE_MEAN:
+    case KILN_REDUCE_NORM: return dtype == KILN_F32 && op->out.dtype == KILN_F32;
+    default: return false;
+    }
+  case KILN_OP_MATMUL:
+  case KILN_OP_CONV2D: return op->in[1].dtype == KILN_F32 && op->out.dtype == KILN_F32;
+  default: return op->out.dtype == dtype;
+  }
+}
+
 /* Plugins mark their entry point with this (the project builds with
  * -fvisibility=hidden). */
 #define KILN_PLUGIN_EXPORT __attribute__((visibility("default")))

@@ -6,7 +6,7 @@
 #include "kernels/cpu/cpu_native.h"
 
 uint32_t kiln_cpu_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype) {
-  if (!kiln_cpu_native_supports_kind(kind, dtype)) return 0;
+  if (!kiln_backend_native_supports(kind, dtype)) return 0;
   uint32_t mask = 1u << KILN_PROVIDER_NATIVE;
   if ((kind == KILN_OP_MATMUL || kind == KILN_OP_CONV2D) && dtype == KILN_F32 && kiln_cpu_blas_available())
     mask |= 1u << KILN_PROVIDER_BLAS;
@@ -17,7 +17,7 @@ uint32_t kiln_cpu_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kin
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
 kiln_status_t kiln_cpu_op_check(kiln_provider_t provider, const kiln_op_t *op) {
-  if (!kiln_cpu_native_supports(op))
+  if (!kiln_backend_native_supports_op(op))
     return kiln_cpu_host.set_error(KILN_UNSUPPORTED,
                                    "the CPU backend has no kernel for %s on %s (output %s); "
                                    "convert the operands to a supported dtype (f32, or i32 where the op has an "

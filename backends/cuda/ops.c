@@ -46,37 +46,6 @@ static int formula_of(const kiln_op_t *op, kiln_dtype_t dtype) {
   }
 }
 
-static bool native_supports(const kiln_op_t *op) {
-  /* The dtype that decides is the input's where there is one (argmax
-   * writes i32 from f32). */
-  kiln_dtype_t dtype = op->out.dtype;
-  switch (op->kind) {
-  case KILN_OP_FILL:
-  case KILN_OP_ARANGE:
-  case KILN_OP_RANDOM: break;
-  case KILN_OP_CROSS_ENTROPY:
-    return op->in[0].dtype == KILN_F32 && op->in[1].dtype == KILN_I32 && dtype == KILN_F32;
-  default: dtype = op->in[0].dtype; break;
-  }
-  if (!kiln_backend_native_supports(op->kind, dtype)) return false;
-  switch (op->kind) {
-  case KILN_OP_UNARY:
-  case KILN_OP_BINARY_SCALAR: return formula_of(op, dtype) != 0 && op->out.dtype == dtype;
-  case KILN_OP_BINARY: return formula_of(op, dtype) != 0 && op->in[1].dtype == dtype && op->out.dtype == dtype;
-  case KILN_OP_COPY: return op->out.dtype == dtype;
-  case KILN_OP_REDUCE:
-    switch (op->u.reduce.op) {
-    case KILN_REDUCE_SUM:
-    case KILN_REDUCE_MAX: return op->out.dtype == dtype;
-    case KILN_REDUCE_ARGMAX: return op->out.dtype == KILN_I32;
-    case KILN_REDUCE_MEAN:
-    case KILN_REDUCE_NORM: return dtype == KILN_F32 && op->out.dtype == KILN_F32;
-    default: return false;
-    }
-  default: return true;
-  }
-}
-
 uint32_t kiln_cuda_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype) {
   if (!kiln_backend_native_supports(kind, dtype)) return 0;
   uint32_t mask = 1u << KILN_PROVIDER_NATIVE;
@@ -473,7 +442,7 @@ static kiln_status_t run_native(kiln_backend_queue_t *queue, const kiln_op_t *op
 
 kiln_status_t kiln_cuda_op_run(kiln_backend_queue_t *queue, kiln_provider_t provider, const kiln_op_t *op) {
   kiln_backend_device_t *device = queue->device;
-  if (!native_supports(op))
+  if (!kiln_backend_native_supports_op(op))
     return kiln_cuda_error(KILN_UNSUPPORTED,
                            "the CUDA backend has no kernel for %s on %s (output %s); convert the operands to a "
                            "supported dtype (f32, or i32 where the op has an integer formula)",

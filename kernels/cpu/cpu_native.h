@@ -12,16 +12,12 @@
 /* Every kernel gets the op as the core resolved it, the output at its view's
  * offset and the inputs at theirs (element 0 of each view), and runs on the
  * calling thread, spreading large work over `pool`. They cannot fail: the
- * backend checked dtypes and ops before enqueuing (kiln_cpu_native_supports). */
+ * backend checked dtypes and ops before enqueuing
+ * (kiln_backend_native_supports_op in runtime/backend.h). */
 
 /* Items each thread takes at least, for memory-bound elementwise work: below
  * it, waking helpers costs more than it saves. */
 #define KILN_CPU_GRAIN_ELEMENTWISE 32768
-
-/* Whether op (kind, dtype of in[0] or out, sub-op) has a native kernel. */
-bool kiln_cpu_native_supports(const kiln_op_t *op);
-/* The same question for a whole kind and dtype (op_providers). */
-bool kiln_cpu_native_supports_kind(kiln_op_kind_t kind, kiln_dtype_t dtype);
 
 void kiln_cpu_fill(kiln_cpu_pool_t *pool, const kiln_op_t *op, void *out);
 void kiln_cpu_arange(kiln_cpu_pool_t *pool, const kiln_op_t *op, void *out);

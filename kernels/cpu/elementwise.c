@@ -104,53 +104,6 @@ static binary_row_fn binary_row(kiln_binary_op_t op, kiln_dtype_t dtype) {
   return NULL;
 }
 
-bool kiln_cpu_native_supports_kind(kiln_op_kind_t kind, kiln_dtype_t dtype) {
-  return kiln_backend_native_supports(kind, dtype);
-}
-
-bool kiln_cpu_native_supports(const kiln_op_t *op) {
-  /* The dtype that decides is the input's where there is one (REDUCE's
-   * argmax writes i32 from f32). */
-  kiln_dtype_t dtype = op->out.dtype;
-  switch (op->kind) {
-  case KILN_OP_FILL:
-  case KILN_OP_ARANGE:
-  case KILN_OP_RANDOM:
-    break;
-  case KILN_OP_CROSS_ENTROPY:
-    return op->in[0].dtype == KILN_F32 && op->in[1].dtype == KILN_I32 && dtype == KILN_F32;
-  default:
-    dtype = op->in[0].dtype;
-    break;
-  }
-  if (!kiln_cpu_native_supports_kind(op->kind, dtype)) return false;
-  switch (op->kind) {
-  case KILN_OP_UNARY:
-    return unary_row(op->u.unary.op, dtype) != NULL && op->out.dtype == dtype;
-  case KILN_OP_BINARY:
-    return binary_row(op->u.binary.op, dtype) != NULL && op->in[1].dtype == dtype && op->out.dtype == dtype;
-  case KILN_OP_BINARY_SCALAR:
-    return binary_row(op->u.binary.op, dtype) != NULL && op->out.dtype == dtype;
-  case KILN_OP_COPY:
-    return op->out.dtype == dtype;
-  case KILN_OP_REDUCE:
-    switch (op->u.reduce.op) {
-    case KILN_REDUCE_SUM:
-    case KILN_REDUCE_MAX:
-      return op->out.dtype == dtype;
-    case KILN_REDUCE_ARGMAX:
-      return op->out.dtype == KILN_I32;
-    case KILN_REDUCE_MEAN:
-    case KILN_REDUCE_NORM:
-      return dtype == KILN_F32 && op->out.dtype == KILN_F32;
-    default:
-      return false;
-    }
-  default:
-    return true;
-  }
-}
-
 typedef struct elementwise_job_t {
   kiln_cpu_walk_t walk;
   unary_row_fn unary;
