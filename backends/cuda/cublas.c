@@ -12,7 +12,7 @@
 /* Only the header's types are used at build time; every function comes from
  * dlsym, so a machine without cuBLAS still loads the plugin. */
 struct kiln_cuda_cublas_t {
-  void *library;
+  void *dl; /* the dlopen handle of libcublas */
   cublasStatus_t (*create)(cublasHandle_t *);
   cublasStatus_t (*destroy)(cublasHandle_t);
   cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
@@ -79,7 +79,7 @@ bool kiln_cuda_cublas_load(char *out_reason, size_t reason_size) {
   KILN_CUBLAS_SYM_(sgemm, "cublasSgemm_v2");
   KILN_CUBLAS_SYM_(sgemm_strided_batched, "cublasSgemmStridedBatched");
 #undef KILN_CUBLAS_SYM_
-  cublas.library = library;
+  cublas.dl = library;
   int major = 0, minor = 0, patch = 0;
   (void)cublas.get_property(MAJOR_VERSION, &major);
   (void)cublas.get_property(MINOR_VERSION, &minor);
@@ -88,7 +88,7 @@ bool kiln_cuda_cublas_load(char *out_reason, size_t reason_size) {
   return true;
 }
 
-bool kiln_cuda_cublas_available(void) { return cublas.library != NULL; }
+bool kiln_cuda_cublas_available(void) { return cublas.dl != NULL; }
 const char *kiln_cuda_cublas_version(void) { return cublas_version; }
 
 void kiln_cuda_cublas_unload(void) {
@@ -130,7 +130,7 @@ static kiln_status_t queue_handle(kiln_backend_queue_t *queue, cublasHandle_t *o
 static bool fits_int(int64_t v) { return v >= 1 && v <= INT_MAX; }
 
 kiln_status_t kiln_cuda_cublas_matmul(kiln_backend_queue_t *queue, const kiln_op_t *op) {
-  if (!cublas.library)
+  if (!cublas.dl)
     return kiln_cuda_error(KILN_UNSUPPORTED, "provider 'cublas' is absent (cuBLAS could not be loaded); use 'native'");
   const int64_t m = op->u.matmul.m, n = op->u.matmul.n, k = op->u.matmul.k, batch = op->u.matmul.batch;
   const CUdeviceptr a = kiln_cuda_view_ptr(&op->in[0]), b = kiln_cuda_view_ptr(&op->in[1]);
