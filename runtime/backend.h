@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kiln/kiln.h"
 
@@ -272,6 +273,21 @@ typedef struct kiln_backend_iface_t {
 } kiln_backend_iface_t;
 
 /* ---- helpers every backend shares (inline: plugins do not link libkiln) ---- */
+
+/* Append one key/value pair to a device description (devinfo -v); what does
+ * not fit is dropped (the list is for people). */
+static inline void kiln_backend_add_property(kiln_backend_device_desc_t *desc, const char *key,
+                                                  const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static inline void kiln_backend_add_property(kiln_backend_device_desc_t *desc, const char *key,
+                                                  const char *fmt, ...) {
+  if (desc->property_count >= KILN_BACKEND_MAX_PROPERTIES) return;
+  size_t i = desc->property_count++;
+  snprintf(desc->properties[i].key, sizeof desc->properties[i].key, "%s", key);
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(desc->properties[i].value, sizeof desc->properties[i].value, fmt, args);
+  va_end(args);
+}
 
 static inline const char *kiln_backend_op_kind_name(kiln_op_kind_t kind) {
   switch (kind) {

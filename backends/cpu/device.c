@@ -199,18 +199,6 @@ static size_t cpu_device_count(void) { return g_device_count; }
 
 /* ---- description ----------------------------------------------------------------- */
 
-static void add_property(kiln_backend_device_desc_t *desc, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void add_property(kiln_backend_device_desc_t *desc, const char *key, const char *fmt, ...) {
-  if (desc->property_count >= KILN_BACKEND_MAX_PROPERTIES) return;
-  size_t i = desc->property_count++;
-  snprintf(desc->properties[i].key, sizeof desc->properties[i].key, "%s", key);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(desc->properties[i].value, sizeof desc->properties[i].value, fmt, ap);
-  va_end(ap);
-}
-
 static kiln_status_t cpu_device_describe(size_t index, kiln_backend_device_desc_t *out_desc) {
   const kiln_backend_device_t *dev = &g_devices[index];
   kiln_backend_device_desc_t *d = out_desc;
@@ -231,26 +219,26 @@ static kiln_status_t cpu_device_describe(size_t index, kiln_backend_device_desc_
   d->memory_free_is_estimate = false;
 
   char buf[512];
-  add_property(d, "threads", "%d", dev->threads);
+  kiln_backend_add_property(d, "threads", "%d", dev->threads);
   cpu_list(dev->cpu_ids, dev->threads, buf, sizeof buf);
-  add_property(d, "cpu_ids", "%s", buf);
+  kiln_backend_add_property(d, "cpu_ids", "%s", buf);
   isa_string(buf, sizeof buf);
-  add_property(d, "isa", "%s", buf);
-  add_property(d, "blas", "%s",
+  kiln_backend_add_property(d, "isa", "%s", buf);
+  kiln_backend_add_property(d, "blas", "%s",
                kiln_cpu_blas_available() ? "yes (provider 'blas' for matmul and conv2d)"
                                          : "no (kiln was built without a CBLAS)");
   if (g_device_count > 1)
-    add_property(d, "memory_shared", "yes: the %zu CPU devices share the machine's physical memory",
+    kiln_backend_add_property(d, "memory_shared", "yes: the %zu CPU devices share the machine's physical memory",
                  g_device_count);
   else
-    add_property(d, "memory_shared", "yes: the CPU device's memory is the machine's physical memory");
-  add_property(d, "usable_cpus", "%d (sched_getaffinity), split among %zu CPU device%s", g_usable_cpus,
+    kiln_backend_add_property(d, "memory_shared", "yes: the CPU device's memory is the machine's physical memory");
+  kiln_backend_add_property(d, "usable_cpus", "%d (sched_getaffinity), split among %zu CPU device%s", g_usable_cpus,
                g_device_count, g_device_count == 1 ? "" : "s");
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (l1d > 0) add_property(d, "l1d_cache_bytes", "%ld", l1d);
-  if (l2 > 0) add_property(d, "l2_cache_bytes", "%ld", l2);
-  if (l3 > 0) add_property(d, "l3_cache_bytes", "%ld", l3);
-  add_property(d, "queues", "asynchronous: one worker thread per queue");
+  if (l1d > 0) kiln_backend_add_property(d, "l1d_cache_bytes", "%ld", l1d);
+  if (l2 > 0) kiln_backend_add_property(d, "l2_cache_bytes", "%ld", l2);
+  if (l3 > 0) kiln_backend_add_property(d, "l3_cache_bytes", "%ld", l3);
+  kiln_backend_add_property(d, "queues", "asynchronous: one worker thread per queue");
   return KILN_OK;
 }
 

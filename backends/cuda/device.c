@@ -27,18 +27,6 @@ void kiln_cuda_leave(void) {
 
 /* Appends one key/value pair to a description; silently drops what does not
  * fit (the table is for people). */
-static void add_property(kiln_backend_device_desc_t *desc, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void add_property(kiln_backend_device_desc_t *desc, const char *key, const char *fmt, ...) {
-  if (desc->property_count >= KILN_BACKEND_MAX_PROPERTIES) return;
-  snprintf(desc->properties[desc->property_count].key, sizeof desc->properties[0].key, "%s", key);
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(desc->properties[desc->property_count].value, sizeof desc->properties[0].value, fmt, args);
-  va_end(args);
-  desc->property_count++;
-}
-
 static int attribute(CUdevice device, CUdevice_attribute which) {
   int value = 0;
   if (cuDeviceGetAttribute(&value, which, device) != CUDA_SUCCESS) return 0;
@@ -127,33 +115,35 @@ static void describe(kiln_backend_device_t *d, int driver_version) {
   desc->fp64 = true;
   desc->memory_free_is_estimate = false;
 
-  add_property(desc, "compiled_architectures", "%s", kiln_cuda_compiled_architectures());
+  kiln_backend_add_property(desc, "compiled_architectures", "%s", kiln_cuda_compiled_architectures());
   char warning[384];
   kiln_cuda_coverage_warning(d->cc_major, d->cc_minor, warning, sizeof warning);
   if (!d->module)
-    add_property(desc, "warning", "kiln's kernels cannot run here: %s", d->module_error);
+    kiln_backend_add_property(desc, "warning", "kiln's kernels cannot run here: %s", d->module_error);
   else if (warning[0])
-    add_property(desc, "warning", "%s", warning);
-  add_property(desc, "providers", "native%s%s", kiln_cuda_cublas_available() ? ",cublas" : "",
+    kiln_backend_add_property(desc, "warning", "%s", warning);
+  kiln_backend_add_property(desc, "providers", "native%s%s", kiln_cuda_cublas_available() ? ",cublas" : "",
                kiln_cuda_cudnn_available() ? ",cudnn" : "");
-  add_property(desc, "cublas", "%s", cublas_state);
-  add_property(desc, "cudnn", "%s", cudnn_state);
-  add_property(desc, "tf32", "%s",
+  kiln_backend_add_property(desc, "cublas", "%s", cublas_state);
+  kiln_backend_add_property(desc, "cudnn", "%s", cudnn_state);
+  kiln_backend_add_property(desc, "tf32", "%s",
                kiln_cuda_tf32 ? "on (KILN_CUDA_TF32=1): cuBLAS and cuDNN may round f32 inputs to TF32"
                               : "off: f32 matmul and conv2d keep full precision (KILN_CUDA_TF32=1 allows TF32)");
-  add_property(desc, "shared_memory_per_block_optin", "%d",
+  kiln_backend_add_property(desc, "shared_memory_per_block_optin", "%d",
                attribute(d->device, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN));
-  add_property(desc, "l2_cache_bytes", "%d", attribute(d->device, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE));
-  add_property(desc, "memory_bus_width_bits", "%d", attribute(d->device, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH));
-  add_property(desc, "max_threads_per_multiprocessor", "%d",
+  kiln_backend_add_property(desc, "l2_cache_bytes", "%d", attribute(d->device, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE));
+  kiln_backend_add_property(desc, "memory_bus_width_bits", "%d", attribute(d->device,
+                            CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH));
+  kiln_backend_add_property(desc, "max_threads_per_multiprocessor", "%d",
                attribute(d->device, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR));
-  add_property(desc, "async_copy_engines", "%d", attribute(d->device, CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT));
-  add_property(desc, "ecc", "%s", attribute(d->device, CU_DEVICE_ATTRIBUTE_ECC_ENABLED) ? "on" : "off");
-  add_property(desc, "memory_pool", "%s",
+  kiln_backend_add_property(desc, "async_copy_engines", "%d", attribute(d->device,
+                            CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT));
+  kiln_backend_add_property(desc, "ecc", "%s", attribute(d->device, CU_DEVICE_ATTRIBUTE_ECC_ENABLED) ? "on" : "off");
+  kiln_backend_add_property(desc, "memory_pool", "%s",
                d->pools ? "stream-ordered (cuMemAllocAsync; freed memory stays pooled)" : "cuMemAlloc (no pool support)");
-  add_property(desc, "driver_api", "CUDA %s (the newest version the installed driver supports)",
+  kiln_backend_add_property(desc, "driver_api", "CUDA %s (the newest version the installed driver supports)",
                desc->runtime_version);
-  add_property(desc, "built_with", "CUDA toolkit %d.%d", CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10);
+  kiln_backend_add_property(desc, "built_with", "CUDA toolkit %d.%d", CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10);
 
   /* Peers this device reads and writes directly; copies to others are staged
    * by the driver. */
@@ -165,7 +155,7 @@ static void describe(kiln_backend_device_t *d, int driver_version) {
     if (cuDeviceCanAccessPeer(&can, d->device, kiln_cuda_devices_[j].device) == CUDA_SUCCESS && can && used < sizeof peers)
       used += (size_t)snprintf(peers + used, sizeof peers - used, "%scuda:%zu", used ? "," : "", j);
   }
-  add_property(desc, "peer_access", "%s", peers[0] ? peers : "none");
+  kiln_backend_add_property(desc, "peer_access", "%s", peers[0] ? peers : "none");
 }
 
 /* Everything a device needs before work reaches it, in its primary context. */

@@ -51,18 +51,6 @@ static char version_text[512];
 
 /* Appends one key/value pair to a description; drops what does not fit (the
  * list is for people). */
-static void add_property(kiln_backend_device_desc_t *desc, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void add_property(kiln_backend_device_desc_t *desc, const char *key, const char *fmt, ...) {
-  if (desc->property_count >= KILN_BACKEND_MAX_PROPERTIES) return;
-  snprintf(desc->properties[desc->property_count].key, sizeof desc->properties[0].key, "%s", key);
-  va_list args;
-  va_start(args, fmt);
-  vsnprintf(desc->properties[desc->property_count].value, sizeof desc->properties[0].value, fmt, args);
-  va_end(args);
-  desc->property_count++;
-}
-
 /* A string query into out (always terminated; "" when the query fails). */
 static void device_string(cl_device_id device, cl_device_info what, char *out, size_t size) {
   out[0] = '\0';
@@ -218,37 +206,40 @@ static void describe(kiln_backend_device_t *d, const char *platform_name, const 
     while (text[n] && !(text[n] == ' ' && ++words == 3)) n++;
     snprintf(desc->compute_capability, sizeof desc->compute_capability, "%.*s", (int)n, text);
   }
-  add_property(desc, "opencl_c_version", "%s", text);
+  kiln_backend_add_property(desc, "opencl_c_version", "%s", text);
   device_string(d->device, CL_DEVICE_VERSION, text, sizeof text);
-  add_property(desc, "device_version", "%s", text);
+  kiln_backend_add_property(desc, "device_version", "%s", text);
   if (extensions) {
     interesting_extensions(extensions, text, sizeof text);
-    add_property(desc, "extensions", "%s", text);
+    kiln_backend_add_property(desc, "extensions", "%s", text);
   }
-  add_property(desc, "providers", "native%s", kiln_cl_clblast_available() ? ",clblast" : "");
-  add_property(desc, "clblast", "%s", kiln_cl_clblast_state());
-  add_property(desc, "local_memory_type", "%s",
+  kiln_backend_add_property(desc, "providers", "native%s", kiln_cl_clblast_available() ? ",clblast" : "");
+  kiln_backend_add_property(desc, "clblast", "%s", kiln_cl_clblast_state());
+  kiln_backend_add_property(desc, "local_memory_type", "%s",
                d->local_mem_is_global ? "global (emulated: tiles in local memory buy nothing)" : "dedicated");
-  add_property(desc, "max_work_item_sizes", "%zux%zux%zu", d->max_work_item_sizes[0], d->max_work_item_sizes[1],
+  kiln_backend_add_property(desc, "max_work_item_sizes", "%zux%zux%zu", d->max_work_item_sizes[0],
+                            d->max_work_item_sizes[1],
                d->max_work_item_sizes[2]);
-  add_property(desc, "mem_base_addr_align_bytes", "%u", d->mem_base_addr_align);
+  kiln_backend_add_property(desc, "mem_base_addr_align_bytes", "%u", d->mem_base_addr_align);
   cl_uint width = 0;
   if (device_value(d->device, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, &width, sizeof width))
-    add_property(desc, "preferred_vector_width_float", "%u", width);
+    kiln_backend_add_property(desc, "preferred_vector_width_float", "%u", width);
   cl_uint clock = 0;
   if (device_value(d->device, CL_DEVICE_MAX_CLOCK_FREQUENCY, &clock, sizeof clock) && clock)
-    add_property(desc, "max_clock_mhz", "%u", clock);
+    kiln_backend_add_property(desc, "max_clock_mhz", "%u", clock);
   char options[1024];
   kiln_cl_build_options(d, options, sizeof options);
-  add_property(desc, "build_options", "%s", options);
+  kiln_backend_add_property(desc, "build_options", "%s", options);
   if (d->vendor == KILN_CL_VENDOR_AMD && extensions && has_extension(extensions, "cl_amd_device_attribute_query")) {
     char board[256];
     device_string(d->device, CL_DEVICE_BOARD_NAME_AMD, board, sizeof board);
-    if (board[0]) add_property(desc, "board_name", "%s", board);
+    if (board[0]) kiln_backend_add_property(desc, "board_name", "%s", board);
   }
   if (d->vendor == KILN_CL_VENDOR_OCLGRIND)
-    add_property(desc, "note", "Oclgrind simulates a device to check kernels (bounds, races, uninitialised reads): "
-                               "correct but very slow; select it explicitly (KILN_DEVICE=opencl:%zu)", d->index);
+    kiln_backend_add_property(desc, "note",
+                              "Oclgrind simulates a device to check kernels (bounds, races, uninitialised reads): "
+                              "correct but very slow; select it explicitly (KILN_DEVICE=opencl:%zu)",
+                              d->index);
   free(extensions);
 }
 
