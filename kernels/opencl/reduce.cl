@@ -64,6 +64,27 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
   }
 }
 
+/* Each work-item's partial (compensated sum, integer sum, best value and
+ * its index) into local memory, then a tree over the work-group: work-item 0
+ * ends with the group's result. wgs is a power of two. */
+#define KILN_RED_COMBINE_(TNAME)                                                                \
+  l_sum[lid] = sum - comp;                                                                      \
+  l_isum[lid] = isum;                                                                           \
+  l_best[lid] = best;                                                                           \
+  l_index[lid] = index;                                                                         \
+  barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
+  for (int s = wgs / 2; s > 0; s >>= 1) {                                                       \
+    if (lid < s) {                                                                              \
+      l_sum[lid] += l_sum[lid + s];                                                             \
+      l_isum[lid] += l_isum[lid + s];                                                           \
+      if (kiln_better_##TNAME(l_best[lid + s], l_index[lid + s], l_best[lid], l_index[lid])) {  \
+        l_best[lid] = l_best[lid + s];                                                          \
+        l_index[lid] = l_index[lid + s];                                                        \
+      }                                                                                         \
+    }                                                                                           \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                               \
+  }
+
 #define KILN_CL_REDUCE_(T, TNAME)                                                                  \
   __kernel void reduce_rows_##TNAME(__global const T *in, long in_off, __global uint *out, long out_off,          \
                                     __global long *parts, long outer, long len, long chunk, long chunks, int op) { \
@@ -93,22 +114,7 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
           index = l;                                                                               \
         }                                                                                          \
       }                                                                                            \
-      l_sum[lid] = sum - comp;                                                                     \
-      l_isum[lid] = isum;                                                                          \
-      l_best[lid] = best;                                                                          \
-      l_index[lid] = index;                                                                        \
-      barrier(CLK_LOCAL_MEM_FENCE);                                                                \
-      for (int s = wgs / 2; s > 0; s >>= 1) {                                                      \
-        if (lid < s) {                                                                             \
-          l_sum[lid] += l_sum[lid + s];                                                            \
-          l_isum[lid] += l_isum[lid + s];                                                          \
-          if (kiln_better_##TNAME(l_best[lid + s], l_index[lid + s], l_best[lid], l_index[lid])) { \
-            l_best[lid] = l_best[lid + s];                                                         \
-            l_index[lid] = l_index[lid + s];                                                       \
-          }                                                                                        \
-        }                                                                                          \
-        barrier(CLK_LOCAL_MEM_FENCE);                                                              \
-      }                                                                                            \
+      KILN_RED_COMBINE_(TNAME);                                                                    \
       if (lid == 0) {                                                                              \
         if (chunks == 1) {                                                                         \
           kiln_finish_##TNAME(out, row, op, len, KILN_RED_PICK_##TNAME(l_sum[0], l_isum[0]), l_best[0], l_index[0]); \
@@ -149,22 +155,7 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
           index = parts[at];                                                                       \
         }                                                                                          \
       }                                                                                            \
-      l_sum[lid] = sum - comp;                                                                     \
-      l_isum[lid] = isum;                                                                          \
-      l_best[lid] = best;                                                                          \
-      l_index[lid] = index;                                                                        \
-      barrier(CLK_LOCAL_MEM_FENCE);                                                                \
-      for (int s = wgs / 2; s > 0; s >>= 1) {                                                      \
-        if (lid < s) {                                                                             \
-          l_sum[lid] += l_sum[lid + s];                                                            \
-          l_isum[lid] += l_isum[lid + s];                                                          \
-          if (kiln_better_##TNAME(l_best[lid + s], l_index[lid + s], l_best[lid], l_index[lid])) { \
-            l_best[lid] = l_best[lid + s];                                                         \
-            l_index[lid] = l_index[lid + s];                                                       \
-          }                                                                                        \
-        }                                                                                          \
-        barrier(CLK_LOCAL_MEM_FENCE);                                                              \
-      }                                                                                            \
+      KILN_RED_COMBINE_(TNAME);                                                                    \
       if (lid == 0)                                                                                \
         kiln_finish_##TNAME(out, row, op, len, KILN_RED_PICK_##TNAME(l_sum[0], l_isum[0]), l_best[0], l_index[0]); \
       barrier(CLK_LOCAL_MEM_FENCE);                                                                \
