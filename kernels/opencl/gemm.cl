@@ -68,6 +68,19 @@ KILN_FN void kiln_gemm_store_row(__global float *c, int i, int j0, int n, long l
 
 /* Global (n/RN, m/RM, batches), rounded up to the work-group size; ap_batch
  * is 0 when every batch shares one A (conv2d's weights). */
+/* One rank-1 update of the 8x16 register block: row r of C += a.sr * b. */
+#define KILN_GEMM_RANK1(a, b)                                                                      \
+  do {                                                                                             \
+    c0 = mad((float16)((a).s0), (b), c0);                                                         \
+    c1 = mad((float16)((a).s1), (b), c1);                                                         \
+    c2 = mad((float16)((a).s2), (b), c2);                                                         \
+    c3 = mad((float16)((a).s3), (b), c3);                                                         \
+    c4 = mad((float16)((a).s4), (b), c4);                                                         \
+    c5 = mad((float16)((a).s5), (b), c5);                                                         \
+    c6 = mad((float16)((a).s6), (b), c6);                                                         \
+    c7 = mad((float16)((a).s7), (b), c7);                                                         \
+  } while (0)
+
 __kernel void gemm_packed(__global const float *ap, __global const float *bp, __global float *c, long c_off, int m,
                           int n, int k, long ldc, long stride_c, int mb, int nb, long ap_batch, long bp_batch) {
   const int jb = (int)get_global_id(0), ib = (int)get_global_id(1);
@@ -80,34 +93,13 @@ __kernel void gemm_packed(__global const float *ap, __global const float *bp, __
   for (; l + 2 <= k; l += 2) {
     const float16 b0 = vload16(l, pb), b1 = vload16(l + 1, pb);
     const float8 a0 = vload8(l, pa), a1 = vload8(l + 1, pa);
-    c0 = mad((float16)a0.s0, b0, c0);
-    c1 = mad((float16)a0.s1, b0, c1);
-    c2 = mad((float16)a0.s2, b0, c2);
-    c3 = mad((float16)a0.s3, b0, c3);
-    c4 = mad((float16)a0.s4, b0, c4);
-    c5 = mad((float16)a0.s5, b0, c5);
-    c6 = mad((float16)a0.s6, b0, c6);
-    c7 = mad((float16)a0.s7, b0, c7);
-    c0 = mad((float16)a1.s0, b1, c0);
-    c1 = mad((float16)a1.s1, b1, c1);
-    c2 = mad((float16)a1.s2, b1, c2);
-    c3 = mad((float16)a1.s3, b1, c3);
-    c4 = mad((float16)a1.s4, b1, c4);
-    c5 = mad((float16)a1.s5, b1, c5);
-    c6 = mad((float16)a1.s6, b1, c6);
-    c7 = mad((float16)a1.s7, b1, c7);
+    KILN_GEMM_RANK1(a0, b0);
+    KILN_GEMM_RANK1(a1, b1);
   }
   for (; l < k; l++) {
     const float16 b0 = vload16(l, pb);
     const float8 a0 = vload8(l, pa);
-    c0 = mad((float16)a0.s0, b0, c0);
-    c1 = mad((float16)a0.s1, b0, c1);
-    c2 = mad((float16)a0.s2, b0, c2);
-    c3 = mad((float16)a0.s3, b0, c3);
-    c4 = mad((float16)a0.s4, b0, c4);
-    c5 = mad((float16)a0.s5, b0, c5);
-    c6 = mad((float16)a0.s6, b0, c6);
-    c7 = mad((float16)a0.s7, b0, c7);
+    KILN_GEMM_RANK1(a0, b0);
   }
   __global float *cb = c + c_off + batch * stride_c;
   const int i0 = ib * KILN_GEMM_RM, j0 = jb * KILN_GEMM_RN;
