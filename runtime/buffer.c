@@ -1,253 +1,29 @@
-/* runtime/buffer.c: buffers, the per-device memory pool, device attach/detach, and transfers between any two devices. */
+/* runtime/buffer.c: buffers (each on a block of its device's memory pool) and transfers between any two devices. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/internal.h"
 
-/* A pool entry carries the buffer object with its block, so that reusing a
- * pooled block allocates nothing at all. */
-typedef struct kiln_pool_entry_t {
-  kiln__pool_block_t block;
-  uint64_t stamp; /* kiln__queue_stamp() when it was released */
-  kiln_buffer_t buffer;
-} kiln_pool_entry_t;
-
-#define KILN_POOL_CLASSES 48
-#define KILN_POOL_MIN_BYTES ((size_t)256)
-/* How many blocks of a class an allocation inspects before allocating anew:
- * bounds the time spent under the lock when a list holds blocks of busy queues. */
-#define KILN_POOL_SCAN 8
 /* Chunk size of copies staged through host memory. */
-#define KILN_STAGE_CHUNK ((size_t)4 << 20)
+#define STAGE_CHUNK ((size_t)4 << 20)
 
-static kiln_pool_entry_t *kiln_entry(kiln_buffer_t *buffer) {
-  return (kiln_pool_entry_t *)((char *)buffer - offsetof(kiln_pool_entry_t, buffer));
-}
-
-/* Two classes per power of two (256, 384, 512, 768, ...): at most a third
- * of a block goes unused. */
-static size_t kiln_class_bytes(int c) {
-  size_t base = KILN_POOL_MIN_BYTES << (c / 2);
-  return (c & 1) ? base + base / 2 : base;
-}
-
-/* The smallest class that holds `size`; -1 when none does. */
-static int kiln_class_for(size_t size) {
-  for (int c = 0; c < KILN_POOL_CLASSES; c++)
-    if (kiln_class_bytes(c) >= size) return c;
-  return -1;
-}
-
-/* The largest class a block of `capacity` bytes can serve in full. */
-static int kiln_class_floor(size_t capacity) {
-  int found = 0;
-  for (int c = 0; c < KILN_POOL_CLASSES; c++) {
-    if (kiln_class_bytes(c) > capacity) break;
-    found = c;
-  }
-  return found;
-}
-
-/* Pooled bytes a device may keep: an eighth of its memory, within [64 MiB, 2 GiB]. */
-static size_t kiln_pool_limit(const kiln_device_t *device) {
-  uint64_t limit = device->desc.memory_bytes / 8;
-  if (limit < ((uint64_t)64 << 20)) limit = (uint64_t)64 << 20;
-  if (limit > ((uint64_t)2 << 30)) limit = (uint64_t)2 << 30;
-  return (size_t)limit;
-}
-
-static void kiln_entries_free(kiln_device_t *device, kiln_pool_entry_t *chain) {
-  while (chain) {
-    kiln_pool_entry_t *next = (kiln_pool_entry_t *)chain->block.next;
-    device->iface->buffer_free(device->impl, chain->block.impl);
-    free(chain);
-    chain = next;
-  }
-}
-
-/* ---- attach / detach ---------------------------------------------------------- */
-
-kiln_status_t kiln__device_attach(kiln_device_t *device) {
-  if (!device) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__device_attach: device is NULL");
-  kiln__pool_t *pool = &device->pool;
-  memset(pool, 0, sizeof *pool);
-  pthread_mutex_init(&pool->lock, NULL);
-  kiln_status_t status = kiln__queues_attach(device);
-  if (status != KILN_OK) {
-    kiln__queues_detach(device);
-    pthread_mutex_destroy(&pool->lock);
-  }
-  return status;
-}
-
-void kiln__device_detach(kiln_device_t *device) {
-  if (!device || !device->default_queue) return;
-  kiln__device_finish_all(device);
-  kiln__queues_detach(device);
-  kiln__pool_t *pool = &device->pool;
-  pthread_mutex_lock(&pool->lock);
-  kiln_pool_entry_t *chain = NULL;
-  for (int c = 0; c < KILN_POOL_CLASSES; c++) {
-    kiln__pool_block_t *b = pool->free_lists[c];
-    while (b) {
-      kiln__pool_block_t *next = b->next;
-      b->next = (kiln__pool_block_t *)chain;
-      chain = (kiln_pool_entry_t *)b;
-      b = next;
-    }
-    pool->free_lists[c] = NULL;
-  }
-  pool->pooled_bytes = 0;
-  pthread_mutex_unlock(&pool->lock);
-  kiln_entries_free(device, chain);
-  pthread_mutex_destroy(&pool->lock);
-  /* Tuning results name devices of this start; the next start may differ. */
-  kiln__dispatch_reset();
-}
-
-/* ---- the pool ------------------------------------------------------------------- */
-
-void kiln__pool_trim(kiln_device_t *device) {
-  if (!device) return;
-  /* Blocks may still be read or written by queued work until it finishes. */
-  kiln__device_finish_all(device);
-  kiln_clear_error();
-  kiln__pool_t *pool = &device->pool;
-  kiln_pool_entry_t *chain = NULL;
-  pthread_mutex_lock(&pool->lock);
-  for (int c = 0; c < KILN_POOL_CLASSES; c++) {
-    kiln__pool_block_t *b = pool->free_lists[c];
-    while (b) {
-      kiln__pool_block_t *next = b->next;
-      b->next = (kiln__pool_block_t *)chain;
-      chain = (kiln_pool_entry_t *)b;
-      b = next;
-    }
-    pool->free_lists[c] = NULL;
-  }
-  pool->pooled_bytes = 0;
-  pthread_mutex_unlock(&pool->lock);
-  kiln_entries_free(device, chain);
-}
-
-/* Take a block of class c usable by queue_id; NULL when none. Pool lock held. */
-static kiln_pool_entry_t *kiln_pool_take(kiln_device_t *device, int c, uint64_t queue_id) {
-  kiln__pool_block_t **link = &device->pool.free_lists[c];
-  kiln__pool_block_t **other = NULL;
-  int scanned = 0;
-  for (kiln__pool_block_t *b = *link; b && scanned < KILN_POOL_SCAN; link = &b->next, b = b->next, scanned++) {
-    /* The same in-order queue may reuse at once: its later work runs after
-     * whatever still uses the block. */
-    if (b->queue_id == queue_id || b->queue_id == 0) {
-      *link = b->next;
-      return (kiln_pool_entry_t *)b;
-    }
-    if (!other && kiln__queue_done_since(device, b->queue_id, ((kiln_pool_entry_t *)b)->stamp)) other = link;
-  }
-  if (other) {
-    kiln__pool_block_t *b = *other;
-    *other = b->next;
-    return (kiln_pool_entry_t *)b;
-  }
-  return NULL;
-}
-
-/* Return to the pool; frees blocks known to be idle while the pool is over
- * its limit. */
-static void kiln_pool_put(kiln_device_t *device, kiln_pool_entry_t *entry) {
-  kiln__pool_t *pool = &device->pool;
-  size_t limit = kiln_pool_limit(device);
-  kiln_pool_entry_t *chain = NULL;
-  int c = kiln_class_floor(entry->block.capacity);
-  pthread_mutex_lock(&pool->lock);
-  entry->block.next = pool->free_lists[c];
-  pool->free_lists[c] = &entry->block;
-  pool->pooled_bytes += entry->block.capacity;
-  pool->live_bytes -= entry->block.capacity;
-  /* Largest first: fewest frees to get back under the limit. */
-  for (int k = KILN_POOL_CLASSES - 1; k >= 0 && pool->pooled_bytes > limit; k--) {
-    kiln__pool_block_t **link = &pool->free_lists[k];
-    while (*link && pool->pooled_bytes > limit) {
-      kiln__pool_block_t *b = *link;
-      if (kiln__queue_done_since(device, b->queue_id, ((kiln_pool_entry_t *)b)->stamp)) {
-        *link = b->next;
-        pool->pooled_bytes -= b->capacity;
-        b->next = (kiln__pool_block_t *)chain;
-        chain = (kiln_pool_entry_t *)b;
-      } else {
-        link = &b->next;
-      }
-    }
-  }
-  pthread_mutex_unlock(&pool->lock);
-  kiln_entries_free(device, chain);
+static kiln__pool_block_t *block_of(kiln_buffer_t *buffer) {
+  return (kiln__pool_block_t *)((char *)buffer - offsetof(kiln__pool_block_t, buffer));
 }
 
 /* reuse_queue: the id of the queue the buffer is for, whose own pending work
  * on a block does not matter; 0 when the caller may use it on any queue, so
  * that only idle blocks will do. */
-static kiln_status_t kiln_buffer_make(kiln_device_t *device, uint64_t reuse_queue, size_t size,
-                                      kiln_buffer_t **out_buffer) {
-  uint64_t max_alloc = device->desc.max_alloc_bytes ? device->desc.max_alloc_bytes : device->desc.memory_bytes;
-  if (max_alloc && (uint64_t)size > max_alloc)
-    return kiln__set_error(KILN_OUT_OF_MEMORY,
-                           "cannot allocate %zu bytes on %s: its largest allocation is %llu bytes (memory %llu "
-                           "bytes); allocate less or split the tensor",
-                           size, device->display_name, (unsigned long long)max_alloc,
-                           (unsigned long long)device->desc.memory_bytes);
-  int c = kiln_class_for(size);
-  size_t capacity = c >= 0 ? kiln_class_bytes(c) : size;
-  /* Rounding up must not push a request that fits over the device's limit. */
-  if (max_alloc && (uint64_t)capacity > max_alloc) capacity = size;
-  if (capacity != (c >= 0 ? kiln_class_bytes(c) : (size_t)-1)) c = -1;
-
-  kiln__pool_t *pool = &device->pool;
-  kiln_pool_entry_t *entry = NULL;
-  if (c >= 0) {
-    pthread_mutex_lock(&pool->lock);
-    entry = kiln_pool_take(device, c, reuse_queue);
-    if (entry) {
-      pool->pooled_bytes -= entry->block.capacity;
-      pool->live_bytes += entry->block.capacity;
-    }
-    pthread_mutex_unlock(&pool->lock);
-  }
-  if (!entry) {
-    entry = malloc(sizeof *entry);
-    if (!entry)
-      return kiln__set_error(KILN_OUT_OF_MEMORY, "cannot allocate a buffer object (%zu bytes of host memory) for %s",
-                             sizeof *entry, device->display_name);
-    kiln_backend_buffer_t *impl = NULL;
-    kiln_status_t status = device->iface->buffer_allocate(device->impl, capacity, &impl);
-    if (status == KILN_OUT_OF_MEMORY) {
-      /* Pooled blocks may be what stands in the way. */
-      kiln__pool_trim(device);
-      status = device->iface->buffer_allocate(device->impl, capacity, &impl);
-    }
-    if (status != KILN_OK) {
-      free(entry);
-      if (status == KILN_OUT_OF_MEMORY)
-        return kiln__wrap_error(status,
-                                "cannot allocate %zu bytes on %s (memory %llu bytes, %zu bytes in use by live "
-                                "buffers) even after emptying its pool; release tensors or allocate less",
-                                size, device->display_name, (unsigned long long)device->desc.memory_bytes,
-                                pool->live_bytes);
-      return kiln__wrap_error(status, "allocating %zu bytes on %s", size, device->display_name);
-    }
-    entry->block.impl = impl;
-    entry->block.capacity = capacity;
-    pthread_mutex_lock(&pool->lock);
-    pool->live_bytes += capacity;
-    pthread_mutex_unlock(&pool->lock);
-  }
-  entry->block.next = NULL;
-  entry->block.queue_id = 0;
-  kiln_buffer_t *buffer = &entry->buffer;
+static kiln_status_t buffer_make(kiln_device_t *device, uint64_t reuse_queue, size_t size, kiln_buffer_t **out_buffer) {
+  kiln__pool_block_t *block = NULL;
+  kiln_status_t status = kiln__pool_take(device, reuse_queue, size, &block);
+  if (status != KILN_OK) return status;
+  kiln_buffer_t *buffer = &block->buffer;
   atomic_init(&buffer->refs, 1);
   buffer->device = device;
-  buffer->impl = entry->block.impl;
+  buffer->impl = block->impl;
   buffer->size = size;
-  buffer->capacity = entry->block.capacity;
+  buffer->capacity = block->capacity;
   atomic_init(&buffer->last_queue, 0);
   atomic_init(&buffer->multi_queue, false);
   *out_buffer = buffer;
@@ -257,12 +33,27 @@ static kiln_status_t kiln_buffer_make(kiln_device_t *device, uint64_t reuse_queu
 kiln_status_t kiln__buffer_create(kiln_device_t *device, kiln_queue_t *queue, size_t size,
                                   kiln_buffer_t **out_buffer) {
   if (!queue) queue = device->default_queue;
-  return kiln_buffer_make(device, queue->id, size, out_buffer);
+  return buffer_make(device, queue->id, size, out_buffer);
 }
 
 kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_buffer_t **out_buffer) {
-  return kiln_buffer_make(device, 0, size, out_buffer);
+  return buffer_make(device, 0, size, out_buffer);
 }
+
+/* The last reference is gone: the block goes back to the pool, tagged with
+ * the queue whose order covers the work still using it. */
+static void buffer_destroy(kiln_buffer_t *buffer) {
+  kiln_device_t *device = buffer->device;
+  uint64_t queue_id = atomic_load_explicit(&buffer->last_queue, memory_order_relaxed);
+  if (atomic_load_explicit(&buffer->multi_queue, memory_order_relaxed)) {
+    /* No single queue's order covers it: wait for them all (rare). */
+    kiln__device_finish_all(device);
+    queue_id = 0;
+  }
+  kiln__pool_put(device, block_of(buffer), queue_id);
+}
+
+KILN__DEFINE_REFCOUNT(kiln_buffer_t, buffer, buffer_destroy)
 
 /* ---- public buffer API ------------------------------------------------------------ */
 
@@ -280,34 +71,13 @@ kiln_status_t kiln_buffer_create(kiln_device_t *device, size_t size, kiln_buffer
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "kiln_buffer_create");
 }
 
-kiln_buffer_t *kiln_buffer_retain(kiln_buffer_t *buffer) {
-  if (buffer) atomic_fetch_add_explicit(&buffer->refs, 1, memory_order_relaxed);
-  return buffer;
-}
-
-void kiln_buffer_release(kiln_buffer_t *buffer) {
-  if (!buffer) return;
-  if (atomic_fetch_sub_explicit(&buffer->refs, 1, memory_order_acq_rel) != 1) return;
-  kiln_device_t *device = buffer->device;
-  kiln_pool_entry_t *entry = kiln_entry(buffer);
-  uint64_t queue_id = atomic_load_explicit(&buffer->last_queue, memory_order_relaxed);
-  if (atomic_load_explicit(&buffer->multi_queue, memory_order_relaxed)) {
-    /* No single queue's order covers it: wait for them all (rare). */
-    kiln__device_finish_all(device);
-    queue_id = 0;
-  }
-  entry->block.queue_id = queue_id;
-  entry->stamp = kiln__queue_stamp();
-  kiln_pool_put(device, entry);
-}
-
 size_t kiln_buffer_size(const kiln_buffer_t *buffer) { return buffer ? buffer->size : 0; }
 
 kiln_device_t *kiln_buffer_device(const kiln_buffer_t *buffer) { return buffer ? buffer->device : NULL; }
 
 /* Common checks of the transfer calls: queue and buffer present, the range
  * inside the buffer, host memory present when bytes move. */
-static kiln_status_t kiln_transfer_check(const char *call, kiln_queue_t *queue, kiln_buffer_t *buffer,
+static kiln_status_t transfer_check(const char *call, kiln_queue_t *queue, kiln_buffer_t *buffer,
                                          size_t offset, const void *host, size_t size) {
   if (!queue)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: queue is NULL; pass kiln_device_current_queue(device)", call);
@@ -331,14 +101,14 @@ static kiln_status_t kiln_transfer_check(const char *call, kiln_queue_t *queue, 
 kiln_status_t kiln_buffer_write(kiln_queue_t *queue, kiln_buffer_t *buffer, size_t offset, const void *host,
                                 size_t size, bool blocking, uint32_t wait_count, kiln_event_t *const *wait_events,
                                 kiln_event_t **out_event) {
-  kiln_status_t status = kiln_transfer_check("kiln_buffer_write", queue, buffer, offset, host, size);
+  kiln_status_t status = transfer_check("kiln_buffer_write", queue, buffer, offset, host, size);
   if (status != KILN_OK) return status;
   status = kiln__queue_wait_list(queue, wait_count, wait_events);
   if (status != KILN_OK) return kiln__wrap_error(status, "kiln_buffer_write");
   uint64_t stamp = kiln__queue_stamp();
   if (size > 0) {
     kiln__buffer_touch(buffer, queue);
-    status = queue->device->iface->buffer_write(queue->impl, buffer->impl, offset, host, size, blocking);
+    status = queue->device->iface->buffer_write(queue->device->ctx, queue->impl, buffer->impl, offset, host, size, blocking);
     if (status != KILN_OK)
       return kiln__wrap_error(status, "kiln_buffer_write of %zu bytes to %s", size, queue->device->display_name);
     if (blocking) kiln__queue_mark_done(queue, stamp);
@@ -350,14 +120,14 @@ kiln_status_t kiln_buffer_write(kiln_queue_t *queue, kiln_buffer_t *buffer, size
 kiln_status_t kiln_buffer_read(kiln_queue_t *queue, kiln_buffer_t *buffer, size_t offset, void *host, size_t size,
                                bool blocking, uint32_t wait_count, kiln_event_t *const *wait_events,
                                kiln_event_t **out_event) {
-  kiln_status_t status = kiln_transfer_check("kiln_buffer_read", queue, buffer, offset, host, size);
+  kiln_status_t status = transfer_check("kiln_buffer_read", queue, buffer, offset, host, size);
   if (status != KILN_OK) return status;
   status = kiln__queue_wait_list(queue, wait_count, wait_events);
   if (status != KILN_OK) return kiln__wrap_error(status, "kiln_buffer_read");
   uint64_t stamp = kiln__queue_stamp();
   if (size > 0) {
     kiln__buffer_touch(buffer, queue);
-    status = queue->device->iface->buffer_read(queue->impl, buffer->impl, offset, host, size, blocking);
+    status = queue->device->iface->buffer_read(queue->device->ctx, queue->impl, buffer->impl, offset, host, size, blocking);
     if (status != KILN_OK)
       return kiln__wrap_error(status, "kiln_buffer_read of %zu bytes from %s", size, queue->device->display_name);
     /* A blocking read on an in-order queue means all earlier work is done. */
@@ -372,7 +142,7 @@ kiln_status_t kiln_buffer_fill(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
                                kiln_event_t *const *wait_events, kiln_event_t **out_event) {
   if (!pattern)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_buffer_fill: pattern is NULL; pass 1, 2 or 4 bytes");
-  kiln_status_t status = kiln_transfer_check("kiln_buffer_fill", queue, buffer, offset, pattern, size);
+  kiln_status_t status = transfer_check("kiln_buffer_fill", queue, buffer, offset, pattern, size);
   if (status != KILN_OK) return status;
   if (pattern_size != 1 && pattern_size != 2 && pattern_size != 4)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
@@ -386,7 +156,7 @@ kiln_status_t kiln_buffer_fill(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
   if (status != KILN_OK) return kiln__wrap_error(status, "kiln_buffer_fill");
   if (size > 0) {
     kiln__buffer_touch(buffer, queue);
-    status = queue->device->iface->buffer_fill(queue->impl, buffer->impl, offset, size, pattern, pattern_size);
+    status = queue->device->iface->buffer_fill(queue->device->ctx, queue->impl, buffer->impl, offset, size, pattern, pattern_size);
     if (status != KILN_OK)
       return kiln__wrap_error(status, "kiln_buffer_fill of %zu bytes on %s", size, queue->device->display_name);
   }
@@ -397,26 +167,28 @@ kiln_status_t kiln_buffer_fill(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
 /* ---- copies ------------------------------------------------------------------------ */
 
 /* Make `waiter` wait for the work enqueued so far on `signaller` (one backend). */
-static kiln_status_t kiln_order_after(kiln_queue_t *waiter, kiln_queue_t *signaller) {
+static kiln_status_t order_after(kiln_queue_t *waiter, kiln_queue_t *signaller) {
   const kiln_backend_iface_t *iface = signaller->device->iface;
+  kiln_backend_context_t *ctx = signaller->device->ctx;
   kiln_backend_event_t *event = NULL;
-  kiln_status_t status = iface->queue_record(signaller->impl, &event);
+  kiln_status_t status = iface->queue_record(ctx, signaller->impl, &event);
   if (status != KILN_OK) return status;
-  status = iface->queue_wait(waiter->impl, event);
-  iface->event_release(event);
+  status = iface->queue_wait(ctx, waiter->impl, event);
+  iface->event_release(ctx, event);
   return status;
 }
 
-typedef struct kiln_stage_t {
+typedef struct stage_t {
   kiln_device_t *owner; /* whose host_allocate made it; NULL: malloc */
   void *ptr;
-} kiln_stage_t;
+} stage_t;
 
-static kiln_status_t kiln_stage_alloc(kiln_device_t *a, kiln_device_t *b, size_t size, kiln_stage_t *out) {
+static kiln_status_t stage_alloc(kiln_device_t *a, kiln_device_t *b, size_t size, stage_t *out) {
   kiln_device_t *owners[2] = {a, b};
   for (int i = 0; i < 2; i++) {
     kiln_device_t *d = owners[i];
-    if (d->iface->host_allocate && d->iface->host_free && d->iface->host_allocate(d->impl, size, &out->ptr) == KILN_OK) {
+    if (d->iface->host_allocate && d->iface->host_free &&
+        d->iface->host_allocate(d->ctx, d->impl, size, &out->ptr) == KILN_OK) {
       out->owner = d;
       return KILN_OK;
     }
@@ -429,59 +201,60 @@ static kiln_status_t kiln_stage_alloc(kiln_device_t *a, kiln_device_t *b, size_t
   return KILN_OK;
 }
 
-static void kiln_stage_free(kiln_stage_t *stage) {
+static void stage_free(stage_t *stage) {
   if (!stage->ptr) return;
-  if (stage->owner) stage->owner->iface->host_free(stage->owner->impl, stage->ptr);
+  if (stage->owner) stage->owner->iface->host_free(stage->owner->ctx, stage->owner->impl, stage->ptr);
   else free(stage->ptr);
   stage->ptr = NULL;
 }
 
 /* Through host memory: read chunk i+1 on the source while chunk i is written
  * to the destination. Blocks until done. */
-static kiln_status_t kiln_copy_staged(kiln_queue_t *src_queue, kiln_buffer_t *src, size_t src_offset,
+static kiln_status_t copy_staged(kiln_queue_t *src_queue, kiln_buffer_t *src, size_t src_offset,
                                       kiln_queue_t *dst_queue, kiln_buffer_t *dst, size_t dst_offset, size_t size) {
   const kiln_backend_iface_t *si = src_queue->device->iface, *di = dst_queue->device->iface;
-  size_t chunk = size < KILN_STAGE_CHUNK ? size : KILN_STAGE_CHUNK;
-  kiln_stage_t stage[2] = {{0}, {0}};
+  kiln_backend_context_t *sc = src_queue->device->ctx, *dc = dst_queue->device->ctx;
+  size_t chunk = size < STAGE_CHUNK ? size : STAGE_CHUNK;
+  stage_t stage[2] = {{0}, {0}};
   kiln_backend_event_t *written[2] = {NULL, NULL};
-  kiln_status_t status = kiln_stage_alloc(src_queue->device, dst_queue->device, chunk, &stage[0]);
+  kiln_status_t status = stage_alloc(src_queue->device, dst_queue->device, chunk, &stage[0]);
   if (status == KILN_OK && size > chunk)
-    status = kiln_stage_alloc(src_queue->device, dst_queue->device, chunk, &stage[1]);
+    status = stage_alloc(src_queue->device, dst_queue->device, chunk, &stage[1]);
   size_t done = 0;
   int i = 0;
-  if (status == KILN_OK) status = si->buffer_read(src_queue->impl, src->impl, src_offset, stage[0].ptr, chunk, true);
+  if (status == KILN_OK) status = si->buffer_read(sc, src_queue->impl, src->impl, src_offset, stage[0].ptr, chunk, true);
   while (status == KILN_OK && done < size) {
     size_t n = size - done < chunk ? size - done : chunk;
     int s = i & 1;
-    status = di->buffer_write(dst_queue->impl, dst->impl, dst_offset + done, stage[s].ptr, n, false);
+    status = di->buffer_write(dc, dst_queue->impl, dst->impl, dst_offset + done, stage[s].ptr, n, false);
     if (status != KILN_OK) break;
-    status = di->queue_record(dst_queue->impl, &written[s]);
+    status = di->queue_record(dc, dst_queue->impl, &written[s]);
     if (status != KILN_OK) break;
     size_t next = done + n;
     if (next < size) {
       int t = s ^ 1;
       /* The other staging buffer is free once its previous write finished. */
       if (written[t]) {
-        status = di->event_wait(written[t]);
-        di->event_release(written[t]);
+        status = di->event_wait(dc, written[t]);
+        di->event_release(dc, written[t]);
         written[t] = NULL;
         if (status != KILN_OK) break;
       }
       size_t m = size - next < chunk ? size - next : chunk;
-      status = si->buffer_read(src_queue->impl, src->impl, src_offset + next, stage[t].ptr, m, true);
+      status = si->buffer_read(sc, src_queue->impl, src->impl, src_offset + next, stage[t].ptr, m, true);
     }
     done = next;
     i++;
   }
   for (int s = 0; s < 2; s++) {
     if (written[s]) {
-      kiln_status_t w = di->event_wait(written[s]);
+      kiln_status_t w = di->event_wait(dc, written[s]);
       if (status == KILN_OK) status = w;
-      di->event_release(written[s]);
+      di->event_release(dc, written[s]);
     }
   }
-  kiln_stage_free(&stage[0]);
-  kiln_stage_free(&stage[1]);
+  stage_free(&stage[0]);
+  stage_free(&stage[1]);
   return status;
 }
 
@@ -494,7 +267,7 @@ kiln_status_t kiln_buffer_copy(kiln_queue_t *queue, kiln_buffer_t *src, size_t s
   if (!dst)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: dst is NULL; pass a buffer from kiln_buffer_create", call);
   char dummy = 0;
-  kiln_status_t status = kiln_transfer_check(call, queue, dst, dst_offset, &dummy, size);
+  kiln_status_t status = transfer_check(call, queue, dst, dst_offset, &dummy, size);
   if (status != KILN_OK) return status;
   if (src_offset > src->size || size > src->size - src_offset)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
@@ -513,10 +286,10 @@ kiln_status_t kiln_buffer_copy(kiln_queue_t *queue, kiln_buffer_t *src, size_t s
   kiln_queue_t *src_queue = kiln_device_current_queue(sd);
   const kiln_backend_iface_t *iface = dd->iface;
   if (size > 0 && sd->iface == dd->iface && iface->buffer_copy) {
-    if (src_queue != queue) status = kiln_order_after(queue, src_queue);
-    if (status == KILN_OK) status = iface->buffer_copy(queue->impl, src->impl, src_offset, dst->impl, dst_offset, size);
+    if (src_queue != queue) status = order_after(queue, src_queue);
+    if (status == KILN_OK) status = iface->buffer_copy(dd->ctx, queue->impl, src->impl, src_offset, dst->impl, dst_offset, size);
     /* Later writes to src on its own queue must not overtake the copy. */
-    if (status == KILN_OK && src_queue != queue) status = kiln_order_after(src_queue, queue);
+    if (status == KILN_OK && src_queue != queue) status = order_after(src_queue, queue);
     if (status != KILN_OK)
       return kiln__wrap_error(status, "%s of %zu bytes from %s to %s", call, size, sd->display_name, dd->display_name);
     kiln__buffer_touch(src, src_queue);
@@ -524,21 +297,21 @@ kiln_status_t kiln_buffer_copy(kiln_queue_t *queue, kiln_buffer_t *src, size_t s
   } else if (size > 0) {
     /* Across backends (or a backend without device copies): the caller
      * waits, so nothing stays in flight that the queues do not know of. */
-    void *src_host = sd->iface->buffer_host_pointer ? sd->iface->buffer_host_pointer(src->impl) : NULL;
-    void *dst_host = dd->iface->buffer_host_pointer ? dd->iface->buffer_host_pointer(dst->impl) : NULL;
+    void *src_host = sd->iface->buffer_host_pointer ? sd->iface->buffer_host_pointer(sd->ctx, src->impl) : NULL;
+    void *dst_host = dd->iface->buffer_host_pointer ? dd->iface->buffer_host_pointer(dd->ctx, dst->impl) : NULL;
     uint64_t stamp = kiln__queue_stamp();
     if (src_host) {
       status = kiln__device_finish_all(sd);
       if (status == KILN_OK)
-        status = iface->buffer_write(queue->impl, dst->impl, dst_offset, (char *)src_host + src_offset, size, true);
+        status = iface->buffer_write(dd->ctx, queue->impl, dst->impl, dst_offset, (char *)src_host + src_offset, size, true);
     } else if (dst_host) {
       status = kiln__device_finish_all(dd);
       if (status == KILN_OK)
-        status = sd->iface->buffer_read(src_queue->impl, src->impl, src_offset, (char *)dst_host + dst_offset, size,
+        status = sd->iface->buffer_read(sd->ctx, src_queue->impl, src->impl, src_offset, (char *)dst_host + dst_offset, size,
                                         true);
     } else {
-      status = iface->queue_finish(queue->impl);
-      if (status == KILN_OK) status = kiln_copy_staged(src_queue, src, src_offset, queue, dst, dst_offset, size);
+      status = iface->queue_finish(dd->ctx, queue->impl);
+      if (status == KILN_OK) status = copy_staged(src_queue, src, src_offset, queue, dst, dst_offset, size);
     }
     if (status != KILN_OK)
       return kiln__wrap_error(status, "%s of %zu bytes from %s to %s through host memory", call, size,

@@ -7,6 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <dirent.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/internal.h"
@@ -19,14 +22,14 @@
  *   8 bytes  FNV-1a 64 of the payload
  *   payload
  * Every field is checked on load; any doubt is a miss, never a trusted blob. */
-static const char kiln_blob_magic[8] = {'K', 'I', 'L', 'N', 'B', 'L', 'O', 'B'};
+static const char blob_magic[8] = {'K', 'I', 'L', 'N', 'B', 'L', 'O', 'B'};
 #define KILN_BLOB_VERSION 1u
 #define KILN_TUNING_HEADER "kiln-tuning 1"
 
-static _Atomic uint64_t kiln_cache_hits, kiln_cache_misses, kiln_cache_stores, kiln_cache_corrupt,
-    kiln_cache_failures;
+static _Atomic uint64_t stat_hits, stat_misses, stat_stores, stat_corrupt,
+    stat_failures;
 
-static uint64_t kiln_fnv1a(const void *data, size_t size) {
+static uint64_t fnv1a(const void *data, size_t size) {
   const unsigned char *p = data;
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < size; i++) {
@@ -36,10 +39,10 @@ static uint64_t kiln_fnv1a(const void *data, size_t size) {
   return h;
 }
 
-static void kiln_count(_Atomic uint64_t *counter) { atomic_fetch_add_explicit(counter, 1, memory_order_relaxed); }
+static void count_one(_Atomic uint64_t *counter) { atomic_fetch_add_explicit(counter, 1, memory_order_relaxed); }
 
 /* malloc'ed "<dir>/<a>/<b>" (b may be NULL). */
-static char *kiln_path(const char *dir, const char *a, const char *b) {
+static char *path_join(const char *dir, const char *a, const char *b) {
   size_t n = strlen(dir) + strlen(a) + (b ? strlen(b) : 0) + 3;
   char *out = malloc(n);
   if (!out) return NULL;
@@ -49,7 +52,7 @@ static char *kiln_path(const char *dir, const char *a, const char *b) {
 }
 
 /* mkdir -p; existing folders are fine. */
-static bool kiln_mkdirs(const char *path) {
+static bool mkdirs(const char *path) {
   char *copy = strdup(path);
   if (!copy) return false;
   bool ok = true;
@@ -70,7 +73,7 @@ static bool kiln_mkdirs(const char *path) {
   return ok;
 }
 
-static bool kiln_write_all(int fd, const void *data, size_t size) {
+static bool write_all(int fd, const void *data, size_t size) {
   const char *p = data;
   while (size) {
     ssize_t n = write(fd, p, size);
@@ -85,14 +88,14 @@ static bool kiln_write_all(int fd, const void *data, size_t size) {
 /* Write `parts` to `final` through "<final>.tmp.<pid>.<tid>" and a rename, so
  * that a reader sees the old file or the whole new one, never a half, and two
  * writers never share a temporary. */
-static bool kiln_write_atomically(const char *final, const void *const *parts, const size_t *sizes, size_t count) {
+static bool write_atomically(const char *final, const void *const *parts, const size_t *sizes, size_t count) {
   size_t n = strlen(final) + 64;
   char *tmp = malloc(n);
   if (!tmp) return false;
   snprintf(tmp, n, "%s.tmp.%ld.%ld", final, (long)getpid(), (long)syscall(SYS_gettid));
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   bool ok = fd >= 0;
-  for (size_t i = 0; ok && i < count; i++) ok = kiln_write_all(fd, parts[i], sizes[i]);
+  for (size_t i = 0; ok && i < count; i++) ok = write_all(fd, parts[i], sizes[i]);
   if (fd >= 0 && close(fd) != 0) ok = false;
   if (ok && rename(tmp, final) != 0) ok = false;
   if (!ok && fd >= 0) unlink(tmp);
@@ -100,186 +103,325 @@ static bool kiln_write_atomically(const char *final, const void *const *parts, c
   return ok;
 }
 
-static const char *kiln_cache_root(void) { return kiln__rt.config.cache_dir; }
+static const char *cache_root(void) { return kiln__rt.config.cache_dir; }
 
 /* "<dir>/kernels/<16 hex digits>" for a key. */
-static char *kiln_blob_path(const char *dir, const char *key) {
+static char *blob_path(const char *dir, const char *key) {
   char name[17];
-  snprintf(name, sizeof name, "%016llx", (unsigned long long)kiln_fnv1a(key, strlen(key)));
-  return kiln_path(dir, "kernels", name);
+  snprintf(name, sizeof name, "%016llx", (unsigned long long)fnv1a(key, strlen(key)));
+  return path_join(dir, "kernels", name);
 }
 
-static kiln_status_t kiln_blob_miss(const char *key) {
-  kiln_count(&kiln_cache_misses);
+static kiln_status_t blob_miss(const char *key) {
+  count_one(&stat_misses);
   return kiln__set_error(KILN_NOT_FOUND, "no cache entry for \"%.200s\"", key);
 }
 
-static kiln_status_t kiln_blob_corrupt(const char *path, const char *why) {
-  kiln_count(&kiln_cache_corrupt);
+static kiln_status_t blob_corrupt(const char *path, const char *why) {
+  count_one(&stat_corrupt);
   kiln__log(KILN_LOG_WARN, "cache entry %s ignored: %s; it will be rebuilt", path, why);
   return kiln__set_error(KILN_NOT_FOUND, "cache entry %s is invalid (%s); rebuild and store it again", path, why);
+}
+
+/* Read exactly `size` bytes at `offset`; false on a short read or an error. */
+static bool read_at(int fd, void *out, size_t size, off_t offset) {
+  char *p = out;
+  while (size) {
+    ssize_t n = pread(fd, p, size, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= (size_t)n;
+    offset += n;
+  }
+  return true;
+}
+
+/* Open a cache file for reading without ever blocking: a FIFO or a device
+ * node put there (by accident or malice) would otherwise hang the open or
+ * the read. Anything but a regular file is counted, removed so that the next
+ * store can replace it, and treated as absent. -1 when absent or refused. */
+static int open_regular(const char *path, struct stat *out_st) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return -1;
+  if (fstat(fd, out_st) != 0) {
+    close(fd);
+    return -1;
+  }
+  if (!S_ISREG(out_st->st_mode)) {
+    close(fd);
+    count_one(&stat_corrupt);
+    kiln__log(KILN_LOG_WARN, "cache file %s is not a regular file; removed, it will be rewritten", path);
+    if (unlink(path) != 0 && S_ISDIR(out_st->st_mode)) rmdir(path);
+    return -1;
+  }
+  return fd;
 }
 
 kiln_status_t kiln__cache_load(const char *key, void **out_data, size_t *out_size) {
   if (!key || !out_data || !out_size)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "cache_load: key, out_data or out_size is NULL");
-  const char *dir = kiln_cache_root();
-  if (!dir) return kiln_blob_miss(key);
-  char *path = kiln_blob_path(dir, key);
+  const char *dir = cache_root();
+  if (!dir) return blob_miss(key);
+  char *path = blob_path(dir, key);
   if (!path) return kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory building a cache path");
 
   kiln_status_t status;
-  unsigned char *file = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  void *data = NULL;
+  char *stored_key = NULL;
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) != 0) {
-    status = kiln_blob_miss(key);
+  int fd = open_regular(path, &st);
+  if (fd < 0) {
+    status = blob_miss(key);
     goto done;
   }
-  size_t size = (size_t)st.st_size;
-  file = malloc(size ? size : 1);
-  if (!file) {
-    status = kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory reading cache entry %s (%zu bytes)", path, size);
-    goto done;
-  }
-  size_t got = 0;
-  while (got < size) {
-    ssize_t n = read(fd, file + got, size - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += (size_t)n;
-  }
-  size_t key_len = strlen(key);
-  size_t header = sizeof kiln_blob_magic + 4 + 4;
+  /* The header first, and the payload read only once the header says it
+   * fits the file: a huge corrupt entry costs a few bytes of reading. */
+  const uint64_t size = (uint64_t)st.st_size;
+  const size_t key_len = strlen(key);
+  unsigned char head[sizeof blob_magic + 4 + 4];
   uint32_t version, stored_key_len;
   uint64_t payload_size, checksum;
-  if (got != size || size < header) {
-    status = kiln_blob_corrupt(path, "file shorter than its header");
+  if (size < sizeof head || !read_at(fd, head, sizeof head, 0)) {
+    status = blob_corrupt(path, "file shorter than its header");
     goto done;
   }
-  memcpy(&version, file + 8, 4);
-  memcpy(&stored_key_len, file + 12, 4);
-  if (memcmp(file, kiln_blob_magic, sizeof kiln_blob_magic) != 0) {
-    status = kiln_blob_corrupt(path, "bad magic");
+  memcpy(&version, head + 8, 4);
+  memcpy(&stored_key_len, head + 12, 4);
+  if (memcmp(head, blob_magic, sizeof blob_magic) != 0) {
+    status = blob_corrupt(path, "bad magic");
     goto done;
   }
   if (version != KILN_BLOB_VERSION) {
-    status = kiln_blob_corrupt(path, "written by another cache format version");
+    status = blob_corrupt(path, "written by another cache format version");
     goto done;
   }
-  if (stored_key_len != key_len || size - header < key_len + 16 || memcmp(file + header, key, key_len) != 0) {
+  if (stored_key_len != key_len || size - sizeof head < (uint64_t)key_len + 16) {
     /* A hash collision or a stale entry under the same name. */
-    status = kiln_blob_corrupt(path, "stored key differs");
+    status = blob_corrupt(path, "stored key differs");
     goto done;
   }
-  memcpy(&payload_size, file + header + key_len, 8);
-  memcpy(&checksum, file + header + key_len + 8, 8);
-  size_t offset = header + key_len + 16;
+  stored_key = malloc(key_len + 16);
+  if (!stored_key) {
+    status = kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory reading cache entry %s", path);
+    goto done;
+  }
+  if (!read_at(fd, stored_key, key_len + 16, (off_t)sizeof head) || memcmp(stored_key, key, key_len) != 0) {
+    status = blob_corrupt(path, "stored key differs");
+    goto done;
+  }
+  memcpy(&payload_size, stored_key + key_len, 8);
+  memcpy(&checksum, stored_key + key_len + 8, 8);
+  const uint64_t offset = sizeof head + key_len + 16;
   if (payload_size != size - offset) {
-    status = kiln_blob_corrupt(path, "payload size differs from the file (truncated?)");
+    status = blob_corrupt(path, "payload size differs from the file (truncated?)");
     goto done;
   }
-  if (kiln_fnv1a(file + offset, (size_t)payload_size) != checksum) {
-    status = kiln_blob_corrupt(path, "checksum mismatch");
-    goto done;
-  }
-  void *data = malloc(payload_size ? (size_t)payload_size : 1);
+  data = malloc(payload_size ? (size_t)payload_size : 1);
   if (!data) {
-    status = kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory loading cache entry %s", path);
+    status = kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory loading cache entry %s (%llu bytes)", path,
+                             (unsigned long long)payload_size);
     goto done;
   }
-  memcpy(data, file + offset, (size_t)payload_size);
+  if (!read_at(fd, data, (size_t)payload_size, (off_t)offset)) {
+    status = blob_corrupt(path, "file shorter than its header says (truncated?)");
+    goto done;
+  }
+  if (fnv1a(data, (size_t)payload_size) != checksum) {
+    status = blob_corrupt(path, "checksum mismatch");
+    goto done;
+  }
   *out_data = data;
   *out_size = (size_t)payload_size;
-  kiln_count(&kiln_cache_hits);
+  data = NULL;
+  count_one(&stat_hits);
   status = KILN_OK;
 
 done:
   if (fd >= 0) close(fd);
-  free(file);
+  free(data);
+  free(stored_key);
   free(path);
   return status;
 }
 
+/* ---- temporaries of writers that died ------------------------------------------ */
+
+/* Entries scanned and time spent at most by one sweep: start-up must stay fast
+ * whatever the cache holds. */
+#define SWEEP_MAX_ENTRIES 4096
+#define SWEEP_MAX_NS (20 * 1000 * 1000)
+
+/* Whether `name` is "<entry>.tmp.<pid>.<tid>" of a process that no longer
+ * exists. */
+static bool stale_temporary(const char *name) {
+  const char *tag = strstr(name, ".tmp.");
+  if (!tag) return false;
+  char *end = NULL;
+  errno = 0;
+  long pid = strtol(tag + 5, &end, 10);
+  if (errno || end == tag + 5 || *end != '.' || pid <= 0) return false;
+  if (pid == (long)getpid()) return false;
+  return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void sweep_folder(const char *folder, uint64_t deadline, int *budget) {
+  DIR *d = opendir(folder);
+  if (!d) return;
+  struct dirent *e;
+  while (*budget > 0 && (e = readdir(d)) != NULL && now_ns() < deadline) {
+    (*budget)--;
+    if (!stale_temporary(e->d_name)) continue;
+    char *path = path_join(folder, e->d_name, NULL);
+    if (path && unlink(path) == 0) kiln__log(KILN_LOG_INFO, "removed %s, left by a writer that died", path);
+    free(path);
+  }
+  closedir(d);
+}
+
+void kiln__cache_sweep(void) {
+  const char *dir = cache_root();
+  if (!dir) return;
+  uint64_t deadline = now_ns() + SWEEP_MAX_NS;
+  int budget = SWEEP_MAX_ENTRIES;
+  char *kernels = path_join(dir, "kernels", NULL);
+  if (kernels) sweep_folder(kernels, deadline, &budget);
+  free(kernels);
+  sweep_folder(dir, deadline, &budget);
+}
+
 void kiln__cache_store(const char *key, const void *data, size_t size) {
-  const char *dir = kiln_cache_root();
+  const char *dir = cache_root();
   if (!dir || !key || (!data && size)) return;
-  char *folder = kiln_path(dir, "kernels", NULL);
-  char *path = kiln_blob_path(dir, key);
-  bool ok = folder && path && kiln_mkdirs(folder);
+  char *folder = path_join(dir, "kernels", NULL);
+  char *path = blob_path(dir, key);
+  bool ok = folder && path && mkdirs(folder);
   if (ok) {
     uint32_t version = KILN_BLOB_VERSION;
     uint32_t key_len = (uint32_t)strlen(key);
     uint64_t payload_size = size;
-    uint64_t checksum = kiln_fnv1a(data, size);
-    const void *parts[] = {kiln_blob_magic, &version, &key_len, key, &payload_size, &checksum, data};
-    size_t sizes[] = {sizeof kiln_blob_magic, 4, 4, key_len, 8, 8, size};
-    ok = kiln_write_atomically(path, parts, sizes, 7);
+    uint64_t checksum = fnv1a(data, size);
+    const void *parts[] = {blob_magic, &version, &key_len, key, &payload_size, &checksum, data};
+    size_t sizes[] = {sizeof blob_magic, 4, 4, key_len, 8, 8, size};
+    ok = write_atomically(path, parts, sizes, 7);
   }
   if (ok) {
-    kiln_count(&kiln_cache_stores);
+    count_one(&stat_stores);
   } else {
     /* A read-only or full disk costs speed, not correctness. */
-    kiln_count(&kiln_cache_failures);
+    count_one(&stat_failures);
     kiln__log(KILN_LOG_WARN, "could not store cache entry %s; running uncached", path ? path : "(no memory)");
   }
   free(folder);
   free(path);
 }
 
-/* ---- tuning results ----------------------------------------------------------- */
-
-typedef struct kiln_tuning_entry_t {
-  char *key;
-  kiln_provider_t provider;
-} kiln_tuning_entry_t;
-
-static pthread_mutex_t kiln_tuning_lock = PTHREAD_MUTEX_INITIALIZER;
-static kiln_tuning_entry_t *kiln_tuning;
-static size_t kiln_tuning_count, kiln_tuning_capacity;
-static bool kiln_tuning_loaded;
-
-static void kiln_tuning_clear(void) {
-  for (size_t i = 0; i < kiln_tuning_count; i++) free(kiln_tuning[i].key);
-  free(kiln_tuning);
-  kiln_tuning = NULL;
-  kiln_tuning_count = kiln_tuning_capacity = 0;
+void kiln__cache_evict(const char *key) {
+  const char *dir = cache_root();
+  if (!dir || !key) return;
+  char *path = blob_path(dir, key);
+  /* A missing file is fine: the entry is gone either way. */
+  if (path && unlink(path) == 0) kiln__log(KILN_LOG_INFO, "evicted cache entry %s", path);
+  free(path);
 }
 
-static bool kiln_tuning_put(const char *key, size_t key_len, kiln_provider_t provider) {
-  for (size_t i = 0; i < kiln_tuning_count; i++) {
-    if (strlen(kiln_tuning[i].key) == key_len && !memcmp(kiln_tuning[i].key, key, key_len)) {
-      kiln_tuning[i].provider = provider;
-      return true;
+/* ---- tuning results ----------------------------------------------------------- */
+
+/* tuning.tsv: the header line, then "key<TAB>provider" per line: the table
+ * a start reads. Why each winner won (the measured medians) is appended to
+ * tuning.log beside it, for people. */
+
+typedef struct tuning_entry_t {
+  char *key;
+  char provider[32];
+} tuning_entry_t;
+
+static pthread_mutex_t tuning_lock = PTHREAD_MUTEX_INITIALIZER;
+static tuning_entry_t *tuning;
+static size_t tuning_count, tuning_capacity;
+/* Open addressing over the keys' hashes: entry index + 1, 0 for empty. */
+static size_t *tuning_slots;
+static size_t tuning_slot_count; /* a power of two, at least twice tuning_count */
+static bool tuning_loaded;
+
+static void tuning_clear(void) {
+  for (size_t i = 0; i < tuning_count; i++) free(tuning[i].key);
+  free(tuning);
+  free(tuning_slots);
+  tuning = NULL;
+  tuning_slots = NULL;
+  tuning_count = tuning_capacity = tuning_slot_count = 0;
+}
+
+/* The slot holding `key`, or the empty slot where it would go. */
+static size_t *tuning_slot(const char *key, size_t key_len) {
+  size_t mask = tuning_slot_count - 1;
+  for (size_t i = (size_t)fnv1a(key, key_len) & mask;; i = (i + 1) & mask) {
+    size_t *slot = &tuning_slots[i];
+    if (!*slot) return slot;
+    const char *k = tuning[*slot - 1].key;
+    if (strlen(k) == key_len && !memcmp(k, key, key_len)) return slot;
+  }
+}
+
+static bool tuning_index_grow(void) {
+  size_t count = tuning_slot_count ? tuning_slot_count * 2 : 64;
+  size_t *slots = calloc(count, sizeof *slots);
+  if (!slots) return false;
+  free(tuning_slots);
+  tuning_slots = slots;
+  tuning_slot_count = count;
+  for (size_t i = 0; i < tuning_count; i++) *tuning_slot(tuning[i].key, strlen(tuning[i].key)) = i + 1;
+  return true;
+}
+
+static bool tuning_put(const char *key, size_t key_len, const char *provider, size_t provider_len) {
+  if (provider_len == 0 || provider_len >= sizeof tuning[0].provider) return false;
+  if ((tuning_count + 1) * 2 > tuning_slot_count && !tuning_index_grow()) return false;
+  size_t *slot = tuning_slot(key, key_len);
+  tuning_entry_t *entry;
+  if (*slot) {
+    entry = &tuning[*slot - 1];
+  } else {
+    if (tuning_count == tuning_capacity) {
+      size_t capacity = tuning_capacity ? tuning_capacity * 2 : 16;
+      tuning_entry_t *grown = realloc(tuning, capacity * sizeof *grown);
+      if (!grown) return false;
+      tuning = grown;
+      tuning_capacity = capacity;
     }
+    char *copy = strndup(key, key_len);
+    if (!copy) return false;
+    entry = &tuning[tuning_count++];
+    entry->key = copy;
+    *slot = tuning_count;
   }
-  if (kiln_tuning_count == kiln_tuning_capacity) {
-    size_t capacity = kiln_tuning_capacity ? kiln_tuning_capacity * 2 : 16;
-    kiln_tuning_entry_t *grown = realloc(kiln_tuning, capacity * sizeof *grown);
-    if (!grown) return false;
-    kiln_tuning = grown;
-    kiln_tuning_capacity = capacity;
-  }
-  char *copy = strndup(key, key_len);
-  if (!copy) return false;
-  kiln_tuning[kiln_tuning_count].key = copy;
-  kiln_tuning[kiln_tuning_count].provider = provider;
-  kiln_tuning_count++;
+  memcpy(entry->provider, provider, provider_len);
+  entry->provider[provider_len] = '\0';
   return true;
 }
 
 /* Read tuning.tsv once. A file that does not parse line for line is dropped
  * whole: a half-trusted tuning table could pick a provider for the wrong
  * shape. The next store writes a clean one. */
-static void kiln_tuning_load_locked(void) {
-  if (kiln_tuning_loaded) return;
-  kiln_tuning_loaded = true;
-  const char *dir = kiln_cache_root();
+static void tuning_load_locked(void) {
+  if (tuning_loaded) return;
+  tuning_loaded = true;
+  const char *dir = cache_root();
   if (!dir) return;
-  char *path = kiln_path(dir, "tuning.tsv", NULL);
+  char *path = path_join(dir, "tuning.tsv", NULL);
   if (!path) return;
-  FILE *f = fopen(path, "re");
+  struct stat st;
+  int fd = open_regular(path, &st);
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
   if (!f) {
+    if (fd >= 0) close(fd);
     free(path);
     return;
   }
@@ -299,94 +441,124 @@ static void kiln_tuning_load_locked(void) {
       ok = false;
       break;
     }
-    int provider = -1;
-    for (int p = 0; p < KILN_PROVIDER_COUNT; p++)
-      if (!strcmp(tab + 1, kiln__provider_name((kiln_provider_t)p))) provider = p;
-    ok = provider >= 0 && kiln_tuning_put(line, (size_t)(tab - line), (kiln_provider_t)provider);
+    /* Only a name a backend could list: anything else means damage. */
+    const char *provider = tab + 1;
+    ok = kiln__provider_find(provider) != KILN_PROVIDER_NONE &&
+         tuning_put(line, (size_t)(tab - line), provider, strlen(provider));
   }
   if (first) ok = false; /* an empty file lacks even the header */
   free(line);
   fclose(f);
   if (!ok) {
-    kiln_tuning_clear();
-    kiln_count(&kiln_cache_corrupt);
+    tuning_clear();
+    count_one(&stat_corrupt);
     kiln__log(KILN_LOG_WARN, "tuning file %s is malformed and was ignored; it will be rewritten", path);
   }
   free(path);
 }
 
-kiln_status_t kiln__tuning_lookup(const char *key, kiln_provider_t *out_provider) {
-  if (!key || !out_provider)
+kiln_status_t kiln__tuning_lookup(const char *key, char *out_provider, size_t size) {
+  if (!key || !out_provider || !size)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "tuning lookup: key or out_provider is NULL");
-  pthread_mutex_lock(&kiln_tuning_lock);
-  kiln_tuning_load_locked();
-  int found = -1;
-  for (size_t i = 0; i < kiln_tuning_count && found < 0; i++)
-    if (!strcmp(kiln_tuning[i].key, key)) found = (int)kiln_tuning[i].provider;
-  pthread_mutex_unlock(&kiln_tuning_lock);
-  if (found < 0) {
+  pthread_mutex_lock(&tuning_lock);
+  tuning_load_locked();
+  bool found = false;
+  if (tuning_count) {
+    size_t *slot = tuning_slot(key, strlen(key));
+    if (*slot) {
+      snprintf(out_provider, size, "%s", tuning[*slot - 1].provider);
+      found = true;
+    }
+  }
+  pthread_mutex_unlock(&tuning_lock);
+  if (!found) {
     /* An ordinary miss (the caller measures next): the thread's last error
      * stays what it was. */
-    kiln_count(&kiln_cache_misses);
+    count_one(&stat_misses);
     return KILN_NOT_FOUND;
   }
-  kiln_count(&kiln_cache_hits);
-  *out_provider = (kiln_provider_t)found;
+  count_one(&stat_hits);
   return KILN_OK;
 }
 
-void kiln__tuning_store(const char *key, kiln_provider_t provider) {
-  /* Tabs and newlines would break the line format; such keys stay in memory
-   * only for this run. */
-  if (!key || !key[0] || strpbrk(key, "\t\n") || (int)provider < 0 || provider >= KILN_PROVIDER_COUNT) return;
-  pthread_mutex_lock(&kiln_tuning_lock);
-  kiln_tuning_load_locked();
-  bool ok = kiln_tuning_put(key, strlen(key), provider);
-  const char *dir = kiln_cache_root();
+/* tuning.log grows by a line per measurement; past this it starts afresh
+ * (the previous one kept as tuning.log.old). */
+#define TUNING_LOG_MAX ((off_t)1 << 20)
+
+/* Append "key -> provider: reason" to tuning.log; failures only cost the
+ * record. */
+static void tuning_log_append(const char *dir, const char *key, const char *provider, const char *reason) {
+  char *path = path_join(dir, "tuning.log", NULL);
+  char *old = path_join(dir, "tuning.log.old", NULL);
+  if (path && old) {
+    struct stat st;
+    if (stat(path, &st) == 0 && st.st_size > TUNING_LOG_MAX) rename(path, old);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd >= 0) {
+      char line[2048];
+      int n = snprintf(line, sizeof line, "%s -> %s: %.*s\n", key, provider, (int)strcspn(reason, "\n"), reason);
+      if (n > 0) {
+        size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+        line[len - 1] = '\n';
+        if (write(fd, line, len) < 0) kiln__log(KILN_LOG_DEBUG, "could not append to %s", path);
+      }
+      close(fd);
+    }
+  }
+  free(path);
+  free(old);
+}
+
+void kiln__tuning_store(const char *key, const char *provider, const char *reason) {
+  /* Tabs and newlines would break the line format; such keys stay unstored. */
+  if (!key || !key[0] || strpbrk(key, "\t\n") || !provider || !provider[0] || strpbrk(provider, "\t\n")) return;
+  pthread_mutex_lock(&tuning_lock);
+  tuning_load_locked();
+  bool ok = tuning_put(key, strlen(key), provider, strlen(provider));
+  const char *dir = cache_root();
   if (ok && dir) {
     /* Rewrite the whole file: the table is small and the rename keeps it whole. */
     size_t total = strlen(KILN_TUNING_HEADER) + 2;
-    for (size_t i = 0; i < kiln_tuning_count; i++)
-      total += strlen(kiln_tuning[i].key) + strlen(kiln__provider_name(kiln_tuning[i].provider)) + 2;
+    for (size_t i = 0; i < tuning_count; i++) total += strlen(tuning[i].key) + strlen(tuning[i].provider) + 2;
     char *text = malloc(total);
-    char *path = kiln_path(dir, "tuning.tsv", NULL);
-    ok = text && path && kiln_mkdirs(dir);
+    char *path = path_join(dir, "tuning.tsv", NULL);
+    ok = text && path && mkdirs(dir);
     if (ok) {
       size_t used = (size_t)snprintf(text, total, "%s\n", KILN_TUNING_HEADER);
-      for (size_t i = 0; i < kiln_tuning_count; i++)
-        used += (size_t)snprintf(text + used, total - used, "%s\t%s\n", kiln_tuning[i].key,
-                                 kiln__provider_name(kiln_tuning[i].provider));
+      for (size_t i = 0; i < tuning_count; i++)
+        used += (size_t)snprintf(text + used, total - used, "%s\t%s\n", tuning[i].key, tuning[i].provider);
       const void *parts[] = {text};
       size_t sizes[] = {used};
-      ok = kiln_write_atomically(path, parts, sizes, 1);
+      ok = write_atomically(path, parts, sizes, 1);
     }
     free(text);
     free(path);
-    if (ok) kiln_count(&kiln_cache_stores);
-    else kiln_count(&kiln_cache_failures);
+    if (ok) count_one(&stat_stores);
+    else count_one(&stat_failures);
+    if (ok && reason && reason[0]) tuning_log_append(dir, key, provider, reason);
   }
-  pthread_mutex_unlock(&kiln_tuning_lock);
+  pthread_mutex_unlock(&tuning_lock);
 }
 
 void kiln__cache_reset(void) {
-  pthread_mutex_lock(&kiln_tuning_lock);
-  kiln_tuning_clear();
-  kiln_tuning_loaded = false;
-  pthread_mutex_unlock(&kiln_tuning_lock);
+  pthread_mutex_lock(&tuning_lock);
+  tuning_clear();
+  tuning_loaded = false;
+  pthread_mutex_unlock(&tuning_lock);
   /* The counters are "since start": a new start counts afresh. */
-  atomic_store(&kiln_cache_hits, 0);
-  atomic_store(&kiln_cache_misses, 0);
-  atomic_store(&kiln_cache_stores, 0);
-  atomic_store(&kiln_cache_corrupt, 0);
-  atomic_store(&kiln_cache_failures, 0);
+  atomic_store(&stat_hits, 0);
+  atomic_store(&stat_misses, 0);
+  atomic_store(&stat_stores, 0);
+  atomic_store(&stat_corrupt, 0);
+  atomic_store(&stat_failures, 0);
 }
 
 kiln_status_t kiln_cache_stats(kiln_cache_stats_t *out_stats) {
   if (!out_stats) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_cache_stats: out_stats is NULL");
-  out_stats->hits = atomic_load(&kiln_cache_hits);
-  out_stats->misses = atomic_load(&kiln_cache_misses);
-  out_stats->stores = atomic_load(&kiln_cache_stores);
-  out_stats->corrupt = atomic_load(&kiln_cache_corrupt);
-  out_stats->failures = atomic_load(&kiln_cache_failures);
+  out_stats->hits = atomic_load(&stat_hits);
+  out_stats->misses = atomic_load(&stat_misses);
+  out_stats->stores = atomic_load(&stat_stores);
+  out_stats->corrupt = atomic_load(&stat_corrupt);
+  out_stats->failures = atomic_load(&stat_failures);
   return KILN_OK;
 }

@@ -7,7 +7,6 @@
 
 #include "runtime/internal.h"
 
-#define KILN_DEFAULT_BACKENDS "cuda,opencl,cpu"
 #define KILN_BACKEND_GRAMMAR \
   "use backend names ([a-z0-9_]+) joined by ',' in priority order, each once, e.g. \"opencl,cpu\""
 #define KILN_PROVIDER_GRAMMAR                                                                \
@@ -16,13 +15,7 @@
 
 /* ---- names ------------------------------------------------------------------- */
 
-static const char *const kiln_provider_names[KILN_PROVIDER_COUNT] = {
-#define KILN_PROVIDER_NAME_(NAME, name) #name,
-    KILN_PROVIDERS(KILN_PROVIDER_NAME_)
-#undef KILN_PROVIDER_NAME_
-};
-
-static const char *const kiln_op_kind_names[KILN_OP_COUNT] = {
+static const char *const op_kind_names[KILN_OP_COUNT] = {
 #define KILN_OP_KIND_NAME_(NAME, name) #name,
     KILN_OP_KINDS(KILN_OP_KIND_NAME_)
 #undef KILN_OP_KIND_NAME_
@@ -33,7 +26,7 @@ static const char *const kiln_op_kind_names[KILN_OP_COUNT] = {
 static const struct {
   const char *name;
   kiln_op_kind_t kind;
-} kiln_op_names[] = {
+} op_names[] = {
 #define KILN_OP_KIND_ENTRY_(NAME, name) {#name, KILN_OP_##NAME},
     KILN_OP_KINDS(KILN_OP_KIND_ENTRY_)
 #undef KILN_OP_KIND_ENTRY_
@@ -45,30 +38,29 @@ static const struct {
 #undef KILN_BINARY_ENTRY_
 };
 
-const char *kiln__provider_name(kiln_provider_t provider) {
-  if ((int)provider < 0 || provider >= KILN_PROVIDER_COUNT) return "unknown";
-  return kiln_provider_names[provider];
+const char *kiln_op_name(size_t index) {
+  return index < sizeof op_names / sizeof op_names[0] ? op_names[index].name : NULL;
 }
 
 const char *kiln__op_kind_name(kiln_op_kind_t kind) {
   if ((int)kind < 0 || kind >= KILN_OP_COUNT) return "unknown";
-  return kiln_op_kind_names[kind];
+  return op_kind_names[kind];
 }
 
 /* The kind an op name of KILN_PROVIDER stands for, or -1. device.c uses it for
  * kiln_device_providers so that both accept the same names. */
 int kiln__op_kind_lookup(const char *name) {
-  for (size_t i = 0; i < sizeof kiln_op_names / sizeof kiln_op_names[0]; i++)
-    if (!strcmp(kiln_op_names[i].name, name)) return (int)kiln_op_names[i].kind;
+  for (size_t i = 0; i < sizeof op_names / sizeof op_names[0]; i++)
+    if (!strcmp(op_names[i].name, name)) return (int)op_names[i].kind;
   return -1;
 }
 
 /* "fill, arange, ..., add, ..." for messages. */
-static void kiln_op_name_list(char *out, size_t size) {
+static void op_name_list(char *out, size_t size) {
   size_t used = 0;
   out[0] = '\0';
-  for (size_t i = 0; i < sizeof kiln_op_names / sizeof kiln_op_names[0] && used < size; i++) {
-    int n = snprintf(out + used, size - used, "%s%s", i ? ", " : "", kiln_op_names[i].name);
+  for (size_t i = 0; i < sizeof op_names / sizeof op_names[0] && used < size; i++) {
+    int n = snprintf(out + used, size - used, "%s%s", i ? ", " : "", op_names[i].name);
     if (n < 0) break;
     used += (size_t)n;
   }
@@ -112,19 +104,17 @@ kiln_status_t kiln__parse_providers(const char *text, int out_overrides[KILN_OP_
       int kind = kiln__op_kind_lookup(op);
       if (kind < 0) {
         char ops[512];
-        kiln_op_name_list(ops, sizeof ops);
+        op_name_list(ops, sizeof ops);
         status = kiln__set_error(KILN_INVALID_ARGUMENT, "unknown op \"%s\" in \"%s=%s\"; ops: %s", op,
                                  op, provider, ops);
         break;
       }
-      int chosen = -1;
-      for (int p = 0; p < KILN_PROVIDER_COUNT; p++)
-        if (!strcmp(kiln_provider_names[p], provider)) chosen = p;
-      if (chosen < 0) {
-        status = kiln__set_error(KILN_INVALID_ARGUMENT,
-                                 "unknown provider \"%s\" in \"%s=%s\"; use one of: native, blas, "
-                                 "clblast, cublas, cudnn",
-                                 provider, op, provider);
+      int chosen = kiln__provider_find(provider);
+      if (chosen == KILN_PROVIDER_NONE) {
+        char known[512];
+        kiln__provider_list(known, sizeof known);
+        status = kiln__set_error(KILN_INVALID_ARGUMENT, "unknown provider \"%s\" in \"%s=%s\"; use one of: %s",
+                                 provider, op, provider, known);
         break;
       }
       /* add and mul share the binary kernels: asking two providers for them
@@ -133,8 +123,8 @@ kiln_status_t kiln__parse_providers(const char *text, int out_overrides[KILN_OP_
         status = kiln__set_error(KILN_INVALID_ARGUMENT,
                                  "\"%s\" and \"%s\" both set the provider of %s ops (%s, then %s); give "
                                  "it once",
-                                 set_by[kind], op, kiln_op_kind_names[kind],
-                                 kiln_provider_names[overrides[kind]], provider);
+                                 set_by[kind], op, op_kind_names[kind],
+                                 kiln__provider_name(overrides[kind]), provider);
         break;
       }
       overrides[kind] = chosen;
@@ -152,7 +142,7 @@ kiln_status_t kiln__parse_providers(const char *text, int out_overrides[KILN_OP_
 
 /* The API value when set, else the variable when set and not empty, else NULL.
  * *out_source names where it came from, for messages. */
-static const char *kiln_setting(const char *api_value, const char *api_field, const char *variable,
+static const char *setting_of(const char *api_value, const char *api_field, const char *variable,
                                 const char **out_source) {
   /* An empty string counts as unset, in the API as in the environment. */
   if (api_value && api_value[0]) {
@@ -164,7 +154,7 @@ static const char *kiln_setting(const char *api_value, const char *api_field, co
   return env && env[0] ? env : NULL;
 }
 
-static bool kiln_is_name(const char *s, size_t len) {
+static bool is_name(const char *s, size_t len) {
   if (len == 0) return false;
   for (size_t i = 0; i < len; i++) {
     char c = s[i];
@@ -173,7 +163,7 @@ static bool kiln_is_name(const char *s, size_t len) {
   return true;
 }
 
-static kiln_status_t kiln_parse_backends(const char *source, const char *text, kiln__config_t *out) {
+static kiln_status_t parse_backends(const char *source, const char *text, kiln__config_t *out) {
   out->backend_count = 0;
   const char *cursor = text;
   for (;;) {
@@ -182,7 +172,7 @@ static kiln_status_t kiln_parse_backends(const char *source, const char *text, k
     if (len == 0)
       return kiln__set_error(KILN_INVALID_ARGUMENT, "%s=\"%s\" has an empty backend name; %s", source,
                              text, KILN_BACKEND_GRAMMAR);
-    if (!kiln_is_name(cursor, len) || len >= sizeof out->backends[0])
+    if (!is_name(cursor, len) || len >= sizeof out->backends[0])
       return kiln__set_error(KILN_INVALID_ARGUMENT, "%s=\"%s\": \"%.*s\" is not a backend name; %s",
                              source, text, (int)len, cursor, KILN_BACKEND_GRAMMAR);
     for (size_t i = 0; i < out->backend_count; i++)
@@ -200,14 +190,14 @@ static kiln_status_t kiln_parse_backends(const char *source, const char *text, k
   }
 }
 
-static char *kiln_join_path(const char *base, const char *tail) {
+static char *join_path(const char *base, const char *tail) {
   size_t n = strlen(base) + strlen(tail) + 2;
   char *out = malloc(n);
   if (out) snprintf(out, n, "%s/%s", base, tail);
   return out;
 }
 
-static kiln_status_t kiln_oom(const char *what) {
+static kiln_status_t oom(const char *what) {
   return kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory copying %s", what);
 }
 
@@ -230,13 +220,13 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
   kiln_status_t status = KILN_OK;
 
   /* KILN_BACKEND */
-  value = kiln_setting(api->backend, "kiln_config_t.backend", "KILN_BACKEND", &source);
+  value = setting_of(api->backend, "kiln_config_t.backend", "KILN_BACKEND", &source);
   c.backends_explicit = value != NULL;
-  status = kiln_parse_backends(source, value ? value : KILN_DEFAULT_BACKENDS, &c);
+  status = parse_backends(source, value ? value : kiln_backend_default_order, &c);
   if (status != KILN_OK) goto fail;
 
   /* KILN_DEVICE: validated now, matched against devices by the registry. */
-  value = kiln_setting(api->device, "kiln_config_t.device", "KILN_DEVICE", &source);
+  value = setting_of(api->device, "kiln_config_t.device", "KILN_DEVICE", &source);
   if (value) {
     kiln__selector_t selector;
     status = kiln__selector_parse(value, &selector);
@@ -246,13 +236,13 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
     }
     c.device_selector = strdup(value);
     if (!c.device_selector) {
-      status = kiln_oom("KILN_DEVICE");
+      status = oom("KILN_DEVICE");
       goto fail;
     }
   }
 
   /* KILN_POLICY */
-  value = kiln_setting(api->policy, "kiln_config_t.policy", "KILN_POLICY", &source);
+  value = setting_of(api->policy, "kiln_config_t.policy", "KILN_POLICY", &source);
   if (value) {
     if (!strcmp(value, "vendor")) c.policy = KILN_POLICY_VENDOR;
     else if (!strcmp(value, "portable")) c.policy = KILN_POLICY_PORTABLE;
@@ -266,7 +256,7 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
   }
 
   /* KILN_PROVIDER */
-  value = kiln_setting(api->provider, "kiln_config_t.provider", "KILN_PROVIDER", &source);
+  value = setting_of(api->provider, "kiln_config_t.provider", "KILN_PROVIDER", &source);
   if (value) {
     status = kiln__parse_providers(value, c.overrides);
     if (status != KILN_OK) {
@@ -276,27 +266,27 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
   }
 
   /* KILN_CACHE_DIR, else the XDG cache, else ~/.cache; no home means no cache. */
-  value = kiln_setting(api->cache_dir, "kiln_config_t.cache_dir", "KILN_CACHE_DIR", &source);
+  value = setting_of(api->cache_dir, "kiln_config_t.cache_dir", "KILN_CACHE_DIR", &source);
   {
     const char *xdg = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");
     if (value) c.cache_dir = strdup(value);
-    else if (xdg && xdg[0]) c.cache_dir = kiln_join_path(xdg, "kiln");
-    else if (home && home[0]) c.cache_dir = kiln_join_path(home, ".cache/kiln");
+    else if (xdg && xdg[0]) c.cache_dir = join_path(xdg, "kiln");
+    else if (home && home[0]) c.cache_dir = join_path(home, ".cache/kiln");
     bool wanted = value || (xdg && xdg[0]) || (home && home[0]);
     if (wanted && !c.cache_dir) {
-      status = kiln_oom("the cache directory");
+      status = oom("the cache directory");
       goto fail;
     }
   }
 
   /* KILN_CPU_DEVICES */
   if (api->cpu_devices >= 0) {
-    if (api->cpu_devices < 1 || api->cpu_devices > KILN_MAX_DEVICES) {
+    if (api->cpu_devices < 1 || api->cpu_devices > KILN_MAX_CPU_DEVICES) {
       status = kiln__set_error(KILN_INVALID_ARGUMENT,
                                "kiln_config_t.cpu_devices=%d is out of range; use an integer from 1 to %d "
                                "(or -1 for the environment's value)",
-                               api->cpu_devices, KILN_MAX_DEVICES);
+                               api->cpu_devices, KILN_MAX_CPU_DEVICES);
       goto fail;
     }
     c.cpu_devices = api->cpu_devices;
@@ -307,28 +297,29 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
       errno = 0;
       long n = strtol(value, &end, 10);
       bool digits = value[0] >= '0' && value[0] <= '9';
-      if (!digits || errno || *end || n < 1 || n > KILN_MAX_DEVICES) {
+      if (!digits || errno || *end || n < 1 || n > KILN_MAX_CPU_DEVICES) {
         status = kiln__set_error(KILN_INVALID_ARGUMENT,
                                  "KILN_CPU_DEVICES=\"%s\" is not a device count; use an integer from 1 to %d",
-                                 value, KILN_MAX_DEVICES);
+                                 value, KILN_MAX_CPU_DEVICES);
         goto fail;
       }
       c.cpu_devices = (int)n;
     }
   }
+  snprintf(c.cpu_devices_text, sizeof c.cpu_devices_text, "%d", c.cpu_devices);
 
   /* KILN_BACKEND_PATH: directories, checked when plugins are searched. */
-  value = kiln_setting(api->backend_path, "kiln_config_t.backend_path", "KILN_BACKEND_PATH", &source);
+  value = setting_of(api->backend_path, "kiln_config_t.backend_path", "KILN_BACKEND_PATH", &source);
   if (value) {
     c.backend_path = strdup(value);
     if (!c.backend_path) {
-      status = kiln_oom("KILN_BACKEND_PATH");
+      status = oom("KILN_BACKEND_PATH");
       goto fail;
     }
   }
 
   /* KILN_LOG */
-  value = kiln_setting(api->log, "kiln_config_t.log", "KILN_LOG", &source);
+  value = setting_of(api->log, "kiln_config_t.log", "KILN_LOG", &source);
   if (value) {
     static const char *const levels[] = {"off", "error", "warn", "info", "debug"};
     int found = -1;
@@ -341,6 +332,7 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
       goto fail;
     }
     c.log_level = (kiln_log_level_t)found;
+    c.log_level_set = true;
   }
 
   *out = c;

@@ -1,31 +1,110 @@
-/* runtime/device.c: the public device and backend queries: enumeration, lookup by selector, info, properties. */
+/* runtime/device.c: a device's life (its op table, memory pool and queues) and the public device and backend queries. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/internal.h"
 
-/* config.c owns the op names of KILN_PROVIDER; this lookup shares them. */
-
 /* Keys of the per-op providers properties, one per op kind. */
-static const char *const kiln_provider_keys[KILN_OP_COUNT] = {
-#define KILN_PROVIDER_KEY_(NAME, name) "providers." #name,
-    KILN_OP_KINDS(KILN_PROVIDER_KEY_)
-#undef KILN_PROVIDER_KEY_
+static const char *const provider_keys[KILN_OP_COUNT] = {
+#define PROVIDER_KEY_(NAME, name) "providers." #name,
+    KILN_OP_KINDS(PROVIDER_KEY_)
+#undef PROVIDER_KEY_
 };
+
+/* ---- attach / detach ------------------------------------------------------------ */
+
+static _Atomic uint64_t next_serial = 1;
+
+/* The device's op table: for each kind, the backend's rows that can serve it
+ * here (supports(device, NULL)), native first, then the others in the
+ * backend's order; and their names for listings. */
+static kiln_status_t op_table_build(kiln_device_t *device) {
+  const kiln_backend_iface_t *iface = device->iface;
+  for (int k = 0; k < KILN_OP_COUNT; k++) {
+    uint32_t n = 0;
+    for (size_t r = 0; iface->ops[r].run; r++) n += iface->ops[r].kind == (kiln_op_kind_t)k;
+    kiln__op_row_t *rows = calloc(n ? n : 1, sizeof *rows);
+    if (!rows)
+      return kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory building the op table of %s",
+                             device->display_name);
+    uint32_t used = 0;
+    /* Two passes: native, then vendors. */
+    for (int pass = 0; pass < 2; pass++) {
+      for (size_t r = 0; iface->ops[r].run; r++) {
+        const kiln_op_entry_t *e = &iface->ops[r];
+        if (e->kind != (kiln_op_kind_t)k) continue;
+        bool native = !strcmp(e->provider, KILN_PROVIDER_NATIVE_NAME);
+        if (native != (pass == 0)) continue;
+        if (!native && e->supports && !e->supports(device->ctx, device->impl, e, NULL)) continue;
+        rows[used].entry = e;
+        rows[used].provider = kiln__provider_intern(e->provider);
+        atomic_init(&rows[used].disabled, false);
+        used++;
+      }
+    }
+    device->rows[k] = rows;
+    device->row_count[k] = used;
+    size_t at = 0;
+    device->providers_text[k][0] = '\0';
+    for (uint32_t i = 0; i < used; i++) {
+      int w = snprintf(device->providers_text[k] + at, sizeof device->providers_text[k] - at, "%s%s", i ? "," : "",
+                       rows[i].entry->provider);
+      if (w < 0 || (size_t)w >= sizeof device->providers_text[k] - at) break;
+      at += (size_t)w;
+    }
+  }
+  return KILN_OK;
+}
+
+static void op_table_free(kiln_device_t *device) {
+  for (int k = 0; k < KILN_OP_COUNT; k++) {
+    free(device->rows[k]);
+    device->rows[k] = NULL;
+    device->row_count[k] = 0;
+  }
+}
+
+kiln_status_t kiln__device_attach(kiln_device_t *device) {
+  if (!device) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__device_attach: device is NULL");
+  device->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
+  atomic_init(&device->override_warned, 0);
+  kiln_status_t status = op_table_build(device);
+  if (status != KILN_OK) {
+    op_table_free(device);
+    return status;
+  }
+  kiln__pool_init(device);
+  status = kiln__queues_attach(device);
+  if (status != KILN_OK) {
+    kiln__queues_detach(device);
+    kiln__pool_destroy(device);
+    op_table_free(device);
+  }
+  return status;
+}
+
+void kiln__device_detach(kiln_device_t *device) {
+  if (!device || !device->default_queue) return;
+  kiln__device_finish_all(device);
+  kiln__queues_detach(device);
+  kiln__pool_destroy(device);
+  op_table_free(device);
+}
 
 /* Whether a handle is one of the devices kiln lists now: a stale handle from
  * before kiln_deinitialize is refused instead of dereferenced. */
-static bool kiln_device_known(const kiln_device_t *device) {
+static bool device_known(const kiln_device_t *device) {
   for (size_t i = 0; i < kiln__rt.device_count; i++)
     if (kiln__rt.devices[i] == device) return true;
   return false;
 }
 
-static kiln_status_t kiln_device_check_arg(const char *call, const kiln_device_t *device) {
+static kiln_status_t device_check_arg(const char *call, const kiln_device_t *device) {
   kiln_status_t status = kiln__ensure();
   if (status != KILN_OK) return status;
   if (!device) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: device is NULL; get one from kiln_device_get", call);
-  if (!kiln_device_known(device))
+  if (!device_known(device))
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "%s: %p is not a device of this kiln (released by kiln_deinitialize?); get one "
                            "from kiln_device_get",
@@ -34,7 +113,7 @@ static kiln_status_t kiln_device_check_arg(const char *call, const kiln_device_t
 }
 
 /* "cpu:0, opencl:0" for messages. */
-static void kiln_visible_list(char *out, size_t size) {
+static void visible_list(char *out, size_t size) {
   size_t used = 0;
   out[0] = '\0';
   for (size_t i = 0; i < kiln__rt.device_count && used < size; i++) {
@@ -114,7 +193,7 @@ kiln_status_t kiln_device_find(const char *selector, kiln_device_t **out_device)
     }
   }
   char list[1024];
-  kiln_visible_list(list, sizeof list);
+  visible_list(list, sizeof list);
   return kiln__set_error(KILN_NOT_FOUND, "kiln_device_find(\"%s\"): no visible device matches; visible: %s", selector,
                          list);
 }
@@ -161,7 +240,7 @@ kiln_device_t *kiln_device_retain(kiln_device_t *device) { return device; }
 void kiln_device_release(kiln_device_t *device) { (void)device; }
 
 kiln_status_t kiln_device_info(const kiln_device_t *device, kiln_device_info_t *out_info) {
-  kiln_status_t status = kiln_device_check_arg("kiln_device_info", device);
+  kiln_status_t status = device_check_arg("kiln_device_info", device);
   if (status != KILN_OK) return status;
   if (!out_info) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_device_info: out_info is NULL");
   const kiln_backend_device_desc_t *desc = &device->desc;
@@ -184,7 +263,7 @@ kiln_status_t kiln_device_info(const kiln_device_t *device, kiln_device_info_t *
   info.memory_free_is_estimate = true;
   if (device->iface->device_memory_free) {
     uint64_t free_bytes = 0;
-    if (device->iface->device_memory_free(device->impl, &free_bytes) == KILN_OK) {
+    if (device->iface->device_memory_free(device->ctx, device->impl, &free_bytes) == KILN_OK) {
       info.memory_free_bytes = free_bytes;
       info.memory_free_is_estimate = desc->memory_free_is_estimate;
     } else {
@@ -208,22 +287,20 @@ const char *kiln_device_selector(const kiln_device_t *device) { return device ? 
 
 const char *kiln_device_name(const kiln_device_t *device) { return device ? device->display_name : "(no device)"; }
 
-/* Op kinds with a provider beyond native: each is one "providers.<op>" property. */
-static bool kiln_has_vendor_provider(const kiln_device_t *device, int kind) {
-  uint32_t mask = device->provider_mask[kind][0] | device->provider_mask[kind][1];
-  return (mask & ~(1u << KILN_PROVIDER_NATIVE)) != 0;
-}
+/* Op kinds with a provider beyond native: each is one "providers.<op>"
+ * property after the backend's own (kiln_device_providers lists any kind). */
+static bool has_vendor_provider(const kiln_device_t *device, int kind) { return device->row_count[kind] > 1; }
 
 size_t kiln_device_property_count(const kiln_device_t *device) {
-  if (!device || kiln__ensure() != KILN_OK || !kiln_device_known(device)) return 0;
+  if (!device || kiln__ensure() != KILN_OK || !device_known(device)) return 0;
   size_t n = device->desc.property_count;
-  for (int k = 0; k < KILN_OP_COUNT; k++) n += kiln_has_vendor_provider(device, k);
+  for (int k = 0; k < KILN_OP_COUNT; k++) n += has_vendor_provider(device, k);
   return n;
 }
 
 kiln_status_t kiln_device_property(const kiln_device_t *device, size_t i, const char **out_key,
                                    const char **out_value) {
-  kiln_status_t status = kiln_device_check_arg("kiln_device_property", device);
+  kiln_status_t status = device_check_arg("kiln_device_property", device);
   if (status != KILN_OK) return status;
   if (!out_key || !out_value)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_device_property: out_key (%p) or out_value (%p) is NULL",
@@ -235,9 +312,9 @@ kiln_status_t kiln_device_property(const kiln_device_t *device, size_t i, const 
   }
   size_t j = i - device->desc.property_count;
   for (int k = 0; k < KILN_OP_COUNT; k++) {
-    if (!kiln_has_vendor_provider(device, k)) continue;
+    if (!has_vendor_provider(device, k)) continue;
     if (j-- == 0) {
-      *out_key = kiln_provider_keys[k];
+      *out_key = provider_keys[k];
       *out_value = device->providers_text[k];
       return KILN_OK;
     }
@@ -247,7 +324,7 @@ kiln_status_t kiln_device_property(const kiln_device_t *device, size_t i, const 
 }
 
 const char *kiln_device_providers(const kiln_device_t *device, const char *op) {
-  if (!device || !op || kiln__ensure() != KILN_OK || !kiln_device_known(device)) return NULL;
+  if (!device || !op || kiln__ensure() != KILN_OK || !device_known(device)) return NULL;
   int kind = kiln__op_kind_lookup(op);
   if (kind < 0) return NULL;
   return device->providers_text[kind];

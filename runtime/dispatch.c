@@ -1,4 +1,5 @@
-/* runtime/dispatch.c: choosing the provider of each operation (policy, overrides, measured `fastest`) and enqueuing it. */
+/* runtime/dispatch.c: every validated operation's one path: allocate the result, complete the op, choose the row (policy, KILN_PROVIDER, measured `fastest`), run it, fall back. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,83 +7,78 @@
 
 #include "runtime/internal.h"
 
-static _Thread_local int kiln_last = -1;
-/* check.c computes its reference with NATIVE whatever the policy says. */
-static _Thread_local int kiln_forced = KILN_PROVIDER_NONE;
+/* The provider that ran the calling thread's last op (static storage). */
+static _Thread_local const char *last_provider = "";
 
-const char *kiln_last_provider(void) { return kiln_last < 0 ? "" : kiln__provider_name((kiln_provider_t)kiln_last); }
+const char *kiln_last_provider(void) { return last_provider; }
 
-void kiln__dispatch_force(int provider) { kiln_forced = provider; }
-
-/* ---- the in-process table of `fastest` winners ---------------------------------- */
-
-typedef struct kiln_winner_t {
-  char *key;
-  kiln_provider_t provider;
-} kiln_winner_t;
-
-static pthread_mutex_t kiln_winners_lock = PTHREAD_MUTEX_INITIALIZER;
-static kiln_winner_t *kiln_winners;
-static size_t kiln_winner_count, kiln_winner_capacity;
-
-void kiln__dispatch_reset(void) {
-  pthread_mutex_lock(&kiln_winners_lock);
-  for (size_t i = 0; i < kiln_winner_count; i++) free(kiln_winners[i].key);
-  free(kiln_winners);
-  kiln_winners = NULL;
-  kiln_winner_count = kiln_winner_capacity = 0;
-  pthread_mutex_unlock(&kiln_winners_lock);
+kiln_scalar_t kiln__scalar(double value) {
+  kiln_scalar_t s;
+  s.value = value;
+  s.f32 = (float)value;
+  if (value != value) s.i32 = 0;
+  else if (value >= 2147483647.0) s.i32 = INT32_MAX;
+  else if (value <= -2147483648.0) s.i32 = INT32_MIN;
+  else s.i32 = (int32_t)value;
+  return s;
 }
 
-static bool kiln_winner_find(const char *key, kiln_provider_t *out) {
-  bool found = false;
-  pthread_mutex_lock(&kiln_winners_lock);
-  for (size_t i = 0; i < kiln_winner_count; i++) {
-    if (!strcmp(kiln_winners[i].key, key)) {
-      *out = kiln_winners[i].provider;
-      found = true;
-      break;
+/* ---- completing the op -------------------------------------------------------- */
+
+/* Merge the dimensions of an elementwise op: extents of 1 dropped, and each
+ * dimension fused into the one before wherever every operand is contiguous
+ * across the two (broadcast strides of 0 fuse too). The result has at least
+ * one dimension; `flat` says everything is one contiguous run. */
+static void merge_dims(kiln_op_t *op) {
+  kiln_view_t *views[4] = {&op->out, &op->in[0], &op->in[1], &op->in[2]};
+  const int n = 1 + op->n_in;
+  int64_t shape[KILN_MAX_DIMS];
+  int64_t strides[4][KILN_MAX_DIMS];
+  int nd = 0;
+  for (int d = 0; d < op->out.ndim; d++) {
+    const int64_t extent = op->out.shape[d];
+    if (extent == 1) continue;
+    bool fuse = nd > 0;
+    for (int v = 0; v < n && fuse; v++) fuse = strides[v][nd - 1] == views[v]->strides[d] * extent;
+    if (fuse) {
+      shape[nd - 1] *= extent;
+      for (int v = 0; v < n; v++) strides[v][nd - 1] = views[v]->strides[d];
+      continue;
     }
+    shape[nd] = extent;
+    for (int v = 0; v < n; v++) strides[v][nd] = views[v]->strides[d];
+    nd++;
   }
-  pthread_mutex_unlock(&kiln_winners_lock);
-  return found;
+  if (nd == 0) {
+    /* One element (every extent 1, or 0-d). */
+    shape[0] = 1;
+    for (int v = 0; v < n; v++) strides[v][0] = 1;
+    nd = 1;
+  }
+  bool flat = nd == 1;
+  for (int v = 0; v < n; v++) {
+    views[v]->ndim = nd;
+    for (int d = 0; d < nd; d++) {
+      views[v]->shape[d] = shape[d];
+      views[v]->strides[d] = strides[v][d];
+    }
+    flat = flat && strides[v][0] == 1;
+  }
+  op->flat = flat;
 }
 
-static void kiln_winner_put(const char *key, kiln_provider_t provider) {
-  pthread_mutex_lock(&kiln_winners_lock);
-  if (kiln_winner_count == kiln_winner_capacity) {
-    size_t capacity = kiln_winner_capacity ? kiln_winner_capacity * 2 : 32;
-    kiln_winner_t *grown = realloc(kiln_winners, capacity * sizeof *grown);
-    if (!grown) goto out; /* only forgets: the tuning store still has it */
-    kiln_winners = grown;
-    kiln_winner_capacity = capacity;
-  }
-  char *copy = strdup(key);
-  if (copy) kiln_winners[kiln_winner_count++] = (kiln_winner_t){copy, provider};
-out:
-  pthread_mutex_unlock(&kiln_winners_lock);
-}
+/* ---- describing an op (keys of `fastest`, log lines) -------------------------------- */
 
-/* ---- describing an op -------------------------------------------------------------- */
-
-/* The dtype whose providers serve the op: the input's where there is one. */
-static kiln_dtype_t kiln_op_dtype(const kiln_op_t *op) {
-  switch (op->kind) {
-    case KILN_OP_FILL:
-    case KILN_OP_ARANGE:
-    case KILN_OP_RANDOM: return op->out.dtype;
-    default: return op->in[0].dtype;
-  }
-}
+/* The dtype the op computes in: the input's where there is one. */
+static kiln_dtype_t op_dtype(const kiln_op_t *op) { return op->n_in > 0 ? op->in[0].dtype : op->out.dtype; }
 
 /* The shape part of keys (for_key: with matmul's transposes, which change
  * the winner) and of log lines. */
-static void kiln_op_signature(const kiln_op_t *op, bool for_key, char *out, size_t size) {
+static void op_signature(const kiln_op_t *op, bool for_key, char *out, size_t size) {
   int n = 0;
   switch (op->kind) {
     case KILN_OP_MATMUL:
-      if (op->u.matmul.batch > 1)
-        n = snprintf(out, size, "%lldx", (long long)op->u.matmul.batch);
+      if (op->u.matmul.batch > 1) n = snprintf(out, size, "%lldx", (long long)op->u.matmul.batch);
       snprintf(out + n, size - (size_t)n, "%lldx%lldx%lld%s%s", (long long)op->u.matmul.m, (long long)op->u.matmul.n,
                (long long)op->u.matmul.k, !for_key ? "" : op->u.matmul.trans_a ? "t" : "n",
                !for_key ? "" : op->u.matmul.trans_b ? "t" : "n");
@@ -97,139 +93,300 @@ static void kiln_op_signature(const kiln_op_t *op, bool for_key, char *out, size
     default: break;
   }
   out[0] = '\0';
+  if (kiln_backend_op_is_elementwise(op->kind) && op->flat) {
+    snprintf(out, size, "%lld", (long long)kiln_backend_view_numel(&op->out));
+    return;
+  }
   for (int i = 0; i < op->out.ndim && (size_t)n < size; i++)
     n += snprintf(out + n, size - (size_t)n, "%s%lld", i ? "x" : "", (long long)op->out.shape[i]);
   if (op->out.ndim == 0) snprintf(out, size, "scalar");
 }
 
-static double kiln_now_ms(void) {
+/* ---- `fastest`: measuring the candidates ---------------------------------------------- */
+
+static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* Run once and wait: KILN_OK with the wall time, or the provider's refusal. */
-static kiln_status_t kiln_time_run(kiln_queue_t *queue, kiln_provider_t provider, const kiln_op_t *op, double *out_ms) {
-  const kiln_backend_iface_t *iface = queue->device->iface;
-  double t0 = kiln_now_ms();
-  kiln_status_t status = iface->op_run(queue->impl, provider, op);
-  if (status == KILN_OK) status = iface->queue_finish(queue->impl);
-  *out_ms = kiln_now_ms() - t0;
+/* Run once and wait: KILN_OK with the wall time, or the row's refusal. */
+static kiln_status_t time_run(kiln_queue_t *queue, const kiln__op_row_t *row, const kiln_op_t *op, double *out_ms) {
+  kiln_device_t *device = queue->device;
+  double t0 = now_ms();
+  kiln_status_t status = row->entry->run(device->ctx, queue->impl, row->entry, op);
+  if (status == KILN_OK) status = device->iface->queue_finish(device->ctx, queue->impl);
+  *out_ms = now_ms() - t0;
   return status;
 }
 
-/* Measure every candidate of `mask`: a warm-up run, then the best of three
- * runs timed on the host clock around run + finish (a vendor's events may not
- * cover the helper kernels it launches). The op's output is rewritten by each
- * run, which is harmless: the inputs never alias it. */
-static kiln_status_t kiln_measure(kiln_queue_t *queue, const kiln_op_t *op, uint32_t mask, const char *key,
-                                  kiln_provider_t *out_winner) {
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+#define MEASURE_MAX_CANDIDATES 8
+#define MEASURE_MIN_ROUNDS 5
+#define MEASURE_MAX_ROUNDS 21
+#define MEASURE_BUDGET_MS 250.0 /* rounds stop once this is spent (after the minimum) */
+#define MEASURE_NOISE 0.05      /* medians closer than 5%: within noise, the policy's default stays */
+
+/* Measure every candidate: one warm-up run each, then rounds in which each
+ * runs once, in turn (so that a slow moment of a shared machine falls on all
+ * of them), timed on the host clock around run + finish (a vendor's events
+ * may not cover the helper kernels it launches). At least five rounds, more
+ * while the budget lasts and the two best medians are not clearly apart. The
+ * winner has the lowest median; when it beats `fallback` (the vendor policy's
+ * choice) by less than the noise margin, `fallback` stays. The op's output is
+ * rewritten by each run, which is harmless: inputs never alias it. */
+static kiln_status_t measure(kiln_queue_t *queue, const kiln_op_t *op, kiln__op_row_t *const *rows, int count,
+                             int fallback, const char *key, int *out_winner, char *reason, size_t reason_size) {
   kiln_device_t *device = queue->device;
   /* Earlier work must not be counted against the first candidate. */
-  kiln_status_t status = device->iface->queue_finish(queue->impl);
+  kiln_status_t status = device->iface->queue_finish(device->ctx, queue->impl);
   if (status != KILN_OK) return status;
-  double best = 0;
-  int winner = -1;
-  char report[256] = "";
-  size_t used = 0;
-  for (int p = 0; p < KILN_PROVIDER_COUNT; p++) {
-    if (!(mask & (1u << p))) continue;
-    double ms = 0, fastest = 0;
-    status = kiln_time_run(queue, (kiln_provider_t)p, op, &ms);
-    for (int r = 0; r < 3 && status == KILN_OK; r++) {
-      status = kiln_time_run(queue, (kiln_provider_t)p, op, &ms);
-      if (r == 0 || ms < fastest) fastest = ms;
-    }
-    if (status != KILN_OK) {
+  double samples[MEASURE_MAX_CANDIDATES][MEASURE_MAX_ROUNDS];
+  bool alive[MEASURE_MAX_CANDIDATES];
+  double spent = 0;
+  for (int c = 0; c < count; c++) {
+    double ms = 0;
+    alive[c] = time_run(queue, rows[c], op, &ms) == KILN_OK;
+    spent += ms;
+    if (!alive[c]) {
       /* A candidate that cannot run this op simply drops out. */
-      kiln__log(KILN_LOG_DEBUG, "fastest %s: %s dropped out: %s", key, kiln__provider_name((kiln_provider_t)p),
-                kiln_last_error());
+      kiln__log(KILN_LOG_DEBUG, "fastest %s: %s dropped out: %s", key, rows[c]->entry->provider, kiln_last_error());
       kiln_clear_error();
-      continue;
-    }
-    if (used < sizeof report)
-      used += (size_t)snprintf(report + used, sizeof report - used, "%s%s %.4f ms", used ? ", " : "",
-                               kiln__provider_name((kiln_provider_t)p), fastest);
-    if (winner < 0 || fastest < best) {
-      best = fastest;
-      winner = p;
     }
   }
-  if (winner < 0) winner = KILN_PROVIDER_NATIVE;
-  kiln__log(KILN_LOG_INFO, "fastest %s -> %s (%s)", key, kiln__provider_name((kiln_provider_t)winner), report);
-  *out_winner = (kiln_provider_t)winner;
+  double medians[MEASURE_MAX_CANDIDATES] = {0};
+  int rounds = 0;
+  while (rounds < MEASURE_MAX_ROUNDS) {
+    for (int i = 0; i < count; i++) {
+      int c = (i + rounds) % count;
+      if (!alive[c]) continue;
+      double ms = 0;
+      if (time_run(queue, rows[c], op, &ms) != KILN_OK) {
+        kiln__log(KILN_LOG_DEBUG, "fastest %s: %s failed in round %d: %s", key, rows[c]->entry->provider, rounds,
+                  kiln_last_error());
+        kiln_clear_error();
+        alive[c] = false;
+        continue;
+      }
+      samples[c][rounds] = ms;
+      spent += ms;
+    }
+    rounds++;
+    if (rounds < MEASURE_MIN_ROUNDS) continue;
+    /* The best two medians: stop when they are clearly apart or time is up. */
+    double best = INFINITY, second = INFINITY;
+    for (int c = 0; c < count; c++) {
+      if (!alive[c]) continue;
+      double sorted[MEASURE_MAX_ROUNDS];
+      memcpy(sorted, samples[c], sizeof(double) * (size_t)rounds);
+      qsort(sorted, (size_t)rounds, sizeof sorted[0], compare_doubles);
+      medians[c] = rounds % 2 ? sorted[rounds / 2] : (sorted[rounds / 2 - 1] + sorted[rounds / 2]) / 2;
+      if (medians[c] < best) {
+        second = best;
+        best = medians[c];
+      } else if (medians[c] < second) {
+        second = medians[c];
+      }
+    }
+    if (spent >= MEASURE_BUDGET_MS || !(second < INFINITY) || second > best * (1 + 2 * MEASURE_NOISE)) break;
+  }
+  int winner = -1;
+  for (int c = 0; c < count; c++)
+    if (alive[c] && (winner < 0 || medians[c] < medians[winner])) winner = c;
+  size_t used = 0;
+  reason[0] = '\0';
+  for (int c = 0; c < count && used < reason_size; c++) {
+    int w = alive[c] ? snprintf(reason + used, reason_size - used, "%s%s %.4g ms", used ? ", " : "",
+                                rows[c]->entry->provider, medians[c])
+                     : snprintf(reason + used, reason_size - used, "%s%s failed", used ? ", " : "",
+                                rows[c]->entry->provider);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  const char *verdict;
+  char why[96];
+  if (winner < 0) {
+    winner = 0; /* native: nothing ran; the op itself will say why */
+    verdict = "no candidate ran";
+  } else if (fallback >= 0 && fallback != winner && alive[fallback] &&
+             medians[fallback] <= medians[winner] * (1 + MEASURE_NOISE)) {
+    snprintf(why, sizeof why, "within %.0f%% of %s: kept the default", MEASURE_NOISE * 100,
+             rows[winner]->entry->provider);
+    winner = fallback;
+    verdict = why;
+  } else {
+    double runner = INFINITY;
+    for (int c = 0; c < count; c++)
+      if (alive[c] && c != winner && medians[c] < runner) runner = medians[c];
+    if (runner < INFINITY)
+      snprintf(why, sizeof why, "faster by %.0f%%", (runner / medians[winner] - 1) * 100);
+    else
+      snprintf(why, sizeof why, "the only candidate that ran");
+    verdict = why;
+  }
+  if (used < reason_size)
+    snprintf(reason + used, reason_size - used, "; medians of %d rounds; %s %s", rounds, rows[winner]->entry->provider,
+             verdict);
+  kiln__log(KILN_LOG_INFO, "fastest %s -> %s (%s)", key, rows[winner]->entry->provider, reason);
+  *out_winner = winner;
   return KILN_OK;
 }
 
-/* ---- dispatch ----------------------------------------------------------------------- */
+/* ---- choosing the row -------------------------------------------------------------- */
 
-kiln_status_t kiln__dispatch(kiln_queue_t *queue, kiln_op_t *op) {
+static bool row_serves(kiln_device_t *device, kiln__op_row_t *row, const kiln_op_t *op) {
+  if (atomic_load_explicit(&row->disabled, memory_order_relaxed)) return false;
+  const kiln_op_entry_t *e = row->entry;
+  return !e->supports || e->supports(device->ctx, device->impl, e, op);
+}
+
+/* The first vendor row that serves the op, or the native row (index 0). */
+static int vendor_choice(kiln_device_t *device, kiln__op_row_t *rows, uint32_t count, const kiln_op_t *op) {
+  for (uint32_t i = 1; i < count; i++)
+    if (row_serves(device, &rows[i], op)) return (int)i;
+  return 0;
+}
+
+/* KILN_PROVIDER names a provider this device does not have for the op: say so
+ * once per device and op kind, then let the policy choose. */
+static void warn_missing_override(kiln_device_t *device, kiln_op_kind_t kind, int provider, kiln_policy_t policy) {
+  uint32_t bit = 1u << kind;
+  if (atomic_fetch_or_explicit(&device->override_warned, bit, memory_order_relaxed) & bit) return;
+  kiln__log(KILN_LOG_WARN,
+            "KILN_PROVIDER asks for provider '%s' for %s, but %s has no such provider for it (it has: %s); the "
+            "policy chooses instead (%s)",
+            kiln__provider_name(provider), kiln__op_kind_name(kind), device->display_name,
+            device->providers_text[kind], kiln_policy_name(policy));
+}
+
+static kiln_status_t choose(kiln_queue_t *queue, kiln_op_t *op, int *out_row, const char **out_why) {
   kiln_device_t *device = queue->device;
-  const kiln_backend_iface_t *iface = device->iface;
-  kiln_dtype_t dtype = kiln_op_dtype(op);
-  uint32_t mask = 0;
-  if (dtype == KILN_F32) mask = device->provider_mask[op->kind][0];
-  else if (dtype == KILN_I32) mask = device->provider_mask[op->kind][1];
-  if (mask == 0)
-    return kiln__set_error(KILN_DTYPE_MISMATCH,
-                           "%s on %s is not supported by %s; use f32%s", kiln__op_kind_name(op->kind),
-                           kiln_dtype_name(dtype), device->display_name,
-                           device->provider_mask[op->kind][1] ? " or i32" : "");
+  kiln__op_row_t *rows = device->rows[op->kind];
+  const uint32_t count = device->row_count[op->kind];
+  if (count == 0)
+    return kiln__set_error(KILN_UNSUPPORTED, "%s is not supported on %s: its backend (%s) has no kernel for it",
+                           kiln__op_kind_name(op->kind), device->display_name, device->iface->name);
   kiln_policy_t policy = (kiln_policy_t)atomic_load_explicit(&kiln__rt.policy, memory_order_relaxed);
   int override = atomic_load_explicit(&kiln__rt.overrides[op->kind], memory_order_relaxed);
-  if (kiln_forced != KILN_PROVIDER_NONE) override = kiln_forced;
-  const char *why = NULL;
-  kiln_provider_t provider = KILN_PROVIDER_NATIVE;
-
-  if (override >= 0 && (mask & (1u << override))) {
-    provider = (kiln_provider_t)override;
-    why = "override";
-  } else if ((mask & (mask - 1)) == 0 || policy == KILN_POLICY_PORTABLE) {
-    /* One candidate (native), or kiln's own kernels by choice. */
-    provider = KILN_PROVIDER_NATIVE;
-  } else if (policy == KILN_POLICY_VENDOR) {
-    for (int p = 0; p < KILN_PROVIDER_COUNT; p++) {
-      if (p != KILN_PROVIDER_NATIVE && (mask & (1u << p))) {
-        provider = (kiln_provider_t)p;
-        break;
-      }
+  *out_why = NULL;
+  *out_row = 0;
+  if (override != KILN_PROVIDER_NONE) {
+    for (uint32_t i = 0; i < count; i++) {
+      if (rows[i].provider != override) continue;
+      /* A forced vendor row that cannot take these arguments: native runs. */
+      *out_row = row_serves(device, &rows[i], op) ? (int)i : 0;
+      *out_why = "override";
+      return KILN_OK;
     }
-  } else {
-    char signature[160], key[768];
-    kiln_op_signature(op, true, signature, sizeof signature);
-    snprintf(key, sizeof key, "%s|%s|%s|%s|%s|%s", iface->name, device->desc.name,
-             device->desc.uuid[0] ? device->desc.uuid : device->desc.driver_version, kiln__op_kind_name(op->kind),
-             kiln_dtype_name(dtype), signature);
-    if (!kiln_winner_find(key, &provider)) {
-      if (kiln__tuning_lookup(key, &provider) != KILN_OK || !(mask & (1u << provider))) {
-        kiln_clear_error();
-        kiln_status_t status = kiln_measure(queue, op, mask, key, &provider);
-        if (status != KILN_OK) return kiln__wrap_error(status, "measuring %s for policy fastest", key);
-        kiln__tuning_store(key, provider);
-      }
-      kiln_winner_put(key, provider);
-    }
+    warn_missing_override(device, op->kind, override, policy);
+  }
+  if (count == 1 || policy == KILN_POLICY_PORTABLE) return KILN_OK;
+  if (policy == KILN_POLICY_VENDOR) {
+    *out_row = vendor_choice(device, rows, count, op);
+    return KILN_OK;
   }
 
-  kiln_status_t status = iface->op_run(queue->impl, provider, op);
-  if (status == KILN_UNSUPPORTED && provider != KILN_PROVIDER_NATIVE) {
-    /* A vendor library that cannot take these arguments: kiln's own can. */
-    kiln__log(KILN_LOG_DEBUG, "%s: %s declined (%s); running native", kiln__op_kind_name(op->kind),
-              kiln__provider_name(provider), kiln_last_error());
+  /* fastest */
+  kiln__op_row_t *candidates[MEASURE_MAX_CANDIDATES];
+  int index[MEASURE_MAX_CANDIDATES];
+  int n = 0, fallback = -1;
+  const int vendor = vendor_choice(device, rows, count, op);
+  for (uint32_t i = 0; i < count && n < MEASURE_MAX_CANDIDATES; i++) {
+    if (!row_serves(device, &rows[i], op)) continue;
+    if ((int)i == vendor) fallback = n;
+    index[n] = (int)i;
+    candidates[n++] = &rows[i];
+  }
+  if (n <= 1) {
+    *out_row = n ? index[0] : 0;
+    return KILN_OK;
+  }
+  char signature[160], key[768], name[64];
+  op_signature(op, true, signature, sizeof signature);
+  snprintf(key, sizeof key, "%s|%s|%s|%s|%s|%s", device->iface->name, device->desc.name,
+           device->desc.uuid[0] ? device->desc.uuid : device->desc.driver_version, kiln__op_kind_name(op->kind),
+           kiln_dtype_name(op_dtype(op)), signature);
+  if (kiln__tuning_lookup(key, name, sizeof name) == KILN_OK) {
+    for (int c = 0; c < n; c++) {
+      if (!strcmp(candidates[c]->entry->provider, name)) {
+        *out_row = index[c];
+        return KILN_OK;
+      }
+    }
+    /* The remembered winner is not a candidate now: measure again. */
+  }
+  char reason[512];
+  int winner = 0;
+  kiln_status_t status = measure(queue, op, candidates, n, fallback, key, &winner, reason, sizeof reason);
+  if (status != KILN_OK) return kiln__wrap_error(status, "measuring %s for policy fastest", key);
+  kiln__tuning_store(key, candidates[winner]->entry->provider, reason);
+  *out_row = index[winner];
+  return KILN_OK;
+}
+
+/* Run the chosen row; a vendor row that declines hands over to native, and
+ * one whose library cannot work on this device is offered no more. */
+static kiln_status_t run_row(kiln_queue_t *queue, kiln_op_t *op, int row, const char **out_provider) {
+  kiln_device_t *device = queue->device;
+  kiln__op_row_t *rows = device->rows[op->kind];
+  kiln_status_t status = rows[row].entry->run(device->ctx, queue->impl, rows[row].entry, op);
+  if (row != 0 && (status == KILN_UNSUPPORTED || status == KILN_UNAVAILABLE)) {
+    if (status == KILN_UNAVAILABLE) {
+      atomic_store_explicit(&rows[row].disabled, true, memory_order_relaxed);
+      kiln__log(KILN_LOG_WARN, "%s: provider %s cannot work on %s and is no longer used there: %s",
+                kiln__op_kind_name(op->kind), rows[row].entry->provider, device->display_name, kiln_last_error());
+    } else {
+      kiln__log(KILN_LOG_DEBUG, "%s: %s declined (%s); running native", kiln__op_kind_name(op->kind),
+                rows[row].entry->provider, kiln_last_error());
+    }
     kiln_clear_error();
-    provider = KILN_PROVIDER_NATIVE;
-    status = iface->op_run(queue->impl, provider, op);
+    row = 0;
+    status = rows[0].entry->run(device->ctx, queue->impl, rows[0].entry, op);
   }
   if (status != KILN_OK)
     return kiln__wrap_error(status, "running %s (%s) with provider %s on %s", kiln__op_kind_name(op->kind),
-                            kiln_dtype_name(dtype), kiln__provider_name(provider), device->display_name);
-  kiln_last = (int)provider;
-  if (kiln__log_enabled(KILN_LOG_DEBUG)) {
-    char signature[160];
-    kiln_op_signature(op, false, signature, sizeof signature);
-    kiln__log(KILN_LOG_DEBUG, "%s %s [%s] on %s -> %s (%s%s)", kiln__op_kind_name(op->kind), kiln_dtype_name(dtype),
-              signature, device->selector, kiln__provider_name(provider), why ? why : "policy ",
-              why ? "" : kiln_policy_name(policy));
+                            kiln_dtype_name(op_dtype(op)), rows[row].entry->provider, device->display_name);
+  *out_provider = rows[row].entry->provider;
+  return KILN_OK;
+}
+
+/* ---- the one path ------------------------------------------------------------------ */
+
+kiln_status_t kiln__op_enqueue(const char *call, kiln_device_t *device, kiln_op_t *op, kiln_dtype_t dtype, int ndim,
+                               const int64_t *shape, const kiln_tensor_t *const *inputs, kiln_tensor_t **out) {
+  kiln_queue_t *queue = kiln_device_current_queue(device);
+  kiln_tensor_t *t = NULL;
+  kiln_status_t status = kiln__tensor_alloc(device, queue, dtype, ndim, shape, &t);
+  if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
+  if (kiln_tensor_numel(t) > 0) {
+    kiln__tensor_view(t, &op->out);
+    op->flat = false;
+    if (kiln_backend_op_is_elementwise(op->kind)) merge_dims(op);
+    int row = 0;
+    const char *why = NULL, *provider = NULL;
+    status = choose(queue, op, &row, &why);
+    if (status == KILN_OK) status = run_row(queue, op, row, &provider);
+    if (status != KILN_OK) {
+      kiln_tensor_release(t);
+      return kiln__wrap_error(status, "%s", call);
+    }
+    last_provider = provider;
+    kiln__buffer_touch(t->buffer, queue);
+    for (int i = 0; i < op->n_in; i++)
+      if (inputs && inputs[i]) kiln__buffer_touch(inputs[i]->buffer, queue);
+    if (kiln__log_enabled(KILN_LOG_DEBUG)) {
+      char signature[160];
+      op_signature(op, false, signature, sizeof signature);
+      kiln_policy_t policy = (kiln_policy_t)atomic_load_explicit(&kiln__rt.policy, memory_order_relaxed);
+      kiln__log(KILN_LOG_DEBUG, "%s %s [%s] on %s -> %s (%s%s)", kiln__op_kind_name(op->kind),
+                kiln_dtype_name(op_dtype(op)), signature, device->selector, provider, why ? why : "policy ",
+                why ? "" : kiln_policy_name(policy));
+    }
   }
+  *out = t;
   return KILN_OK;
 }

@@ -11,18 +11,17 @@
 #include "kiln/kiln.h"
 #include "runtime/backend.h"
 
-/* Limits that bound fixed-size tables. */
-#define KILN_MAX_DEVICES 64
+/* Backends KILN_BACKEND may name at once. */
 #define KILN_MAX_BACKENDS 8
+/* KILN_CPU_DEVICES at most. */
+#define KILN_MAX_CPU_DEVICES 64
 
 /* ---- status.c: errors -------------------------------------------------------- */
 
 /* Set the calling thread's message (printf-style) and status; returns status. */
-kiln_status_t kiln__set_error(kiln_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+kiln_status_t kiln__set_error(kiln_status_t status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefix the current message with "context: " (keeps the status). Returns it. */
-kiln_status_t kiln__wrap_error(kiln_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+kiln_status_t kiln__wrap_error(kiln_status_t status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- log.c ------------------------------------------------------------------ */
 
@@ -33,9 +32,61 @@ static inline bool kiln__log_enabled(kiln_log_level_t level) {
   return (int)level <= atomic_load_explicit(&kiln__log_level_value, memory_order_relaxed);
 }
 
-/* ---- config.c: the settings, parsed in one place ------------------------------ */
+/* ---- size arithmetic ------------------------------------------------------------ */
 
+/* a * b for sizes (a, b >= 0), saturating at INT64_MAX instead of overflowing:
+ * the extents of an empty tensor may be huge, and only the product's size
+ * checks (kiln__shape_check) may say no. */
+static inline int64_t kiln__mul_sat(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+/* The element count of a shape: 0 when any extent is 0 (whatever the others),
+ * saturating at INT64_MAX. */
+static inline int64_t kiln__numel(int ndim, const int64_t *shape) {
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] == 0) return 0;
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n = kiln__mul_sat(n, shape[i]);
+  return n;
+}
+
+/* ---- reference counting, written once for every shared object ---------------- */
+
+/* Defines kiln_<name>_retain and kiln_<name>_release for a struct with an
+ * `atomic_int refs` member: release(NULL) is a no-op and the last release
+ * calls `destroy(object)`. */
+#define KILN__DEFINE_REFCOUNT(type, name, destroy)                                      \
+  type *kiln_##name##_retain(type *object) {                                            \
+    if (object) atomic_fetch_add_explicit(&object->refs, 1, memory_order_relaxed);      \
+    return object;                                                                      \
+  }                                                                                     \
+  void kiln_##name##_release(type *object) {                                            \
+    if (object && atomic_fetch_sub_explicit(&object->refs, 1, memory_order_acq_rel) == 1) \
+      destroy(object);                                                                  \
+  }
+
+/* ---- providers.c: provider names, interned ------------------------------------ */
+
+/* Providers are names (backend.h); the core interns them to small ids so that
+ * the hot path compares integers. Ids live for the whole process. */
 #define KILN_PROVIDER_NONE (-1)
+#define KILN__PROVIDER_NATIVE 0
+#define KILN__MAX_PROVIDERS 32
+
+/* The id of `name`, added when new ([a-z0-9_]+, at most 31 characters);
+ * KILN_PROVIDER_NONE when the name is malformed or the table is full. */
+int kiln__provider_intern(const char *name);
+/* The id of a name known so far (the names backend.h lists and those of the
+ * backends loaded since the process started), or KILN_PROVIDER_NONE. */
+int kiln__provider_find(const char *name);
+/* The name of an id, "unknown" for anything else. Static storage. */
+const char *kiln__provider_name(int id);
+/* "native, blas, ..." for messages. */
+void kiln__provider_list(char *out, size_t size);
+
+/* ---- config.c: the settings, parsed in one place ------------------------------ */
 
 typedef struct kiln__config_t {
   char backends[KILN_MAX_BACKENDS][32]; /* KILN_BACKEND, in priority order */
@@ -43,22 +94,24 @@ typedef struct kiln__config_t {
   bool backends_explicit;               /* set by the user: a failed load is an error */
   char *device_selector;                /* KILN_DEVICE, NULL when unset (malloc'ed) */
   kiln_policy_t policy;
-  int overrides[KILN_OP_COUNT];         /* kiln_provider_t or KILN_PROVIDER_NONE */
+  int overrides[KILN_OP_COUNT];         /* provider id or KILN_PROVIDER_NONE */
   char *cache_dir;                      /* resolved; NULL when none (malloc'ed) */
   char *backend_path;                   /* KILN_BACKEND_PATH, NULL when unset (malloc'ed) */
   kiln_log_level_t log_level;
+  bool log_level_set;                   /* KILN_LOG was given (off included) */
   int cpu_devices;                      /* >= 1 */
+  char cpu_devices_text[16];            /* the same, as the host table's setting() gives it */
 } kiln__config_t;
 
 /* Merge an optional API config with the environment, validate every field.
  * KILN_INVALID_ARGUMENT with a message quoting the bad value and the grammar. */
 kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out);
 void kiln__config_free(kiln__config_t *config);
-/* "matmul=blas,conv2d=native" -> overrides[]; op names are KILN_OP_KINDS
- * names plus every unary/binary op name (mapped to UNARY/BINARY). */
+/* "matmul=blas,conv2d=native" -> overrides[] of provider ids; op names are
+ * KILN_OP_KINDS names plus every unary/binary op name (mapped to
+ * UNARY/BINARY); provider names must be known (kiln__provider_find). */
 kiln_status_t kiln__parse_providers(const char *text, int out_overrides[KILN_OP_COUNT]);
 
-const char *kiln__provider_name(kiln_provider_t provider);
 const char *kiln__op_kind_name(kiln_op_kind_t kind);
 /* The kind an op name of KILN_PROVIDER stands for ("matmul", "add" -> BINARY),
  * or -1 for an unknown name; kiln_device_providers accepts the same names. */
@@ -84,13 +137,15 @@ typedef struct kiln__selector_t {
 kiln_status_t kiln__selector_parse(const char *text, kiln__selector_t *out);
 /* Whether a device (backend name, type, backend index) passes the selector:
  * discards always win; a selector of only discards accepts the rest. */
-bool kiln__selector_accepts(const kiln__selector_t *selector, const char *backend,
-                            kiln_device_type_t type, uint32_t backend_index);
+bool kiln__selector_accepts(const kiln__selector_t *selector, const char *backend, kiln_device_type_t type,
+                            uint32_t backend_index);
 
 /* ---- the core's objects ------------------------------------------------------ */
 
 typedef struct kiln__backend_t {
-  const kiln_backend_iface_t *iface; /* NULL when it did not load */
+  kiln_backend_iface_t iface;        /* the backend's table at the core's size, defaults filled in */
+  bool loaded;                       /* iface is usable */
+  kiln_backend_context_t *ctx;       /* what initialize returned */
   kiln_backend_info_t info;          /* strings point into the fields below */
   char name[32];
   char reason[1024];
@@ -98,37 +153,73 @@ typedef struct kiln__backend_t {
   void *dl_handle;                   /* never dlclose'd: plugin threads may outlive us */
 } kiln__backend_t;
 
-/* Per-device memory pool (buffer.c). Blocks are tagged with the queue they
- * were last used on; a block is reused by an allocation on the same queue at
- * once (the queue is in order), by any other queue only after that queue
- * finished. */
+struct kiln_buffer_t {
+  atomic_int refs;
+  kiln_device_t *device;
+  kiln_backend_buffer_t *impl;
+  size_t size;
+  size_t capacity;              /* the pool block's size */
+  _Atomic uint64_t last_queue;  /* id of the last queue that used it */
+  atomic_bool multi_queue;      /* used by more than one queue */
+};
+
+/* pool.c: a device's memory pool. Blocks are tagged with the queue they were
+ * last used on; a block is reused by an allocation on the same queue at once
+ * (the queue is in order), by any other queue only after that queue finished. */
 typedef struct kiln__pool_block_t {
   struct kiln__pool_block_t *next;
   kiln_backend_buffer_t *impl;
   size_t capacity;
   uint64_t queue_id;
+  uint64_t stamp; /* kiln__queue_stamp() when it was released */
+  /* The buffer object travels with its block, so that reusing a pooled block
+   * allocates nothing at all (buffer.c owns it). */
+  kiln_buffer_t buffer;
 } kiln__pool_block_t;
+
+#define KILN__POOL_CLASSES 48
 
 typedef struct kiln__pool_t {
   pthread_mutex_t lock;
-  kiln__pool_block_t *free_lists[48]; /* by size class */
-  size_t pooled_bytes;
-  size_t live_bytes;
+  kiln__pool_block_t *free_lists[KILN__POOL_CLASSES]; /* by size class */
+  size_t pooled_bytes;  /* held for reuse */
+  size_t live_bytes;    /* in buffers in use */
+  size_t peak_bytes;    /* the most live_bytes has been */
+  size_t limit;         /* pooled bytes kept at most */
 } kiln__pool_t;
+
+/* queue.c: the live queues of a device. */
+typedef struct kiln__queue_list_t {
+  pthread_mutex_t lock;
+  struct kiln__queue_node_t *head;
+} kiln__queue_list_t;
+
+/* One row of a device's op table (device.c builds them at attach). */
+typedef struct kiln__op_row_t {
+  const kiln_op_entry_t *entry;
+  int provider;          /* interned id of entry->provider */
+  atomic_bool disabled;  /* the row answered KILN_UNAVAILABLE: offered no more */
+} kiln__op_row_t;
 
 struct kiln_device_t {
   kiln__backend_t *backend;
-  const kiln_backend_iface_t *iface;
+  const kiln_backend_iface_t *iface; /* &backend->iface */
+  kiln_backend_context_t *ctx;       /* backend->ctx */
   kiln_backend_device_t *impl;
   kiln_backend_device_desc_t desc;
   uint32_t index;         /* visible index */
   uint32_t backend_index; /* index within its backend */
+  uint64_t serial;        /* unique in the process: stale per-thread state never matches a new device */
   bool is_default;
   char selector[48];      /* "cpu:0" */
   char display_name[320]; /* "cpu:0 (AMD EPYC)" */
-  char providers_text[KILN_OP_COUNT][64]; /* "native,blas" per op kind, f32 */
-  uint32_t provider_mask[KILN_OP_COUNT][2]; /* by op kind, [f32, i32] */
+  /* The op table: rows of each kind offered on this device, native first. */
+  kiln__op_row_t *rows[KILN_OP_COUNT];
+  uint32_t row_count[KILN_OP_COUNT];
+  char providers_text[KILN_OP_COUNT][96]; /* "native,blas" */
+  _Atomic uint32_t override_warned;       /* a bit per kind: the missing-provider warning was given */
   kiln_queue_t *default_queue;
+  kiln__queue_list_t queues;
   kiln__pool_t pool;
 };
 
@@ -144,16 +235,6 @@ struct kiln_event_t {
   kiln_device_t *device;
   uint64_t queue_id;
   kiln_backend_event_t *impl;
-};
-
-struct kiln_buffer_t {
-  atomic_int refs;
-  kiln_device_t *device;
-  kiln_backend_buffer_t *impl;
-  size_t size;
-  size_t capacity;              /* the pool block's size */
-  _Atomic uint64_t last_queue;  /* id of the last queue that used it */
-  atomic_bool multi_queue;      /* used by more than one queue */
 };
 
 struct kiln_tensor_t {
@@ -172,7 +253,7 @@ typedef struct kiln__runtime_t {
   kiln__config_t config;
   kiln__backend_t backends[KILN_MAX_BACKENDS];
   size_t backend_count;
-  kiln_device_t *devices[KILN_MAX_DEVICES]; /* visible devices in order */
+  kiln_device_t **devices; /* visible devices in order (malloc'ed) */
   size_t device_count;
   kiln_device_t *default_device;
   kiln_host_t host;
@@ -188,16 +269,17 @@ extern kiln__runtime_t kiln__rt;
 kiln_status_t kiln__ensure(void);
 
 /* registry.c: load the backends of config, enumerate their devices, apply
- * KILN_DEVICE, order, pick the default. */
+ * KILN_DEVICE, order, pick the default, attach every device. */
 kiln_status_t kiln__registry_load(kiln__runtime_t *rt);
 void kiln__registry_unload(kiln__runtime_t *rt);
-/* Make the backend `name` (not "cpu") come from `entry`, a backend compiled
- * into the program, instead of the plugin libkiln-<name>.so; takes effect at
- * the next start. Not thread-safe: call before kiln starts. Tests use it to
- * drive the registry with backends of their own. */
+/* Make the backend `name` come from `entry`, a backend compiled into the
+ * program, instead of a plugin (or a built-in backend of that name); takes
+ * effect at the next start. Not thread-safe: call before kiln starts. Tests
+ * use it to drive the registry with backends of their own. */
 kiln_status_t kiln__registry_add_builtin(const char *name, kiln_backend_entry_fn entry);
 
-/* Device attach/detach (queue.c, buffer.c): the default queue and the pool. */
+/* device.c: bring a described device to life (its op table, memory pool,
+ * queues), and back. */
 kiln_status_t kiln__device_attach(kiln_device_t *device);
 void kiln__device_detach(kiln_device_t *device);
 
@@ -205,37 +287,53 @@ void kiln__device_detach(kiln_device_t *device);
 
 kiln_status_t kiln__cache_load(const char *key, void **out_data, size_t *out_size);
 void kiln__cache_store(const char *key, const void *data, size_t size);
-/* The winner of `fastest` for a key "device-identity|op|dtype|shape";
- * KILN_NOT_FOUND when not measured yet, without touching the thread's last
- * error (a miss is ordinary). Loaded from disk on first use; a corrupt file
- * is ignored (counted) and rewritten by the next store. */
-kiln_status_t kiln__tuning_lookup(const char *key, kiln_provider_t *out_provider);
-void kiln__tuning_store(const char *key, kiln_provider_t provider);
+void kiln__cache_evict(const char *key);
+/* Remove temporaries whose writer died mid-store (bounded in time); at start. */
+void kiln__cache_sweep(void);
+/* The winner of `fastest` for a key "device-identity|op|dtype|shape": the
+ * provider's name into out_provider; KILN_NOT_FOUND when not measured yet,
+ * without touching the thread's last error (a miss is ordinary). Loaded from
+ * disk on first use; a corrupt file is ignored (counted) and rewritten by the
+ * next store. This is the one table of winners, in memory and on disk. */
+kiln_status_t kiln__tuning_lookup(const char *key, char *out_provider, size_t size);
+/* Remember a winner and why it won (one line of text, kept on disk). */
+void kiln__tuning_store(const char *key, const char *provider, const char *reason);
 void kiln__cache_reset(void); /* on deinitialize */
+
+/* ---- pool.c: the memory pool --------------------------------------------------- */
+
+void kiln__pool_init(kiln_device_t *device);
+/* Free every pooled block (the device's queues must be finished or gone). */
+void kiln__pool_destroy(kiln_device_t *device);
+/* Free every pooled block of the device, after finishing its queues. */
+void kiln__pool_trim(kiln_device_t *device);
+/* A block of at least `size` bytes: a pooled one usable by `queue_id` (0: one
+ * no queue has pending work on), else a new allocation. */
+kiln_status_t kiln__pool_take(kiln_device_t *device, uint64_t queue_id, size_t size, kiln__pool_block_t **out_block);
+/* Return a block last used by `queue_id` (0: idle now). */
+void kiln__pool_put(kiln_device_t *device, kiln__pool_block_t *block, uint64_t queue_id);
 
 /* ---- buffer.c ---------------------------------------------------------------- */
 
 /* Allocate from the pool for use on `queue` (NULL: the device's default). */
-kiln_status_t kiln__buffer_create(kiln_device_t *device, kiln_queue_t *queue, size_t size,
-                                  kiln_buffer_t **out_buffer);
-/* Note that `queue` enqueued work on the buffer (cheap; for the pool's tags). */
-static inline void kiln__buffer_touch(kiln_buffer_t *buffer, const kiln_queue_t *queue) {
-  uint64_t prev = atomic_exchange_explicit(&buffer->last_queue, queue->id, memory_order_relaxed);
-  if (prev != queue->id && prev != 0)
-    atomic_store_explicit(&buffer->multi_queue, true, memory_order_relaxed);
-}
-/* Free every pooled block of the device (after finishing its queues). */
-void kiln__pool_trim(kiln_device_t *device);
+kiln_status_t kiln__buffer_create(kiln_device_t *device, kiln_queue_t *queue, size_t size, kiln_buffer_t **out_buffer);
 /* A buffer from idle pool blocks only (no pending work of any queue), so the
  * caller may use it on any queue: kiln_buffer_create and kiln_tensor_empty. */
 kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_buffer_t **out_buffer);
+/* Note that `queue` enqueued work on the buffer (cheap; for the pool's tags). */
+static inline void kiln__buffer_touch(kiln_buffer_t *buffer, const kiln_queue_t *queue) {
+  uint64_t prev = atomic_exchange_explicit(&buffer->last_queue, queue->id, memory_order_relaxed);
+  if (prev != queue->id && prev != 0) atomic_store_explicit(&buffer->multi_queue, true, memory_order_relaxed);
+}
 
 /* ---- queue.c ----------------------------------------------------------------- */
 
+/* The device's queue list and default queue, and back. */
+kiln_status_t kiln__queues_attach(kiln_device_t *device);
+void kiln__queues_detach(kiln_device_t *device);
 /* Make `queue` wait for each event (same backend: queue_wait; another
  * backend: the caller blocks on it here). */
-kiln_status_t kiln__queue_wait_list(kiln_queue_t *queue, uint32_t count,
-                                    kiln_event_t *const *events);
+kiln_status_t kiln__queue_wait_list(kiln_queue_t *queue, uint32_t count, kiln_event_t *const *events);
 /* Record an event into *out_event when out_event is non-NULL. */
 kiln_status_t kiln__queue_record_out(kiln_queue_t *queue, kiln_event_t **out_event);
 /* Finish every queue of the device that kiln knows of. */
@@ -248,33 +346,35 @@ bool kiln__queue_done_since(kiln_device_t *device, uint64_t queue_id, uint64_t s
 /* Note that everything enqueued on `queue` before `stamp` is done (after a
  * finish or a blocking transfer). */
 void kiln__queue_mark_done(kiln_queue_t *queue, uint64_t stamp);
-/* The device's list of live queues and its default queue (buffer.c's
- * kiln__device_attach/detach call these). */
-kiln_status_t kiln__queues_attach(kiln_device_t *device);
-void kiln__queues_detach(kiln_device_t *device);
+/* Forget the calling thread's current queues (on deinitialize). */
+void kiln__queue_forget_thread(void);
 
 /* ---- tensor.c ------------------------------------------------------------------ */
 
-/* A new contiguous tensor (uninitialised) on device for `queue`. */
-kiln_status_t kiln__tensor_alloc(kiln_device_t *device, kiln_queue_t *queue, kiln_dtype_t dtype,
-                                 int ndim, const int64_t *shape, kiln_tensor_t **out);
+/* A new contiguous tensor (uninitialised) on device for `queue` (NULL: any
+ * queue may use it, so only idle memory will do). */
+kiln_status_t kiln__tensor_alloc(kiln_device_t *device, kiln_queue_t *queue, kiln_dtype_t dtype, int ndim,
+                                 const int64_t *shape, kiln_tensor_t **out);
 /* Fill a kiln_view_t from a tensor. */
 void kiln__tensor_view(const kiln_tensor_t *tensor, kiln_view_t *out_view);
 /* Validate ndim/shape and compute numel and bytes without overflow. */
 kiln_status_t kiln__shape_check(const char *call, int ndim, const int64_t *shape, kiln_dtype_t dtype,
                                 int64_t *out_numel, size_t *out_bytes);
+/* Free the calling thread's cache of tensor structs (on deinitialize). */
+void kiln__tensor_cache_drop(void);
 
 /* ---- dispatch.c ----------------------------------------------------------------- */
 
-/* Choose the provider for `op` on `queue`'s device (policy, overrides,
- * `fastest` measurements), enqueue it, fall back to NATIVE when a provider
- * answers KILN_UNSUPPORTED, and note the provider for kiln_last_provider(). */
-kiln_status_t kiln__dispatch(kiln_queue_t *queue, kiln_op_t *op);
-/* Forget the `fastest` measurements held in memory (on device detach). */
-void kiln__dispatch_reset(void);
-/* Force one provider (a kiln_provider_t) for the calling thread's operations,
- * whatever the policy; KILN_PROVIDER_NONE ends it. kiln_device_check computes
- * its reference this way. */
-void kiln__dispatch_force(int provider);
+/* The one path of every operation after validation: allocate the result
+ * (dtype, ndim, shape) on the device's current queue, and unless it is empty
+ * complete `op` (out view, merged dimensions of elementwise kinds), choose
+ * the row (policy, KILN_PROVIDER, `fastest`), run it, fall back to native when
+ * a vendor row declines, and tag the buffers. `op->in[0 .. n_in)` are filled
+ * by the caller; `inputs` are the tensors behind them (NULL entries allowed).
+ * Messages are prefixed with `call`. */
+kiln_status_t kiln__op_enqueue(const char *call, kiln_device_t *device, kiln_op_t *op, kiln_dtype_t dtype, int ndim,
+                               const int64_t *shape, const kiln_tensor_t *const *inputs, kiln_tensor_t **out);
+/* A scalar in every dtype kernels use (the conversion rule of kiln_scalar_t). */
+kiln_scalar_t kiln__scalar(double value);
 
 #endif /* KILN_RUNTIME_INTERNAL_H */

@@ -8,11 +8,11 @@ _Atomic int kiln__log_level_value = KILN_LOG_OFF;
 
 /* The sink and its user pointer change together; a mutex keeps a concurrent
  * log call from pairing the new function with the old pointer. */
-static pthread_mutex_t kiln_log_lock = PTHREAD_MUTEX_INITIALIZER;
-static kiln_log_fn kiln_log_sink;
-static void *kiln_log_user;
+static pthread_mutex_t sink_lock = PTHREAD_MUTEX_INITIALIZER;
+static kiln_log_fn sink;
+static void *sink_user;
 
-static const char *kiln_log_level_text(kiln_log_level_t level) {
+static const char *level_text(kiln_log_level_t level) {
   switch (level) {
     case KILN_LOG_ERROR: return "error";
     case KILN_LOG_WARN: return "warn";
@@ -31,23 +31,23 @@ void kiln__log(kiln_log_level_t level, const char *fmt, ...) {
   vsnprintf(message, sizeof message, fmt, args);
   va_end(args);
 
-  pthread_mutex_lock(&kiln_log_lock);
-  kiln_log_fn fn = kiln_log_sink;
-  void *user = kiln_log_user;
-  pthread_mutex_unlock(&kiln_log_lock);
+  pthread_mutex_lock(&sink_lock);
+  kiln_log_fn fn = sink;
+  void *user = sink_user;
+  pthread_mutex_unlock(&sink_lock);
   if (fn) {
     fn(level, message, user);
     return;
   }
   /* One fprintf per message so that lines of concurrent threads do not mix. */
-  fprintf(stderr, "kiln: %s: %s\n", kiln_log_level_text(level), message);
+  fprintf(stderr, "kiln: %s: %s\n", level_text(level), message);
 }
 
 void kiln_log_set_callback(kiln_log_fn fn, void *user) {
-  pthread_mutex_lock(&kiln_log_lock);
-  kiln_log_sink = fn;
-  kiln_log_user = fn ? user : NULL;
-  pthread_mutex_unlock(&kiln_log_lock);
+  pthread_mutex_lock(&sink_lock);
+  sink = fn;
+  sink_user = fn ? user : NULL;
+  pthread_mutex_unlock(&sink_lock);
 }
 
 void kiln_log_set_level(kiln_log_level_t level) {

@@ -23,23 +23,23 @@ KILN_UNARY_OPS(KILN_CHECK_UNARY_)
 KILN_BINARY_OPS(KILN_CHECK_BINARY_)
 #undef KILN_CHECK_BINARY_
 
-static const bool kiln_unary_i32[KILN_UNARY_COUNT_] = {
+static const bool unary_i32[KILN_UNARY_COUNT_] = {
 #define KILN_UNARY_I32(NAME, expr) [KILN_UNARY_##NAME] = true,
 #include "kernels/ops.def"
 };
 
-static const bool kiln_binary_i32[KILN_BINARY_COUNT_] = {
+static const bool binary_i32[KILN_BINARY_COUNT_] = {
 #define KILN_BINARY_I32(NAME, expr) [KILN_BINARY_##NAME] = true,
 #include "kernels/ops.def"
 };
 
-static const char *const kiln_unary_names[KILN_UNARY_COUNT_] = {
+static const char *const unary_names[KILN_UNARY_COUNT_] = {
 #define KILN_UNARY_NAME_(NAME, name) [KILN_UNARY_##NAME] = #name,
     KILN_UNARY_OPS(KILN_UNARY_NAME_)
 #undef KILN_UNARY_NAME_
 };
 
-static const char *const kiln_binary_names[KILN_BINARY_COUNT_] = {
+static const char *const binary_names[KILN_BINARY_COUNT_] = {
 #define KILN_BINARY_NAME_(NAME, name) [KILN_BINARY_##NAME] = #name,
     KILN_BINARY_OPS(KILN_BINARY_NAME_)
 #undef KILN_BINARY_NAME_
@@ -47,25 +47,25 @@ static const char *const kiln_binary_names[KILN_BINARY_COUNT_] = {
 
 /* ---- shared checks ---------------------------------------------------------------- */
 
-static void kiln_shape_text(int ndim, const int64_t *shape, char *out, size_t size) {
+static void shape_text(int ndim, const int64_t *shape, char *out, size_t size) {
   size_t used = (size_t)snprintf(out, size, "[");
   for (int i = 0; i < ndim && used < size; i++)
     used += (size_t)snprintf(out + used, size - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
   if (used < size) snprintf(out + used, size - used, "]");
 }
 
-static kiln_status_t kiln_need(const char *call, const char *name, const kiln_tensor_t *t) {
+static kiln_status_t need(const char *call, const char *name, const kiln_tensor_t *t) {
   if (!t)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s is NULL; pass a tensor from a kiln_tensor_* call", call, name);
   return KILN_OK;
 }
 
-static kiln_status_t kiln_need_out(const char *call, kiln_tensor_t **out) {
+static kiln_status_t need_out(const char *call, kiln_tensor_t **out) {
   if (!out) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kiln_tensor_t *", call);
   return KILN_OK;
 }
 
-static kiln_status_t kiln_same_device(const char *call, const char *na, const kiln_tensor_t *a, const char *nb,
+static kiln_status_t same_device(const char *call, const char *na, const kiln_tensor_t *a, const char *nb,
                                       const kiln_tensor_t *b) {
   kiln_device_t *da = a->buffer->device, *db = b->buffer->device;
   if (da == db) return KILN_OK;
@@ -75,7 +75,7 @@ static kiln_status_t kiln_same_device(const char *call, const char *na, const ki
                          call, na, da->display_name, nb, db->display_name, nb, na, nb);
 }
 
-static kiln_status_t kiln_need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
+static kiln_status_t need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
                                      bool i32_ok) {
   if (t->dtype == KILN_F32 || (i32_ok && t->dtype == KILN_I32)) return KILN_OK;
   return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: %s does not support dtype %s (%s); use %s", call, what,
@@ -83,51 +83,23 @@ static kiln_status_t kiln_need_dtype(const char *call, const char *what, const c
 }
 
 /* A contiguous version of t (itself retained when it already is). */
-static kiln_status_t kiln_dense(const char *call, const kiln_tensor_t *t, kiln_tensor_t **out) {
+static kiln_status_t dense_of(const char *call, const kiln_tensor_t *t, kiln_tensor_t **out) {
   kiln_status_t status = kiln_tensor_contiguous((kiln_tensor_t *)t, out);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "%s", call);
 }
 
-static int64_t kiln_numel(int ndim, const int64_t *shape) {
-  int64_t n = 1;
-  for (int i = 0; i < ndim; i++) n *= shape[i];
-  return n;
-}
-
-/* Allocate the result on the device's current queue, and enqueue `op`
- * unless the result is empty (and `always` is false). op->in must be filled. */
-static kiln_status_t kiln_run(const char *call, kiln_device_t *device, kiln_op_t *op, kiln_dtype_t dtype, int ndim,
-                              const int64_t *shape, bool always, const kiln_tensor_t *const *inputs, int n_inputs,
-                              kiln_tensor_t **out) {
-  kiln_queue_t *queue = kiln_device_current_queue(device);
-  kiln_tensor_t *t = NULL;
-  kiln_status_t status = kiln__tensor_alloc(device, queue, dtype, ndim, shape, &t);
-  if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
-  if (always || kiln_numel(ndim, shape) > 0) {
-    kiln__tensor_view(t, &op->out);
-    status = kiln__dispatch(queue, op);
-    if (status != KILN_OK) {
-      kiln_tensor_release(t);
-      return kiln__wrap_error(status, "%s", call);
-    }
-    kiln__buffer_touch(t->buffer, queue);
-    for (int i = 0; i < n_inputs; i++)
-      if (inputs[i]) kiln__buffer_touch(inputs[i]->buffer, queue);
-  }
-  *out = t;
-  return KILN_OK;
-}
+static int64_t numel_of(int ndim, const int64_t *shape) { return kiln__numel(ndim, shape); }
 
 /* ---- elementwise ----------------------------------------------------------------------- */
 
-static kiln_status_t kiln_unary(const char *call, kiln_unary_op_t uop, const kiln_tensor_t *a, kiln_tensor_t **out) {
-  kiln_status_t status = kiln_need(call, "a", a);
-  if (status == KILN_OK) status = kiln_need_out(call, out);
+static kiln_status_t unary(const char *call, kiln_unary_op_t uop, const kiln_tensor_t *a, kiln_tensor_t **out) {
+  kiln_status_t status = need(call, "a", a);
+  if (status == KILN_OK) status = need_out(call, out);
   if (status != KILN_OK) return status;
   if ((unsigned)uop >= KILN_UNARY_COUNT_)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: op %d is not a kiln_unary_op_t; use KILN_UNARY_NEG ... KILN_UNARY_TANH",
                            call, (int)uop);
-  status = kiln_need_dtype(call, kiln_unary_names[uop], "a", a, kiln_unary_i32[uop]);
+  status = need_dtype(call, unary_names[uop], "a", a, unary_i32[uop]);
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_UNARY;
@@ -135,11 +107,11 @@ static kiln_status_t kiln_unary(const char *call, kiln_unary_op_t uop, const kil
   op.u.unary.op = uop;
   kiln__tensor_view(a, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {a};
-  return kiln_run(call, a->buffer->device, &op, a->dtype, a->ndim, a->shape, false, inputs, 1, out);
+  return kiln__op_enqueue(call, a->buffer->device, &op, a->dtype, a->ndim, a->shape, inputs, out);
 }
 
 /* View `t` as `ndim` dims of `shape`, stride 0 where it broadcasts. */
-static void kiln_broadcast_view(const kiln_tensor_t *t, int ndim, const int64_t *shape, kiln_view_t *view) {
+static void broadcast_view(const kiln_tensor_t *t, int ndim, const int64_t *shape, kiln_view_t *view) {
   kiln__tensor_view(t, view);
   int lead = ndim - t->ndim;
   for (int i = ndim - 1; i >= 0; i--) {
@@ -150,22 +122,22 @@ static void kiln_broadcast_view(const kiln_tensor_t *t, int ndim, const int64_t 
   view->ndim = ndim;
 }
 
-static kiln_status_t kiln_binary(const char *call, kiln_binary_op_t bop, const kiln_tensor_t *a, const kiln_tensor_t *b,
+static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_tensor_t *a, const kiln_tensor_t *b,
                                  kiln_tensor_t **out) {
-  kiln_status_t status = kiln_need(call, "a", a);
-  if (status == KILN_OK) status = kiln_need(call, "b", b);
-  if (status == KILN_OK) status = kiln_need_out(call, out);
+  kiln_status_t status = need(call, "a", a);
+  if (status == KILN_OK) status = need(call, "b", b);
+  if (status == KILN_OK) status = need_out(call, out);
   if (status != KILN_OK) return status;
   if ((unsigned)bop >= KILN_BINARY_COUNT_)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "%s: op %d is not a kiln_binary_op_t; use KILN_BINARY_ADD ... KILN_BINARY_MINIMUM", call,
                            (int)bop);
-  status = kiln_same_device(call, "a", a, "b", b);
+  status = same_device(call, "a", a, "b", b);
   if (status != KILN_OK) return status;
   if (a->dtype != b->dtype)
     return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: a is %s but b is %s; convert one so both have one dtype", call,
                            kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
-  status = kiln_need_dtype(call, kiln_binary_names[bop], "a and b", a, kiln_binary_i32[bop]);
+  status = need_dtype(call, binary_names[bop], "a and b", a, binary_i32[bop]);
   if (status != KILN_OK) return status;
   int ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
   int64_t shape[KILN_MAX_DIMS];
@@ -174,8 +146,8 @@ static kiln_status_t kiln_binary(const char *call, kiln_binary_op_t bop, const k
     int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
     if (sa != sb && sa != 1 && sb != 1) {
       char ta[128], tb[128];
-      kiln_shape_text(a->ndim, a->shape, ta, sizeof ta);
-      kiln_shape_text(b->ndim, b->shape, tb, sizeof tb);
+      shape_text(a->ndim, a->shape, ta, sizeof ta);
+      shape_text(b->ndim, b->shape, tb, sizeof tb);
       return kiln__set_error(KILN_SHAPE_MISMATCH,
                              "%s: shapes %s and %s do not broadcast (dimension %d: %lld vs %lld); sizes must match "
                              "or be 1",
@@ -187,77 +159,101 @@ static kiln_status_t kiln_binary(const char *call, kiln_binary_op_t bop, const k
   op.kind = KILN_OP_BINARY;
   op.n_in = 2;
   op.u.binary.op = bop;
-  op.u.binary.scalar = 0;
-  kiln_broadcast_view(a, ndim, shape, &op.in[0]);
-  kiln_broadcast_view(b, ndim, shape, &op.in[1]);
+  
+  broadcast_view(a, ndim, shape, &op.in[0]);
+  broadcast_view(b, ndim, shape, &op.in[1]);
   const kiln_tensor_t *inputs[2] = {a, b};
-  return kiln_run(call, a->buffer->device, &op, a->dtype, ndim, shape, false, inputs, 2, out);
+  return kiln__op_enqueue(call, a->buffer->device, &op, a->dtype, ndim, shape, inputs, out);
 }
 
-static kiln_status_t kiln_binary_scalar(const char *call, kiln_binary_op_t bop, const kiln_tensor_t *a, double scalar,
+static kiln_status_t binary_scalar(const char *call, kiln_binary_op_t bop, const kiln_tensor_t *a, double scalar,
                                         kiln_tensor_t **out) {
-  kiln_status_t status = kiln_need(call, "a", a);
-  if (status == KILN_OK) status = kiln_need_out(call, out);
+  kiln_status_t status = need(call, "a", a);
+  if (status == KILN_OK) status = need_out(call, out);
   if (status != KILN_OK) return status;
   if ((unsigned)bop >= KILN_BINARY_COUNT_)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "%s: op %d is not a kiln_binary_op_t; use KILN_BINARY_ADD ... KILN_BINARY_MINIMUM", call,
                            (int)bop);
-  status = kiln_need_dtype(call, kiln_binary_names[bop], "a", a, kiln_binary_i32[bop]);
+  status = need_dtype(call, binary_names[bop], "a", a, binary_i32[bop]);
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_BINARY_SCALAR;
   op.n_in = 1;
   op.u.binary.op = bop;
-  op.u.binary.scalar = scalar;
+  op.u.binary.scalar = kiln__scalar(scalar);
   kiln__tensor_view(a, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {a};
-  return kiln_run(call, a->buffer->device, &op, a->dtype, a->ndim, a->shape, false, inputs, 1, out);
+  return kiln__op_enqueue(call, a->buffer->device, &op, a->dtype, a->ndim, a->shape, inputs, out);
 }
 
 kiln_status_t kiln_tensor_unary(kiln_unary_op_t op, const kiln_tensor_t *a, kiln_tensor_t **out) {
-  return kiln_unary("kiln_tensor_unary", op, a, out);
+  return unary("kiln_tensor_unary", op, a, out);
 }
 
 kiln_status_t kiln_tensor_binary(kiln_binary_op_t op, const kiln_tensor_t *a, const kiln_tensor_t *b,
                                  kiln_tensor_t **out) {
-  return kiln_binary("kiln_tensor_binary", op, a, b, out);
+  return binary("kiln_tensor_binary", op, a, b, out);
 }
 
 kiln_status_t kiln_tensor_binary_scalar(kiln_binary_op_t op, const kiln_tensor_t *a, double scalar,
                                         kiln_tensor_t **out) {
-  return kiln_binary_scalar("kiln_tensor_binary_scalar", op, a, scalar, out);
+  return binary_scalar("kiln_tensor_binary_scalar", op, a, scalar, out);
 }
 
 #define KILN_UNARY_DEF_(NAME, name)                                                   \
   kiln_status_t kiln_tensor_##name(const kiln_tensor_t *a, kiln_tensor_t **out) {     \
-    return kiln_unary("kiln_tensor_" #name, KILN_UNARY_##NAME, a, out);               \
+    return unary("kiln_tensor_" #name, KILN_UNARY_##NAME, a, out);               \
   }
 KILN_UNARY_OPS(KILN_UNARY_DEF_)
 #undef KILN_UNARY_DEF_
 
 #define KILN_BINARY_DEF_(NAME, name)                                                                      \
   kiln_status_t kiln_tensor_##name(const kiln_tensor_t *a, const kiln_tensor_t *b, kiln_tensor_t **out) { \
-    return kiln_binary("kiln_tensor_" #name, KILN_BINARY_##NAME, a, b, out);                              \
+    return binary("kiln_tensor_" #name, KILN_BINARY_##NAME, a, b, out);                              \
   }                                                                                                       \
   kiln_status_t kiln_tensor_##name##_scalar(const kiln_tensor_t *a, double scalar, kiln_tensor_t **out) { \
-    return kiln_binary_scalar("kiln_tensor_" #name "_scalar", KILN_BINARY_##NAME, a, scalar, out);        \
+    return binary_scalar("kiln_tensor_" #name "_scalar", KILN_BINARY_##NAME, a, scalar, out);        \
   }
 KILN_BINARY_OPS(KILN_BINARY_DEF_)
 #undef KILN_BINARY_DEF_
+
+/* ---- cast ---------------------------------------------------------------------------------- */
+
+kiln_status_t kiln_tensor_cast(const kiln_tensor_t *a, kiln_dtype_t dtype, kiln_tensor_t **out) {
+  static const char call[] = "kiln_tensor_cast";
+  kiln_status_t status = need(call, "a", a);
+  if (status == KILN_OK) status = need_out(call, out);
+  if (status != KILN_OK) return status;
+  if (dtype != KILN_F32 && dtype != KILN_I32) {
+    if (kiln_dtype_size(dtype) == 0)
+      return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: dtype %d is not a kiln_dtype_t; use KILN_F32 or KILN_I32",
+                             call, (int)dtype);
+    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: casting to %s is not supported yet; use KILN_F32 or KILN_I32",
+                           call, kiln_dtype_name(dtype));
+  }
+  status = need_dtype(call, "cast", "a", a, true);
+  if (status != KILN_OK) return status;
+  kiln_op_t op;
+  op.kind = a->dtype == dtype ? KILN_OP_COPY : KILN_OP_CAST;
+  op.n_in = 1;
+  kiln__tensor_view(a, &op.in[0]);
+  const kiln_tensor_t *inputs[1] = {a};
+  return kiln__op_enqueue(call, a->buffer->device, &op, dtype, a->ndim, a->shape, inputs, out);
+}
 
 /* ---- matmul ------------------------------------------------------------------------------ */
 
 /* How BLAS reads one operand: its last two dims as row-major storage with a
  * leading dimension, or as the transpose of such storage. */
-typedef struct kiln_mm_side_t {
+typedef struct mm_side_t {
   kiln_tensor_t *dense; /* a contiguous copy when neither stride is 1; else NULL */
   const kiln_tensor_t *t;
   bool trans;
   int64_t ld, batch_stride;
-} kiln_mm_side_t;
+} mm_side_t;
 
-static kiln_status_t kiln_mm_side(const char *call, const kiln_tensor_t *t, bool trans, kiln_mm_side_t *side) {
+static kiln_status_t mm_side(const char *call, const kiln_tensor_t *t, bool trans, mm_side_t *side) {
   int n = t->ndim;
   int64_t r = t->shape[n - 2], c = t->shape[n - 1], sr = t->strides[n - 2], sc = t->strides[n - 1];
   side->dense = NULL;
@@ -270,7 +266,7 @@ static kiln_status_t kiln_mm_side(const char *call, const kiln_tensor_t *t, bool
     side->trans = !trans;
     side->ld = c <= 1 ? (r > 1 ? r : 1) : sc;
   } else {
-    kiln_status_t status = kiln_dense(call, t, &side->dense);
+    kiln_status_t status = dense_of(call, t, &side->dense);
     if (status != KILN_OK) return status;
     side->t = side->dense;
     side->ld = c > 1 ? c : 1;
@@ -283,12 +279,12 @@ static kiln_status_t kiln_mm_side(const char *call, const kiln_tensor_t *t, bool
 kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b, bool trans_a, bool trans_b,
                                  kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_matmul";
-  kiln_status_t status = kiln_need(call, "a", a);
-  if (status == KILN_OK) status = kiln_need(call, "b", b);
-  if (status == KILN_OK) status = kiln_need_out(call, out);
-  if (status == KILN_OK) status = kiln_same_device(call, "a", a, "b", b);
-  if (status == KILN_OK) status = kiln_need_dtype(call, "matmul", "a", a, false);
-  if (status == KILN_OK) status = kiln_need_dtype(call, "matmul", "b", b, false);
+  kiln_status_t status = need(call, "a", a);
+  if (status == KILN_OK) status = need(call, "b", b);
+  if (status == KILN_OK) status = need_out(call, out);
+  if (status == KILN_OK) status = same_device(call, "a", a, "b", b);
+  if (status == KILN_OK) status = need_dtype(call, "matmul", "a", a, false);
+  if (status == KILN_OK) status = need_dtype(call, "matmul", "b", b, false);
   if (status != KILN_OK) return status;
   if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3)
     return kiln__set_error(KILN_SHAPE_MISMATCH,
@@ -301,8 +297,8 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
   int64_t k2 = trans_b ? bc : br, n = trans_b ? br : bc;
   char ta[128], tb[128];
   if (k != k2 || (a->ndim == 3 && b->ndim == 3 && ba != bb && ba != 1 && bb != 1)) {
-    kiln_shape_text(a->ndim, a->shape, ta, sizeof ta);
-    kiln_shape_text(b->ndim, b->shape, tb, sizeof tb);
+    shape_text(a->ndim, a->shape, ta, sizeof ta);
+    shape_text(b->ndim, b->shape, tb, sizeof tb);
     if (k != k2)
       return kiln__set_error(KILN_SHAPE_MISMATCH,
                              "%s: inner dimensions differ: op(a) is %lld x %lld and op(b) is %lld x %lld (a %s%s, b "
@@ -312,7 +308,8 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
     return kiln__set_error(KILN_SHAPE_MISMATCH, "%s: batch sizes differ: a %s, b %s; use equal batches or a 2-D operand",
                            call, ta, tb);
   }
-  int64_t batch = ba > bb ? ba : bb;
+  /* A batch of zero broadcast against anything is a batch of zero. */
+  int64_t batch = (ba == 0 || bb == 0) ? 0 : ba > bb ? ba : bb;
   bool batched = a->ndim == 3 || b->ndim == 3;
   int64_t shape[3];
   int ndim = 0;
@@ -325,14 +322,14 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
     /* The sum of no products: zeros, without bothering a GEMM. */
     op.kind = KILN_OP_FILL;
     op.n_in = 0;
-    op.u.fill.value = 0.0;
-    return kiln_run(call, device, &op, KILN_F32, ndim, shape, false, NULL, 0, out);
+    op.u.fill.value = kiln__scalar(0.0);
+    return kiln__op_enqueue(call, device, &op, KILN_F32, ndim, shape, NULL, out);
   }
-  if (kiln_numel(ndim, shape) == 0) return kiln_run(call, device, &op, KILN_F32, ndim, shape, false, NULL, 0, out);
-  kiln_mm_side_t sa, sb;
-  status = kiln_mm_side(call, a, trans_a, &sa);
+  if (numel_of(ndim, shape) == 0) return kiln__op_enqueue(call, device, &op, KILN_F32, ndim, shape, NULL, out);
+  mm_side_t sa, sb;
+  status = mm_side(call, a, trans_a, &sa);
   if (status != KILN_OK) return status;
-  status = kiln_mm_side(call, b, trans_b, &sb);
+  status = mm_side(call, b, trans_b, &sb);
   if (status != KILN_OK) {
     kiln_tensor_release(sa.dense);
     return status;
@@ -354,7 +351,7 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
   op.u.matmul.stride_b = sb.batch_stride;
   op.u.matmul.stride_c = m * n;
   const kiln_tensor_t *inputs[2] = {sa.t, sb.t};
-  status = kiln_run(call, device, &op, KILN_F32, ndim, shape, false, inputs, 2, out);
+  status = kiln__op_enqueue(call, device, &op, KILN_F32, ndim, shape, inputs, out);
   kiln_tensor_release(sa.dense);
   kiln_tensor_release(sb.dense);
   return status;
@@ -362,14 +359,14 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
 
 /* ---- reductions ----------------------------------------------------------------------------- */
 
-static kiln_status_t kiln_reduce(const char *call, kiln_reduce_op_t rop, const kiln_tensor_t *a, int axis, bool keepdim,
+static kiln_status_t reduce(const char *call, kiln_reduce_op_t rop, const kiln_tensor_t *a, int axis, bool keepdim,
                                  kiln_tensor_t **out) {
   static const char *const names[] = {"sum", "mean", "max", "argmax", "norm"};
-  kiln_status_t status = kiln_need(call, "a", a);
-  if (status == KILN_OK) status = kiln_need_out(call, out);
+  kiln_status_t status = need(call, "a", a);
+  if (status == KILN_OK) status = need_out(call, out);
   if (status != KILN_OK) return status;
   bool i32_ok = rop == KILN_REDUCE_SUM || rop == KILN_REDUCE_MAX || rop == KILN_REDUCE_ARGMAX;
-  status = kiln_need_dtype(call, names[rop], "a", a, i32_ok);
+  status = need_dtype(call, names[rop], "a", a, i32_ok);
   if (status != KILN_OK) return status;
   int n = a->ndim;
   bool all = axis == KILN_ALL_AXES || (n == 0 && (axis == 0 || axis == -1));
@@ -383,13 +380,13 @@ static kiln_status_t kiln_reduce(const char *call, kiln_reduce_op_t rop, const k
   int64_t shape[KILN_MAX_DIMS];
   int ndim = 0;
   if (all) {
-    len = kiln_numel(n, a->shape);
+    len = numel_of(n, a->shape);
     if (keepdim)
       for (int i = 0; i < n; i++) shape[ndim++] = 1;
   } else {
-    for (int i = 0; i < ax; i++) outer *= a->shape[i];
+    for (int i = 0; i < ax; i++) outer = kiln__mul_sat(outer, a->shape[i]);
     len = a->shape[ax];
-    for (int i = ax + 1; i < n; i++) inner *= a->shape[i];
+    for (int i = ax + 1; i < n; i++) inner = kiln__mul_sat(inner, a->shape[i]);
     for (int i = 0; i < n; i++) {
       if (i != ax) shape[ndim++] = a->shape[i];
       else if (keepdim) shape[ndim++] = 1;
@@ -407,42 +404,42 @@ static kiln_status_t kiln_reduce(const char *call, kiln_reduce_op_t rop, const k
   op.u.reduce.outer = outer;
   op.u.reduce.len = len;
   op.u.reduce.inner = inner;
-  if (kiln_numel(ndim, shape) == 0) return kiln_run(call, a->buffer->device, &op, dtype, ndim, shape, false, NULL, 0, out);
+  if (numel_of(ndim, shape) == 0) return kiln__op_enqueue(call, a->buffer->device, &op, dtype, ndim, shape, NULL, out);
   kiln_tensor_t *dense = NULL;
-  status = kiln_dense(call, a, &dense);
+  status = dense_of(call, a, &dense);
   if (status != KILN_OK) return status;
   kiln__tensor_view(dense, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {dense};
   /* len == 0 still runs: the sum of nothing is 0 and its mean NaN. */
-  status = kiln_run(call, a->buffer->device, &op, dtype, ndim, shape, true, inputs, 1, out);
+  status = kiln__op_enqueue(call, a->buffer->device, &op, dtype, ndim, shape, inputs, out);
   kiln_tensor_release(dense);
   return status;
 }
 
 kiln_status_t kiln_tensor_sum(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out) {
-  return kiln_reduce("kiln_tensor_sum", KILN_REDUCE_SUM, a, axis, keepdim, out);
+  return reduce("kiln_tensor_sum", KILN_REDUCE_SUM, a, axis, keepdim, out);
 }
 kiln_status_t kiln_tensor_mean(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out) {
-  return kiln_reduce("kiln_tensor_mean", KILN_REDUCE_MEAN, a, axis, keepdim, out);
+  return reduce("kiln_tensor_mean", KILN_REDUCE_MEAN, a, axis, keepdim, out);
 }
 kiln_status_t kiln_tensor_max(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out) {
-  return kiln_reduce("kiln_tensor_max", KILN_REDUCE_MAX, a, axis, keepdim, out);
+  return reduce("kiln_tensor_max", KILN_REDUCE_MAX, a, axis, keepdim, out);
 }
 kiln_status_t kiln_tensor_argmax(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out) {
-  return kiln_reduce("kiln_tensor_argmax", KILN_REDUCE_ARGMAX, a, axis, keepdim, out);
+  return reduce("kiln_tensor_argmax", KILN_REDUCE_ARGMAX, a, axis, keepdim, out);
 }
 kiln_status_t kiln_tensor_norm(const kiln_tensor_t *a, kiln_tensor_t **out) {
-  return kiln_reduce("kiln_tensor_norm", KILN_REDUCE_NORM, a, KILN_ALL_AXES, false, out);
+  return reduce("kiln_tensor_norm", KILN_REDUCE_NORM, a, KILN_ALL_AXES, false, out);
 }
 
 /* ---- neural-network operations ------------------------------------------------------------------ */
 
-static kiln_status_t kiln_softmax(const char *call, bool log, const kiln_tensor_t *a, kiln_tensor_t **out) {
-  kiln_status_t status = kiln_need(call, "a", a);
-  if (status == KILN_OK) status = kiln_need_out(call, out);
-  if (status == KILN_OK) status = kiln_need_dtype(call, log ? "log_softmax" : "softmax", "a", a, false);
+static kiln_status_t softmax(const char *call, bool log, const kiln_tensor_t *a, kiln_tensor_t **out) {
+  kiln_status_t status = need(call, "a", a);
+  if (status == KILN_OK) status = need_out(call, out);
+  if (status == KILN_OK) status = need_dtype(call, log ? "log_softmax" : "softmax", "a", a, false);
   if (status != KILN_OK) return status;
-  int64_t numel = kiln_numel(a->ndim, a->shape);
+  int64_t numel = numel_of(a->ndim, a->shape);
   int64_t cols = a->ndim ? a->shape[a->ndim - 1] : 1;
   kiln_op_t op;
   op.kind = KILN_OP_SOFTMAX;
@@ -450,39 +447,39 @@ static kiln_status_t kiln_softmax(const char *call, bool log, const kiln_tensor_
   op.u.softmax.cols = cols;
   op.u.softmax.rows = cols ? numel / cols : 0;
   op.u.softmax.log = log;
-  if (numel == 0) return kiln_run(call, a->buffer->device, &op, KILN_F32, a->ndim, a->shape, false, NULL, 0, out);
+  if (numel == 0) return kiln__op_enqueue(call, a->buffer->device, &op, KILN_F32, a->ndim, a->shape, NULL, out);
   kiln_tensor_t *dense = NULL;
-  status = kiln_dense(call, a, &dense);
+  status = dense_of(call, a, &dense);
   if (status != KILN_OK) return status;
   kiln__tensor_view(dense, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {dense};
-  status = kiln_run(call, a->buffer->device, &op, KILN_F32, a->ndim, a->shape, false, inputs, 1, out);
+  status = kiln__op_enqueue(call, a->buffer->device, &op, KILN_F32, a->ndim, a->shape, inputs, out);
   kiln_tensor_release(dense);
   return status;
 }
 
 kiln_status_t kiln_tensor_softmax(const kiln_tensor_t *a, kiln_tensor_t **out) {
-  return kiln_softmax("kiln_tensor_softmax", false, a, out);
+  return softmax("kiln_tensor_softmax", false, a, out);
 }
 
 kiln_status_t kiln_tensor_log_softmax(const kiln_tensor_t *a, kiln_tensor_t **out) {
-  return kiln_softmax("kiln_tensor_log_softmax", true, a, out);
+  return softmax("kiln_tensor_log_softmax", true, a, out);
 }
 
 kiln_status_t kiln_tensor_cross_entropy(const kiln_tensor_t *logits, const kiln_tensor_t *labels, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_cross_entropy";
-  kiln_status_t status = kiln_need(call, "logits", logits);
-  if (status == KILN_OK) status = kiln_need(call, "labels", labels);
-  if (status == KILN_OK) status = kiln_need_out(call, out);
-  if (status == KILN_OK) status = kiln_same_device(call, "logits", logits, "labels", labels);
+  kiln_status_t status = need(call, "logits", logits);
+  if (status == KILN_OK) status = need(call, "labels", labels);
+  if (status == KILN_OK) status = need_out(call, out);
+  if (status == KILN_OK) status = same_device(call, "logits", logits, "labels", labels);
   if (status != KILN_OK) return status;
   if (logits->dtype != KILN_F32 || labels->dtype != KILN_I32)
     return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: logits are %s and labels %s; pass f32 logits and i32 labels", call,
                            kiln_dtype_name(logits->dtype), kiln_dtype_name(labels->dtype));
   if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0]) {
     char tl[128], tb[128];
-    kiln_shape_text(logits->ndim, logits->shape, tl, sizeof tl);
-    kiln_shape_text(labels->ndim, labels->shape, tb, sizeof tb);
+    shape_text(logits->ndim, logits->shape, tl, sizeof tl);
+    shape_text(labels->ndim, labels->shape, tb, sizeof tb);
     return kiln__set_error(KILN_SHAPE_MISMATCH, "%s: logits %s and labels %s; pass logits [N, C] and labels [N]", call,
                            tl, tb);
   }
@@ -490,8 +487,8 @@ kiln_status_t kiln_tensor_cross_entropy(const kiln_tensor_t *logits, const kiln_
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: logits have 0 classes for %lld samples; pass at least one class",
                            call, (long long)logits->shape[0]);
   kiln_tensor_t *dl = NULL, *db = NULL;
-  status = kiln_dense(call, logits, &dl);
-  if (status == KILN_OK) status = kiln_dense(call, labels, &db);
+  status = dense_of(call, logits, &dl);
+  if (status == KILN_OK) status = dense_of(call, labels, &db);
   if (status == KILN_OK) {
     kiln_op_t op;
     op.kind = KILN_OP_CROSS_ENTROPY;
@@ -501,7 +498,7 @@ kiln_status_t kiln_tensor_cross_entropy(const kiln_tensor_t *logits, const kiln_
     kiln__tensor_view(dl, &op.in[0]);
     kiln__tensor_view(db, &op.in[1]);
     const kiln_tensor_t *inputs[2] = {dl, db};
-    status = kiln_run(call, logits->buffer->device, &op, KILN_F32, 0, NULL, true, inputs, 2, out);
+    status = kiln__op_enqueue(call, logits->buffer->device, &op, KILN_F32, 0, NULL, inputs, out);
   }
   kiln_tensor_release(dl);
   kiln_tensor_release(db);
@@ -513,23 +510,27 @@ kiln_conv2d_params_t kiln_conv2d_params_default(void) {
   return p;
 }
 
-/* Output size of a window sweep; -1 when no window fits. */
-static int64_t kiln_window_out(int64_t in, int64_t pad, int64_t dil, int64_t kernel, int64_t stride) {
-  int64_t span = in + 2 * pad - dil * (kernel - 1) - 1;
+/* Output size of a window sweep; -1 when no window fits (a window whose
+ * dilated extent overflows fits nothing). */
+static int64_t window_out(int64_t in, int64_t pad, int64_t dil, int64_t kernel, int64_t stride) {
+  int64_t reach, padded, span;
+  if (__builtin_mul_overflow(dil, kernel - 1, &reach) || __builtin_add_overflow(in, 2 * pad, &padded) ||
+      __builtin_sub_overflow(padded, reach + 1, &span))
+    return -1;
   return span < 0 ? -1 : span / stride + 1;
 }
 
 kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *weight, const kiln_tensor_t *bias,
                                  const kiln_conv2d_params_t *params, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_conv2d";
-  kiln_status_t status = kiln_need(call, "x", x);
-  if (status == KILN_OK) status = kiln_need(call, "weight", weight);
-  if (status == KILN_OK) status = kiln_need_out(call, out);
-  if (status == KILN_OK) status = kiln_same_device(call, "x", x, "weight", weight);
-  if (status == KILN_OK && bias) status = kiln_same_device(call, "x", x, "bias", bias);
-  if (status == KILN_OK) status = kiln_need_dtype(call, "conv2d", "x", x, false);
-  if (status == KILN_OK) status = kiln_need_dtype(call, "conv2d", "weight", weight, false);
-  if (status == KILN_OK && bias) status = kiln_need_dtype(call, "conv2d", "bias", bias, false);
+  kiln_status_t status = need(call, "x", x);
+  if (status == KILN_OK) status = need(call, "weight", weight);
+  if (status == KILN_OK) status = need_out(call, out);
+  if (status == KILN_OK) status = same_device(call, "x", x, "weight", weight);
+  if (status == KILN_OK && bias) status = same_device(call, "x", x, "bias", bias);
+  if (status == KILN_OK) status = need_dtype(call, "conv2d", "x", x, false);
+  if (status == KILN_OK) status = need_dtype(call, "conv2d", "weight", weight, false);
+  if (status == KILN_OK && bias) status = need_dtype(call, "conv2d", "bias", bias, false);
   if (status != KILN_OK) return status;
   kiln_conv2d_params_t p = params ? *params : kiln_conv2d_params_default();
   for (int i = 0; i < 2; i++)
@@ -539,8 +540,8 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
                              ">= 1 and paddings >= 0",
                              call, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1]);
   char tx[128], tw[128];
-  kiln_shape_text(x->ndim, x->shape, tx, sizeof tx);
-  kiln_shape_text(weight->ndim, weight->shape, tw, sizeof tw);
+  shape_text(x->ndim, x->shape, tx, sizeof tx);
+  shape_text(weight->ndim, weight->shape, tw, sizeof tw);
   if (x->ndim != 4 || weight->ndim != 4)
     return kiln__set_error(KILN_SHAPE_MISMATCH, "%s: x %s and weight %s; pass x [N, C, H, W] and weight [K, C, R, S]",
                            call, tx, tw);
@@ -553,8 +554,8 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
   if (bias && (bias->ndim != 1 || bias->shape[0] != weight->shape[0]))
     return kiln__set_error(KILN_SHAPE_MISMATCH, "%s: bias must be [%lld] (one per output channel of weight %s)", call,
                            (long long)weight->shape[0], tw);
-  int64_t P = kiln_window_out(x->shape[2], p.padding[0], p.dilation[0], weight->shape[2], p.stride[0]);
-  int64_t Q = kiln_window_out(x->shape[3], p.padding[1], p.dilation[1], weight->shape[3], p.stride[1]);
+  int64_t P = window_out(x->shape[2], p.padding[0], p.dilation[0], weight->shape[2], p.stride[0]);
+  int64_t Q = window_out(x->shape[3], p.padding[1], p.dilation[1], weight->shape[3], p.stride[1]);
   if (P < 1 || Q < 1)
     return kiln__set_error(KILN_SHAPE_MISMATCH,
                            "%s: the %lldx%lld window (dilation %dx%d) does not fit x %s with padding %dx%d: the output "
@@ -580,17 +581,17 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
     op.u.conv2d.dil[i] = p.dilation[i];
   }
   op.u.conv2d.has_bias = bias != NULL;
-  if (kiln_numel(4, shape) == 0) return kiln_run(call, x->buffer->device, &op, KILN_F32, 4, shape, false, NULL, 0, out);
+  if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, NULL, out);
   kiln_tensor_t *dx = NULL, *dw = NULL, *dbias = NULL;
-  status = kiln_dense(call, x, &dx);
-  if (status == KILN_OK) status = kiln_dense(call, weight, &dw);
-  if (status == KILN_OK && bias) status = kiln_dense(call, bias, &dbias);
+  status = dense_of(call, x, &dx);
+  if (status == KILN_OK) status = dense_of(call, weight, &dw);
+  if (status == KILN_OK && bias) status = dense_of(call, bias, &dbias);
   if (status == KILN_OK) {
     kiln__tensor_view(dx, &op.in[0]);
     kiln__tensor_view(dw, &op.in[1]);
     if (dbias) kiln__tensor_view(dbias, &op.in[2]);
     const kiln_tensor_t *inputs[3] = {dx, dw, dbias};
-    status = kiln_run(call, x->buffer->device, &op, KILN_F32, 4, shape, false, inputs, 3, out);
+    status = kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, inputs, out);
   }
   kiln_tensor_release(dx);
   kiln_tensor_release(dw);
@@ -600,9 +601,9 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
 
 kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_params_t *params, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_max_pool2d";
-  kiln_status_t status = kiln_need(call, "x", x);
-  if (status == KILN_OK) status = kiln_need_out(call, out);
-  if (status == KILN_OK) status = kiln_need_dtype(call, "max_pool2d", "x", x, false);
+  kiln_status_t status = need(call, "x", x);
+  if (status == KILN_OK) status = need_out(call, out);
+  if (status == KILN_OK) status = need_dtype(call, "max_pool2d", "x", x, false);
   if (status != KILN_OK) return status;
   if (!params)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: params is NULL; pass the kernel size (and stride, padding)", call);
@@ -617,11 +618,11 @@ kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_p
                              params->padding[0], params->padding[1]);
   }
   char tx[128];
-  kiln_shape_text(x->ndim, x->shape, tx, sizeof tx);
+  shape_text(x->ndim, x->shape, tx, sizeof tx);
   if (x->ndim != 4)
     return kiln__set_error(KILN_SHAPE_MISMATCH, "%s: x %s; pass x [N, C, H, W]", call, tx);
-  int64_t P = kiln_window_out(x->shape[2], p.padding[0], 1, p.kernel[0], p.stride[0]);
-  int64_t Q = kiln_window_out(x->shape[3], p.padding[1], 1, p.kernel[1], p.stride[1]);
+  int64_t P = window_out(x->shape[2], p.padding[0], 1, p.kernel[0], p.stride[0]);
+  int64_t Q = window_out(x->shape[3], p.padding[1], 1, p.kernel[1], p.stride[1]);
   if (P < 1 || Q < 1)
     return kiln__set_error(KILN_SHAPE_MISMATCH,
                            "%s: the %dx%d window does not fit x %s with padding %dx%d; use a smaller kernel", call,
@@ -630,24 +631,24 @@ kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_p
   kiln_op_t op;
   op.kind = KILN_OP_MAX_POOL2D;
   op.n_in = 1;
-  op.u.pool2d.n = x->shape[0];
-  op.u.pool2d.c = x->shape[1];
-  op.u.pool2d.h = x->shape[2];
-  op.u.pool2d.w = x->shape[3];
-  op.u.pool2d.p = P;
-  op.u.pool2d.q = Q;
+  op.u.pooling.n = x->shape[0];
+  op.u.pooling.c = x->shape[1];
+  op.u.pooling.h = x->shape[2];
+  op.u.pooling.w = x->shape[3];
+  op.u.pooling.p = P;
+  op.u.pooling.q = Q;
   for (int i = 0; i < 2; i++) {
-    op.u.pool2d.kernel[i] = p.kernel[i];
-    op.u.pool2d.stride[i] = p.stride[i];
-    op.u.pool2d.pad[i] = p.padding[i];
+    op.u.pooling.kernel[i] = p.kernel[i];
+    op.u.pooling.stride[i] = p.stride[i];
+    op.u.pooling.pad[i] = p.padding[i];
   }
-  if (kiln_numel(4, shape) == 0) return kiln_run(call, x->buffer->device, &op, KILN_F32, 4, shape, false, NULL, 0, out);
+  if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, NULL, out);
   kiln_tensor_t *dx = NULL;
-  status = kiln_dense(call, x, &dx);
+  status = dense_of(call, x, &dx);
   if (status != KILN_OK) return status;
   kiln__tensor_view(dx, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {dx};
-  status = kiln_run(call, x->buffer->device, &op, KILN_F32, 4, shape, false, inputs, 1, out);
+  status = kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, inputs, out);
   kiln_tensor_release(dx);
   return status;
 }

@@ -6,60 +6,51 @@
 
 /* A queue as the core keeps it: the public struct first, so that a
  * kiln_queue_t pointer is a node pointer. */
-typedef struct kiln_queue_node_t {
+typedef struct kiln__queue_node_t {
   kiln_queue_t queue;
   /* The stamp taken before the latest finish that completed: everything
    * enqueued before that stamp is done. The pool reads it to hand a block
    * released on this queue to another queue without waiting. */
   _Atomic uint64_t done_stamp;
-  struct kiln_queue_node_t *prev, *next;
-} kiln_queue_node_t;
-
-/* The live queues of each device, by visible index. The device struct is a
- * shared contract without room for them, and devices are few. */
-typedef struct kiln_queue_list_t {
-  pthread_mutex_t lock;
-  kiln_queue_node_t *head;
-  bool attached;
-} kiln_queue_list_t;
-
-static kiln_queue_list_t kiln_queue_lists[KILN_MAX_DEVICES];
+  struct kiln__queue_node_t *prev, *next;
+} queue_node_t;
 
 /* Never 0: 0 tags "no queue" in buffers and pool blocks. */
-static _Atomic uint64_t kiln_next_queue_id = 1;
-static _Atomic uint64_t kiln_clock = 1;
+static _Atomic uint64_t next_queue_id = 1;
+static _Atomic uint64_t clock_ticks = 1;
 
-/* The current queue per device for this thread. A slot is valid only while
- * its generation matches the device index's: kiln_deinitialize destroys the
- * queues that other threads' slots still name, and a later start reuses the
- * indices. */
-typedef struct kiln_current_t {
-  kiln_queue_t *queue;
-  uint64_t generation;
-} kiln_current_t;
+/* The calling thread's current queues, for the devices it set one on: a
+ * small map keyed by the device and its serial, so that a slot naming a
+ * device of an earlier start (whose queues are gone, and whose address may
+ * have been reused) never matches. */
+#define CURRENT_SLOTS 16
+typedef struct current_t {
+  const kiln_device_t *device;
+  uint64_t serial;
+  kiln_queue_t *queue; /* retained */
+} current_t;
 
-static _Thread_local kiln_current_t kiln_current[KILN_MAX_DEVICES];
-static _Atomic uint64_t kiln_generation[KILN_MAX_DEVICES];
+static _Thread_local current_t current[CURRENT_SLOTS];
+static _Thread_local int current_used;
 
-static kiln_queue_node_t *kiln_node(kiln_queue_t *queue) { return (kiln_queue_node_t *)queue; }
+static queue_node_t *node_of(kiln_queue_t *queue) { return (queue_node_t *)queue; }
 
-uint64_t kiln__queue_stamp(void) { return atomic_fetch_add_explicit(&kiln_clock, 1, memory_order_relaxed); }
+uint64_t kiln__queue_stamp(void) { return atomic_fetch_add_explicit(&clock_ticks, 1, memory_order_relaxed); }
 
 void kiln__queue_mark_done(kiln_queue_t *queue, uint64_t stamp) {
-  kiln_queue_node_t *node = kiln_node(queue);
+  queue_node_t *node = node_of(queue);
   uint64_t seen = atomic_load_explicit(&node->done_stamp, memory_order_relaxed);
-  while (seen < stamp &&
-         !atomic_compare_exchange_weak_explicit(&node->done_stamp, &seen, stamp, memory_order_release,
-                                                memory_order_relaxed)) {
+  while (seen < stamp && !atomic_compare_exchange_weak_explicit(&node->done_stamp, &seen, stamp, memory_order_release,
+                                                                memory_order_relaxed)) {
   }
 }
 
 bool kiln__queue_done_since(kiln_device_t *device, uint64_t queue_id, uint64_t stamp) {
   if (queue_id == 0) return true;
-  kiln_queue_list_t *list = &kiln_queue_lists[device->index];
+  kiln__queue_list_t *list = &device->queues;
   bool done = true; /* a queue no longer listed was finished before it was destroyed */
   pthread_mutex_lock(&list->lock);
-  for (kiln_queue_node_t *n = list->head; n; n = n->next) {
+  for (queue_node_t *n = list->head; n; n = n->next) {
     if (n->queue.id == queue_id) {
       done = atomic_load_explicit(&n->done_stamp, memory_order_acquire) > stamp;
       break;
@@ -70,12 +61,12 @@ bool kiln__queue_done_since(kiln_device_t *device, uint64_t queue_id, uint64_t s
 }
 
 /* Create a queue object on device and list it. */
-static kiln_status_t kiln_queue_new(kiln_device_t *device, kiln_queue_t **out_queue) {
-  kiln_queue_node_t *node = calloc(1, sizeof *node);
+static kiln_status_t queue_new(kiln_device_t *device, kiln_queue_t **out_queue) {
+  queue_node_t *node = calloc(1, sizeof *node);
   if (!node)
     return kiln__set_error(KILN_OUT_OF_MEMORY, "cannot allocate a queue object (%zu bytes) for %s; free host memory",
                            sizeof *node, device->display_name);
-  kiln_status_t status = device->iface->queue_create(device->impl, &node->queue.impl);
+  kiln_status_t status = device->iface->queue_create(device->ctx, device->impl, &node->queue.impl);
   if (status != KILN_OK) {
     free(node);
     return kiln__wrap_error(status, "creating a queue on %s", device->display_name);
@@ -83,8 +74,8 @@ static kiln_status_t kiln_queue_new(kiln_device_t *device, kiln_queue_t **out_qu
   atomic_init(&node->queue.refs, 1);
   atomic_init(&node->done_stamp, 0);
   node->queue.device = device;
-  node->queue.id = atomic_fetch_add_explicit(&kiln_next_queue_id, 1, memory_order_relaxed);
-  kiln_queue_list_t *list = &kiln_queue_lists[device->index];
+  node->queue.id = atomic_fetch_add_explicit(&next_queue_id, 1, memory_order_relaxed);
+  kiln__queue_list_t *list = &device->queues;
   pthread_mutex_lock(&list->lock);
   node->next = list->head;
   if (list->head) list->head->prev = node;
@@ -95,60 +86,71 @@ static kiln_status_t kiln_queue_new(kiln_device_t *device, kiln_queue_t **out_qu
 }
 
 /* Finish, unlist and destroy. */
-static void kiln_queue_destroy(kiln_queue_t *queue) {
-  kiln_queue_node_t *node = kiln_node(queue);
+static void queue_destroy(kiln_queue_t *queue) {
+  queue_node_t *node = node_of(queue);
   kiln_device_t *device = queue->device;
   /* Errors of work nobody waits for any more have nowhere to go. */
-  device->iface->queue_finish(queue->impl);
-  kiln_queue_list_t *list = &kiln_queue_lists[device->index];
+  device->iface->queue_finish(device->ctx, queue->impl);
+  kiln__queue_list_t *list = &device->queues;
   pthread_mutex_lock(&list->lock);
   if (node->prev) node->prev->next = node->next;
   else if (list->head == node) list->head = node->next;
   if (node->next) node->next->prev = node->prev;
   pthread_mutex_unlock(&list->lock);
-  device->iface->queue_destroy(queue->impl);
+  device->iface->queue_destroy(device->ctx, queue->impl);
   free(node);
 }
 
+KILN__DEFINE_REFCOUNT(kiln_queue_t, queue, queue_destroy)
+
 kiln_status_t kiln__queues_attach(kiln_device_t *device) {
-  kiln_queue_list_t *list = &kiln_queue_lists[device->index];
+  kiln__queue_list_t *list = &device->queues;
   pthread_mutex_init(&list->lock, NULL);
   list->head = NULL;
-  list->attached = true;
-  atomic_fetch_add(&kiln_generation[device->index], 1);
-  return kiln_queue_new(device, &device->default_queue);
+  return queue_new(device, &device->default_queue);
+}
+
+/* The calling thread's slot of `device`, or NULL. */
+static current_t *current_find(const kiln_device_t *device) {
+  for (int i = 0; i < current_used; i++)
+    if (current[i].device == device && current[i].serial == device->serial) return &current[i];
+  return NULL;
+}
+
+void kiln__queue_forget_thread(void) {
+  /* The queues these slots name are destroyed with their devices. */
+  current_used = 0;
 }
 
 void kiln__queues_detach(kiln_device_t *device) {
-  kiln_queue_list_t *list = &kiln_queue_lists[device->index];
-  if (!list->attached) return;
-  /* Slots of other threads become stale through the generation; this
-   * thread's is simply dropped. */
-  atomic_fetch_add(&kiln_generation[device->index], 1);
-  kiln_current[device->index].queue = NULL;
+  if (!device->default_queue) return;
+  /* This thread's slot is dropped; other threads' slots go stale through the
+   * serial (the queues they name are destroyed below). */
+  current_t *slot = current_find(device);
+  if (slot) *slot = current[--current_used];
   /* Handles the application still holds become invalid (kiln_deinitialize). */
+  kiln__queue_list_t *list = &device->queues;
   for (;;) {
     pthread_mutex_lock(&list->lock);
-    kiln_queue_node_t *node = list->head;
+    queue_node_t *node = list->head;
     pthread_mutex_unlock(&list->lock);
     if (!node) break;
-    kiln_queue_destroy(&node->queue);
+    queue_destroy(&node->queue);
   }
   device->default_queue = NULL;
-  list->attached = false;
   pthread_mutex_destroy(&list->lock);
 }
 
 kiln_status_t kiln__device_finish_all(kiln_device_t *device) {
-  kiln_queue_list_t *list = &kiln_queue_lists[device->index];
+  kiln__queue_list_t *list = &device->queues;
   kiln_status_t first = KILN_OK;
   char message[1024] = "";
   /* The lock is held throughout so that no queue is destroyed under us;
    * finishing never calls back into the core. */
   pthread_mutex_lock(&list->lock);
-  for (kiln_queue_node_t *n = list->head; n; n = n->next) {
+  for (queue_node_t *n = list->head; n; n = n->next) {
     uint64_t stamp = kiln__queue_stamp();
-    kiln_status_t status = device->iface->queue_finish(n->queue.impl);
+    kiln_status_t status = device->iface->queue_finish(device->ctx, n->queue.impl);
     if (status == KILN_OK) {
       kiln__queue_mark_done(&n->queue, stamp);
     } else if (first == KILN_OK) {
@@ -171,17 +173,17 @@ kiln_status_t kiln_queue_create(kiln_device_t *device, kiln_queue_t **out_queue)
                            "kiln_queue_create: %s is NULL; pass a device from kiln_device_get or kiln_device_default "
                            "and the address of a kiln_queue_t *",
                            !device ? "device" : "out_queue");
-  return kiln_queue_new(device, out_queue);
+  return queue_new(device, out_queue);
 }
 
 kiln_queue_t *kiln_device_default_queue(kiln_device_t *device) { return device ? device->default_queue : NULL; }
 
 kiln_queue_t *kiln_device_current_queue(kiln_device_t *device) {
   if (!device) return NULL;
-  const kiln_current_t *slot = &kiln_current[device->index];
-  if (slot->queue &&
-      slot->generation == atomic_load_explicit(&kiln_generation[device->index], memory_order_relaxed))
-    return slot->queue;
+  if (current_used) {
+    const current_t *slot = current_find(device);
+    if (slot) return slot->queue;
+  }
   return device->default_queue;
 }
 
@@ -194,27 +196,42 @@ kiln_status_t kiln_device_set_current_queue(kiln_device_t *device, kiln_queue_t 
                            "kiln_device_set_current_queue: the queue belongs to %s, not to %s; pass a queue created "
                            "on %s (kiln_queue_create)",
                            queue->device->display_name, device->display_name, device->display_name);
-  kiln_current_t *slot = &kiln_current[device->index];
-  uint64_t generation = atomic_load_explicit(&kiln_generation[device->index], memory_order_relaxed);
-  kiln_queue_t *old = slot->generation == generation ? slot->queue : NULL;
+  current_t *slot = current_find(device);
   /* The default queue is the fallback anyway: holding no slot for it keeps
    * the device's own reference the only one. */
   if (queue == device->default_queue) queue = NULL;
-  if (queue) kiln_queue_retain(queue);
-  slot->queue = queue;
-  slot->generation = generation;
-  kiln_queue_release(old);
+  if (!queue) {
+    if (slot) {
+      kiln_queue_t *old = slot->queue;
+      *slot = current[--current_used];
+      kiln_queue_release(old);
+    }
+    return KILN_OK;
+  }
+  if (!slot) {
+    /* Slots of devices from an earlier start are free for reuse. */
+    for (int i = 0; i < current_used && !slot; i++) {
+      bool live = false;
+      for (size_t d = 0; d < kiln__rt.device_count && !live; d++)
+        live = current[i].device == kiln__rt.devices[d] && current[i].serial == kiln__rt.devices[d]->serial;
+      if (!live) slot = &current[i];
+    }
+    if (!slot && current_used == CURRENT_SLOTS)
+      return kiln__set_error(KILN_OUT_OF_RESOURCES,
+                             "kiln_device_set_current_queue: this thread already set current queues on %d devices; "
+                             "set a device's back to its default (NULL) first",
+                             CURRENT_SLOTS);
+    if (!slot) slot = &current[current_used++];
+    slot->queue = NULL;
+  } else if (slot->queue == queue) {
+    return KILN_OK;
+  }
+  kiln_queue_t *old = slot->queue;
+  slot->device = device;
+  slot->serial = device->serial;
+  slot->queue = kiln_queue_retain(queue);
+  kiln_queue_release(old); /* NULL for a fresh slot or one of an earlier start, whose queue is gone */
   return KILN_OK;
-}
-
-kiln_queue_t *kiln_queue_retain(kiln_queue_t *queue) {
-  if (queue) atomic_fetch_add_explicit(&queue->refs, 1, memory_order_relaxed);
-  return queue;
-}
-
-void kiln_queue_release(kiln_queue_t *queue) {
-  if (!queue) return;
-  if (atomic_fetch_sub_explicit(&queue->refs, 1, memory_order_acq_rel) == 1) kiln_queue_destroy(queue);
 }
 
 kiln_device_t *kiln_queue_device(const kiln_queue_t *queue) { return queue ? queue->device : NULL; }
@@ -225,17 +242,17 @@ kiln_status_t kiln_queue_finish(kiln_queue_t *queue) {
                            "kiln_queue_finish: queue is NULL; pass a queue from kiln_queue_create or "
                            "kiln_device_current_queue");
   uint64_t stamp = kiln__queue_stamp();
-  kiln_status_t status = queue->device->iface->queue_finish(queue->impl);
+  kiln_status_t status = queue->device->iface->queue_finish(queue->device->ctx, queue->impl);
   if (status != KILN_OK)
     return kiln__wrap_error(status, "kiln_queue_finish: work on a queue of %s failed", queue->device->display_name);
   kiln__queue_mark_done(queue, stamp);
   return KILN_OK;
 }
 
-static kiln_status_t kiln_event_new(kiln_queue_t *queue, kiln_backend_event_t *impl, kiln_event_t **out_event) {
+static kiln_status_t event_new(kiln_queue_t *queue, kiln_backend_event_t *impl, kiln_event_t **out_event) {
   kiln_event_t *event = malloc(sizeof *event);
   if (!event) {
-    queue->device->iface->event_release(impl);
+    queue->device->iface->event_release(queue->device->ctx, impl);
     return kiln__set_error(KILN_OUT_OF_MEMORY, "cannot allocate an event object (%zu bytes); free host memory",
                            sizeof *event);
   }
@@ -250,10 +267,10 @@ static kiln_status_t kiln_event_new(kiln_queue_t *queue, kiln_backend_event_t *i
 kiln_status_t kiln__queue_record_out(kiln_queue_t *queue, kiln_event_t **out_event) {
   if (!out_event) return KILN_OK;
   kiln_backend_event_t *impl = NULL;
-  kiln_status_t status = queue->device->iface->queue_record(queue->impl, &impl);
+  kiln_status_t status = queue->device->iface->queue_record(queue->device->ctx, queue->impl, &impl);
   if (status != KILN_OK)
     return kiln__wrap_error(status, "recording an event on a queue of %s", queue->device->display_name);
-  return kiln_event_new(queue, impl, out_event);
+  return event_new(queue, impl, out_event);
 }
 
 kiln_status_t kiln_queue_record(kiln_queue_t *queue, kiln_event_t **out_event) {
@@ -290,10 +307,10 @@ kiln_status_t kiln__queue_wait_list(kiln_queue_t *queue, uint32_t count, kiln_ev
                              i, count);
     kiln_status_t status;
     if (event->device->iface == queue->device->iface) {
-      status = queue->device->iface->queue_wait(queue->impl, event->impl);
+      status = queue->device->iface->queue_wait(queue->device->ctx, queue->impl, event->impl);
     } else {
       /* Another backend cannot wait on this one's event: the caller does. */
-      status = event->device->iface->event_wait(event->impl);
+      status = event->device->iface->event_wait(event->device->ctx, event->impl);
     }
     if (status != KILN_OK)
       return kiln__wrap_error(status, "waiting on an event of %s before work on %s", event->device->display_name,
@@ -304,23 +321,17 @@ kiln_status_t kiln__queue_wait_list(kiln_queue_t *queue, uint32_t count, kiln_ev
 
 /* ---- events ----------------------------------------------------------------- */
 
-kiln_event_t *kiln_event_retain(kiln_event_t *event) {
-  if (event) atomic_fetch_add_explicit(&event->refs, 1, memory_order_relaxed);
-  return event;
+static void event_destroy(kiln_event_t *event) {
+  event->device->iface->event_release(event->device->ctx, event->impl);
+  free(event);
 }
 
-void kiln_event_release(kiln_event_t *event) {
-  if (!event) return;
-  if (atomic_fetch_sub_explicit(&event->refs, 1, memory_order_acq_rel) == 1) {
-    event->device->iface->event_release(event->impl);
-    free(event);
-  }
-}
+KILN__DEFINE_REFCOUNT(kiln_event_t, event, event_destroy)
 
 kiln_status_t kiln_event_wait(kiln_event_t *event) {
   if (!event)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_event_wait: event is NULL; pass an event from kiln_queue_record");
-  kiln_status_t status = event->device->iface->event_wait(event->impl);
+  kiln_status_t status = event->device->iface->event_wait(event->device->ctx, event->impl);
   if (status != KILN_OK)
     return kiln__wrap_error(status, "kiln_event_wait: work before the event on %s failed", event->device->display_name);
   return KILN_OK;
@@ -329,7 +340,7 @@ kiln_status_t kiln_event_wait(kiln_event_t *event) {
 kiln_status_t kiln_event_query(kiln_event_t *event) {
   if (!event)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_event_query: event is NULL; pass an event from kiln_queue_record");
-  kiln_status_t status = event->device->iface->event_query(event->impl);
+  kiln_status_t status = event->device->iface->event_query(event->device->ctx, event->impl);
   if (status == KILN_NOT_READY || status == KILN_OK) return status;
   return kiln__wrap_error(status, "kiln_event_query on %s", event->device->display_name);
 }
@@ -347,9 +358,10 @@ kiln_status_t kiln_event_elapsed(kiln_event_t *start, kiln_event_t *end, double 
                            (unsigned long long)start->queue_id, start->device->display_name,
                            (unsigned long long)end->queue_id, end->device->display_name);
   const kiln_backend_iface_t *iface = start->device->iface;
-  kiln_status_t status = iface->event_wait(start->impl);
-  if (status == KILN_OK) status = iface->event_wait(end->impl);
-  if (status == KILN_OK) status = iface->event_elapsed(start->impl, end->impl, out_ms);
+  kiln_backend_context_t *ctx = start->device->ctx;
+  kiln_status_t status = iface->event_wait(ctx, start->impl);
+  if (status == KILN_OK) status = iface->event_wait(ctx, end->impl);
+  if (status == KILN_OK) status = iface->event_elapsed(ctx, start->impl, end->impl, out_ms);
   if (status != KILN_OK) return kiln__wrap_error(status, "kiln_event_elapsed on %s", start->device->display_name);
   return KILN_OK;
 }

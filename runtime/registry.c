@@ -1,11 +1,15 @@
 /* runtime/registry.c: loads the backends KILN_BACKEND names, enumerates, filters and orders their devices. */
 #include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <limits.h>
 #include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime/internal.h"
@@ -24,8 +28,8 @@
 
 /* snprintf that says whether everything fit; a path cut short is skipped
  * rather than tried. */
-static bool kiln_fmt(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool kiln_fmt(char *out, size_t size, const char *fmt, ...) {
+static bool fmt_fits(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fmt_fits(char *out, size_t size, const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);
   int n = vsnprintf(out, size, fmt, args);
@@ -33,25 +37,34 @@ static bool kiln_fmt(char *out, size_t size, const char *fmt, ...) {
   return n >= 0 && (size_t)n < size;
 }
 
-typedef struct kiln_candidates_t {
+typedef struct candidates_t {
   char paths[KILN_MAX_CANDIDATES][PATH_MAX];
+  bool too_long[KILN_MAX_CANDIDATES]; /* paths[i] is a note naming a folder whose path was too long */
   size_t count;
-} kiln_candidates_t;
+} candidates_t;
 
-static void kiln_candidate_add(kiln_candidates_t *c, const char *dir, const char *file) {
+static void candidate_add(candidates_t *c, const char *dir, const char *file) {
   if (!dir[0] || c->count == KILN_MAX_CANDIDATES) return;
   char path[PATH_MAX];
   int n = snprintf(path, sizeof path, "%s/%s", dir, file);
-  if (n < 0 || (size_t)n >= sizeof path) return;
+  if (n < 0 || (size_t)n >= sizeof path) {
+    /* Listed among the paths tried, so that the message says why a folder
+     * the user named was not searched. */
+    snprintf(c->paths[c->count], sizeof c->paths[c->count], "%.60s... (a path over %d bytes, not searched)", dir,
+             PATH_MAX - 1);
+    c->too_long[c->count++] = true;
+    return;
+  }
   for (size_t i = 0; i < c->count; i++)
     if (!strcmp(c->paths[i], path)) return;
+  c->too_long[c->count] = false;
   memcpy(c->paths[c->count++], path, (size_t)n + 1);
 }
 
 /* The file that holds this code: libkiln.so when linked dynamically, the
  * executable when linked statically. Resolved to a real path so that the
  * build-tree check compares like with like. */
-static bool kiln_self_path(char *out, size_t size) {
+static bool self_path(char *out, size_t size) {
   Dl_info info;
   struct link_map *map = NULL;
   if (!dladdr1((void *)kiln__registry_load, &info, (void **)&map, RTLD_DL_LINKMAP)) return false;
@@ -70,7 +83,7 @@ static bool kiln_self_path(char *out, size_t size) {
   return true;
 }
 
-static void kiln_plugin_candidates(const kiln__runtime_t *rt, const char *name, kiln_candidates_t *out) {
+static void plugin_candidates(const kiln__runtime_t *rt, const char *name, candidates_t *out) {
   char file[64];
   snprintf(file, sizeof file, "libkiln-%s.so", name);
   out->count = 0;
@@ -80,11 +93,16 @@ static void kiln_plugin_candidates(const kiln__runtime_t *rt, const char *name, 
     while (*p) {
       const char *colon = strchr(p, ':');
       size_t len = colon ? (size_t)(colon - p) : strlen(p);
-      if (len > 0 && len < PATH_MAX) {
+      if (len >= PATH_MAX) {
+        char dir[PATH_MAX];
+        memcpy(dir, p, PATH_MAX - 1);
+        dir[PATH_MAX - 1] = '\0';
+        candidate_add(out, dir, file);
+      } else if (len > 0) {
         char dir[PATH_MAX];
         memcpy(dir, p, len);
         dir[len] = '\0';
-        kiln_candidate_add(out, dir, file);
+        candidate_add(out, dir, file);
       }
       if (!colon) break;
       p = colon + 1;
@@ -92,18 +110,18 @@ static void kiln_plugin_candidates(const kiln__runtime_t *rt, const char *name, 
   }
 
   char self[PATH_MAX];
-  bool have_self = kiln_self_path(self, sizeof self);
+  bool have_self = self_path(self, sizeof self);
   if (have_self) {
     char dir[PATH_MAX];
     strcpy(dir, self);
     char *slash = strrchr(dir, '/');
     if (slash) {
       strcpy(slash, "/kiln");
-      kiln_candidate_add(out, dir, file);
+      candidate_add(out, dir, file);
     }
   }
 
-  kiln_candidate_add(out, KILN_PLUGIN_INSTALL_DIR, file);
+  candidate_add(out, KILN_PLUGIN_INSTALL_DIR, file);
 
   /* The build tree is searched only by a libkiln that runs from it, so an
    * installed kiln never picks up stale plugins of an old build. */
@@ -112,84 +130,216 @@ static void kiln_plugin_candidates(const kiln__runtime_t *rt, const char *name, 
     size_t len = strlen(root);
     if (!strncmp(self, root, len) && self[len] == '/') {
       char dir[PATH_MAX];
-      if (kiln_fmt(dir, sizeof dir, "%s/backends/%s", root, name)) kiln_candidate_add(out, dir, file);
-      if (kiln_fmt(dir, sizeof dir, "%s/tests", root)) kiln_candidate_add(out, dir, file);
+      if (fmt_fits(dir, sizeof dir, "%s/backends/%s", root, name)) candidate_add(out, dir, file);
+      if (fmt_fits(dir, sizeof dir, "%s/tests", root)) candidate_add(out, dir, file);
     }
   }
 }
 
-/* Backends compiled into the program besides the CPU one, by name. */
-#define KILN_MAX_BUILTINS 4
+/* Backends compiled into the program by tests, by name; they come before the
+ * built-in list (backends/builtin.c) and plugins of the same name. */
+#define MAX_TEST_BUILTINS 8
 static struct {
   char name[32];
   kiln_backend_entry_fn entry;
-} kiln_builtins[KILN_MAX_BUILTINS];
-static size_t kiln_builtin_count;
+} test_builtins[MAX_TEST_BUILTINS];
+static size_t test_builtin_count;
 
 kiln_status_t kiln__registry_add_builtin(const char *name, kiln_backend_entry_fn entry) {
   if (!name || !entry)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__registry_add_builtin: %s is NULL", name ? "entry" : "name");
   size_t len = strlen(name);
-  if (len == 0 || len >= sizeof kiln_builtins[0].name || strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_") != len)
+  if (len == 0 || len >= sizeof test_builtins[0].name || strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_") != len)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__registry_add_builtin: \"%.64s\" is not a backend name "
-                           "([a-z0-9_]+, at most %zu characters)", name, sizeof kiln_builtins[0].name - 1);
-  for (size_t i = 0; i < kiln_builtin_count; i++) {
-    if (!strcmp(kiln_builtins[i].name, name)) {
-      kiln_builtins[i].entry = entry;
+                           "([a-z0-9_]+, at most %zu characters)", name, sizeof test_builtins[0].name - 1);
+  for (size_t i = 0; i < test_builtin_count; i++) {
+    if (!strcmp(test_builtins[i].name, name)) {
+      test_builtins[i].entry = entry;
       return KILN_OK;
     }
   }
-  if (kiln_builtin_count == KILN_MAX_BUILTINS)
+  if (test_builtin_count == MAX_TEST_BUILTINS)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__registry_add_builtin: at most %d built-in backends",
-                           KILN_MAX_BUILTINS);
-  memcpy(kiln_builtins[kiln_builtin_count].name, name, len + 1);
-  kiln_builtins[kiln_builtin_count].entry = entry;
-  kiln_builtin_count++;
+                           MAX_TEST_BUILTINS);
+  memcpy(test_builtins[test_builtin_count].name, name, len + 1);
+  test_builtins[test_builtin_count].entry = entry;
+  test_builtin_count++;
   return KILN_OK;
 }
 
-static kiln_backend_entry_fn kiln_builtin_find(const char *name) {
-  for (size_t i = 0; i < kiln_builtin_count; i++)
-    if (!strcmp(kiln_builtins[i].name, name)) return kiln_builtins[i].entry;
+static kiln_backend_entry_fn builtin_find(const char *name) {
+  for (size_t i = 0; i < test_builtin_count; i++)
+    if (!strcmp(test_builtins[i].name, name)) return test_builtins[i].entry;
+  for (const kiln_backend_builtin_t *b = kiln_backend_builtins; b->name; b++)
+    if (!strcmp(b->name, name)) return b->entry;
   return NULL;
 }
 
-static void kiln_backend_fail(kiln__backend_t *b, kiln_backend_state_t state, const char *fmt, ...)
+static void backend_fail(kiln__backend_t *b, kiln_backend_state_t state, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void kiln_backend_fail(kiln__backend_t *b, kiln_backend_state_t state, const char *fmt, ...) {
+static void backend_fail(kiln__backend_t *b, kiln_backend_state_t state, const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);
   vsnprintf(b->reason, sizeof b->reason, fmt, args);
   va_end(args);
   b->info.state = state;
-  b->iface = NULL;
+  b->loaded = false;
 }
 
 /* The slots a backend must fill; the others have defaults in the core. */
-static const char *kiln_missing_slot(const kiln_backend_iface_t *i) {
-#define KILN_REQUIRE_(slot) \
+static const char *missing_slot(const kiln_backend_iface_t *i) {
+#define REQUIRE_(slot) \
   if (!i->slot) return #slot;
-  KILN_REQUIRE_(name) KILN_REQUIRE_(initialize) KILN_REQUIRE_(device_count) KILN_REQUIRE_(device_describe)
-  KILN_REQUIRE_(buffer_allocate) KILN_REQUIRE_(buffer_free) KILN_REQUIRE_(queue_create)
-  KILN_REQUIRE_(queue_destroy) KILN_REQUIRE_(queue_finish) KILN_REQUIRE_(queue_record)
-  KILN_REQUIRE_(queue_wait) KILN_REQUIRE_(event_wait) KILN_REQUIRE_(event_query)
-  KILN_REQUIRE_(event_elapsed) KILN_REQUIRE_(event_release) KILN_REQUIRE_(buffer_write)
-  KILN_REQUIRE_(buffer_read) KILN_REQUIRE_(buffer_fill) KILN_REQUIRE_(op_providers) KILN_REQUIRE_(op_run)
-#undef KILN_REQUIRE_
+  REQUIRE_(name) REQUIRE_(initialize) REQUIRE_(device_count) REQUIRE_(device_describe)
+  REQUIRE_(buffer_allocate) REQUIRE_(buffer_free) REQUIRE_(queue_create)
+  REQUIRE_(queue_destroy) REQUIRE_(queue_finish) REQUIRE_(queue_record)
+  REQUIRE_(queue_wait) REQUIRE_(event_wait) REQUIRE_(event_query)
+  REQUIRE_(event_elapsed) REQUIRE_(event_release) REQUIRE_(buffer_write)
+  REQUIRE_(buffer_read) REQUIRE_(buffer_fill) REQUIRE_(ops)
+#undef REQUIRE_
   return NULL;
 }
 
-/* Find, dlopen and check one plugin; on success b->iface is set. */
-static void kiln_plugin_open(kiln__runtime_t *rt, kiln__backend_t *b) {
-  kiln_candidates_t *candidates = malloc(sizeof *candidates);
-  if (!candidates) {
-    kiln_backend_fail(b, KILN_BACKEND_UNAVAILABLE, "out of host memory searching for the plugin");
+/* The smallest table the core accepts: every slot up to the op table. */
+#define MIN_IFACE_SIZE (offsetof(kiln_backend_iface_t, ops) + sizeof(void *))
+/* Rows a table may have at most (a missing end row must not run away). */
+#define MAX_OP_ROWS 4096
+
+/* Take a backend's table: the ABI check, then a copy at the core's size (the
+ * slots a shorter table lacks stay NULL: their defaults), then the required
+ * slots and the op table's rows (native for every kind). On success the
+ * backend is marked loaded. */
+static void backend_adopt(kiln__backend_t *b, const kiln_backend_iface_t *iface, const char *origin) {
+  if (!iface) {
+    backend_fail(b, KILN_BACKEND_ABI_MISMATCH, "%s: %s() returned no interface; rebuild it against this kiln", origin,
+                 KILN_BACKEND_ENTRY_SYMBOL);
     return;
   }
-  kiln_plugin_candidates(rt, b->name, candidates);
+  if (iface->abi_version != KILN_BACKEND_ABI_VERSION) {
+    backend_fail(b, KILN_BACKEND_ABI_MISMATCH,
+                 "%s was built for backend ABI %u, this libkiln speaks %u; rebuild the plugin against this kiln (it "
+                 "is too %s)",
+                 origin, iface->abi_version, KILN_BACKEND_ABI_VERSION,
+                 iface->abi_version < KILN_BACKEND_ABI_VERSION ? "old" : "new");
+    return;
+  }
+  if (iface->size < MIN_IFACE_SIZE) {
+    backend_fail(b, KILN_BACKEND_ABI_MISMATCH,
+                 "%s has an interface table of %u bytes, less than the %zu of backend ABI %u's required slots; it is "
+                 "too old: rebuild it against this kiln",
+                 origin, iface->size, (size_t)MIN_IFACE_SIZE, KILN_BACKEND_ABI_VERSION);
+    return;
+  }
+  memset(&b->iface, 0, sizeof b->iface);
+  memcpy(&b->iface, iface, iface->size < sizeof b->iface ? iface->size : sizeof b->iface);
+  const char *missing = missing_slot(&b->iface);
+  if (missing) {
+    backend_fail(b, KILN_BACKEND_ABI_MISMATCH, "%s leaves the required slot %s empty; rebuild it against this kiln",
+                 origin, missing);
+    return;
+  }
+  /* A kind a backend lists rows for must have a native one among them (a
+   * backend may lack a kind altogether: then the core says so). */
+  bool native[KILN_OP_COUNT] = {false};
+  const char *vendor[KILN_OP_COUNT] = {NULL};
+  for (size_t r = 0;; r++) {
+    const kiln_op_entry_t *e = &b->iface.ops[r];
+    if (!e->run) break; /* KILN_OP_TABLE_END */
+    if (r == MAX_OP_ROWS) {
+      backend_fail(b, KILN_BACKEND_ABI_MISMATCH, "%s: its op table has no end row within %d rows; end it with "
+                   "KILN_OP_TABLE_END and rebuild it against this kiln", origin, MAX_OP_ROWS);
+      return;
+    }
+    if ((unsigned)e->kind >= KILN_OP_COUNT) continue; /* a newer op kind this core does not know */
+    if (!e->provider || kiln__provider_intern(e->provider) == KILN_PROVIDER_NONE) {
+      backend_fail(b, KILN_BACKEND_ABI_MISMATCH,
+                   "%s: op table row %zu (%s) has an invalid provider name; rebuild it against this kiln", origin, r,
+                   kiln_backend_op_kind_name(e->kind));
+      return;
+    }
+    if (!strcmp(e->provider, KILN_PROVIDER_NATIVE_NAME)) native[e->kind] = true;
+    else vendor[e->kind] = e->provider;
+  }
+  for (int k = 0; k < KILN_OP_COUNT; k++) {
+    if (vendor[k] && !native[k]) {
+      backend_fail(b, KILN_BACKEND_ABI_MISMATCH,
+                   "%s offers %s for op %s but no native row; kiln's own kernels must serve every op a backend "
+                   "runs; rebuild it against this kiln", origin, vendor[k], kiln_backend_op_kind_name((kiln_op_kind_t)k));
+      return;
+    }
+  }
+  b->loaded = true;
+}
+
+/* Whether a plugin file can be handed to dlopen: a regular file (through
+ * its links), and, when it is ELF, one whose program headers and loadable
+ * segments lie inside it. A file cut short by an interrupted install keeps a
+ * valid header, and dlopen maps its segments past the end: the process dies
+ * of SIGBUS at the first touch. Anything else that is wrong with the file
+ * dlopen reports itself. */
+static bool plugin_file_sane(const char *path, char *why, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ELOOP)
+      snprintf(why, size, "a loop of symbolic links; point it at the plugin file or remove it");
+    else if (errno == ENOENT)
+      snprintf(why, size, "a symbolic link to a file that does not exist; point it at the plugin or remove it");
+    else
+      snprintf(why, size, "cannot be opened (%s)", strerror(errno));
+    return false;
+  }
+  bool ok = true;
+  struct stat st;
+  unsigned char ident[EI_NIDENT];
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    snprintf(why, size, "not a regular file; put the plugin library there");
+    ok = false;
+  } else if (pread(fd, ident, sizeof ident, 0) == (ssize_t)sizeof ident && !memcmp(ident, ELFMAG, SELFMAG) &&
+             ident[EI_CLASS] == ELFCLASS64) {
+    const uint64_t file_size = (uint64_t)st.st_size;
+    Elf64_Ehdr eh;
+    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh) {
+      snprintf(why, size, "truncated: the ELF header is cut short (%llu bytes); reinstall the plugin",
+               (unsigned long long)file_size);
+      ok = false;
+    } else if (eh.e_phentsize != sizeof(Elf64_Phdr) ||
+               (uint64_t)eh.e_phoff + (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr) > file_size) {
+      snprintf(why, size, "truncated or damaged: its program headers lie past its end (%llu bytes); reinstall the "
+               "plugin", (unsigned long long)file_size);
+      ok = false;
+    } else {
+      for (unsigned i = 0; i < eh.e_phnum && ok; i++) {
+        Elf64_Phdr ph;
+        if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph)) != (ssize_t)sizeof ph) {
+          snprintf(why, size, "cannot read program header %u; reinstall the plugin", i);
+          ok = false;
+        } else if (ph.p_type == PT_LOAD && (ph.p_offset > file_size || ph.p_filesz > file_size - ph.p_offset)) {
+          snprintf(why, size, "truncated: loadable segment %u ends at byte %llu but the file has %llu bytes (an "
+                   "interrupted install?); reinstall the plugin", i,
+                   (unsigned long long)(ph.p_offset + ph.p_filesz), (unsigned long long)file_size);
+          ok = false;
+        }
+      }
+    }
+  }
+  close(fd);
+  return ok;
+}
+
+/* Find, dlopen and adopt one plugin. */
+static void plugin_open(kiln__runtime_t *rt, kiln__backend_t *b) {
+  candidates_t *candidates = malloc(sizeof *candidates);
+  if (!candidates) {
+    backend_fail(b, KILN_BACKEND_UNAVAILABLE, "out of host memory searching for the plugin");
+    return;
+  }
+  plugin_candidates(rt, b->name, candidates);
+  /* The first name that exists is the plugin, even a broken one (a dangling
+   * symbolic link, a loop): it is reported, never silently passed over. */
   const char *found = NULL;
+  struct stat st;
   for (size_t i = 0; i < candidates->count && !found; i++)
-    if (access(candidates->paths[i], F_OK) == 0) found = candidates->paths[i];
+    if (!candidates->too_long[i] && lstat(candidates->paths[i], &st) == 0) found = candidates->paths[i];
 
   if (!found) {
     char tried[768];
@@ -201,27 +351,31 @@ static void kiln_plugin_open(kiln__runtime_t *rt, kiln__backend_t *b) {
       used += (size_t)n;
     }
     if (used >= sizeof tried) used = sizeof tried - 1;
-    kiln_fmt(b->path, sizeof b->path, "%s", candidates->count ? candidates->paths[candidates->count - 1] : "");
-    kiln_backend_fail(b, KILN_BACKEND_UNAVAILABLE,
-                      "plugin libkiln-%s.so not found; tried: %s; set KILN_BACKEND_PATH to the folder that "
-                      "holds it",
-                      b->name, candidates->count ? tried : "(no folder to search)");
+    fmt_fits(b->path, sizeof b->path, "%s", candidates->count ? candidates->paths[candidates->count - 1] : "");
+    backend_fail(b, KILN_BACKEND_UNAVAILABLE,
+                 "plugin libkiln-%s.so not found; tried: %s; set KILN_BACKEND_PATH to the folder that holds it",
+                 b->name, candidates->count ? tried : "(no folder to search)");
     free(candidates);
     return;
   }
-  if (!kiln_fmt(b->path, sizeof b->path, "%s", found)) {
-    kiln_backend_fail(b, KILN_BACKEND_UNAVAILABLE, "the plugin's path is longer than %zu bytes; move it to a "
-                      "shorter KILN_BACKEND_PATH", sizeof b->path - 1);
+  if (!fmt_fits(b->path, sizeof b->path, "%s", found)) {
+    backend_fail(b, KILN_BACKEND_UNAVAILABLE, "the plugin's path is longer than %zu bytes; move it to a "
+                 "shorter KILN_BACKEND_PATH", sizeof b->path - 1);
     free(candidates);
     return;
   }
   free(candidates);
 
+  char why[512];
+  if (!plugin_file_sane(b->path, why, sizeof why)) {
+    backend_fail(b, KILN_BACKEND_UNAVAILABLE, "%s: %s", b->path, why);
+    return;
+  }
   dlerror();
   void *handle = dlopen(b->path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
-    const char *why = dlerror();
-    kiln_backend_fail(b, KILN_BACKEND_UNAVAILABLE, "%s", why ? why : "dlopen failed without a message");
+    const char *loader = dlerror();
+    backend_fail(b, KILN_BACKEND_UNAVAILABLE, "%s", loader ? loader : "dlopen failed without a message");
     return;
   }
   b->dl_handle = handle;
@@ -229,29 +383,14 @@ static void kiln_plugin_open(kiln__runtime_t *rt, kiln__backend_t *b) {
   void *symbol = dlsym(handle, KILN_BACKEND_ENTRY_SYMBOL);
   memcpy(&entry, &symbol, sizeof entry);
   if (!entry) {
-    kiln_backend_fail(b, KILN_BACKEND_ABI_MISMATCH,
-                      "%s does not export %s(); it is not a kiln backend plugin", b->path,
-                      KILN_BACKEND_ENTRY_SYMBOL);
+    backend_fail(b, KILN_BACKEND_ABI_MISMATCH, "%s does not export %s(); it is not a kiln backend plugin", b->path,
+                 KILN_BACKEND_ENTRY_SYMBOL);
     return;
   }
-  const kiln_backend_iface_t *iface = entry();
-  if (!iface) {
-    kiln_backend_fail(b, KILN_BACKEND_ABI_MISMATCH,
-                      "%s: %s() returned no interface; rebuild the plugin against this kiln", b->path,
-                      KILN_BACKEND_ENTRY_SYMBOL);
-    return;
-  }
-  if (iface->abi_version != KILN_BACKEND_ABI_VERSION) {
-    kiln_backend_fail(b, KILN_BACKEND_ABI_MISMATCH,
-                      "%s was built for backend ABI %u, this libkiln speaks %u; rebuild the plugin against "
-                      "this kiln",
-                      b->path, iface->abi_version, KILN_BACKEND_ABI_VERSION);
-    return;
-  }
-  b->iface = iface;
+  backend_adopt(b, entry(), b->path);
 }
 
-static int kiln_type_rank(kiln_device_type_t type) {
+static int type_rank(kiln_device_type_t type) {
   switch (type) {
     case KILN_DEVICE_GPU: return 0;
     case KILN_DEVICE_ACCELERATOR: return 1;
@@ -261,56 +400,53 @@ static int kiln_type_rank(kiln_device_type_t type) {
   return 3;
 }
 
-/* Device order: type, then backend priority (config order), then the
- * backend's own order. One exception while KILN_BACKEND is unset: among CPU
- * devices kiln's own cpu backend comes first. An OpenCL CPU device (PoCL)
- * drives the same cores through a JIT and slower kernels, so it should not
- * become the default on a machine without a GPU; it stays listed and
- * selectable ("opencl:cpu"). */
-static bool kiln_device_before(const kiln_device_t *a, size_t a_prio, const kiln_device_t *b, size_t b_prio,
-                               bool native_cpu_first) {
-  int ra = kiln_type_rank(a->desc.type), rb = kiln_type_rank(b->desc.type);
+/* Device order: type, then (while KILN_BACKEND is unset) the backend's own
+ * order hint, then backend priority (config order), then the backend's own
+ * order. The hint keeps a device reached through an extra layer (an OpenCL
+ * CPU device beside the host's native backend) listed and selectable, but not
+ * the default; a user who names backends decides by their order alone. */
+static bool device_before(const kiln_device_t *a, size_t a_prio, const kiln_device_t *b, size_t b_prio,
+                          bool use_hint) {
+  int ra = type_rank(a->desc.type), rb = type_rank(b->desc.type);
   if (ra != rb) return ra < rb;
-  if (native_cpu_first && a->desc.type == KILN_DEVICE_CPU) {
-    bool na = !strcmp(a->iface->name, "cpu"), nb = !strcmp(b->iface->name, "cpu");
-    if (na != nb) return na;
-  }
+  if (use_hint && a->desc.order != b->desc.order) return a->desc.order < b->desc.order;
   if (a_prio != b_prio) return a_prio < b_prio;
   return a->backend_index < b->backend_index;
 }
 
-static void kiln_fill_providers(kiln_device_t *d) {
-  for (int k = 0; k < KILN_OP_COUNT; k++) {
-    d->provider_mask[k][0] = d->iface->op_providers(d->impl, (kiln_op_kind_t)k, KILN_F32);
-    d->provider_mask[k][1] = d->iface->op_providers(d->impl, (kiln_op_kind_t)k, KILN_I32);
-    uint32_t mask = d->provider_mask[k][0] | d->provider_mask[k][1];
-    /* native is always first, then the vendor libraries in table order. */
-    size_t used = 0;
-    d->providers_text[k][0] = '\0';
-    for (int p = 0; p < KILN_PROVIDER_COUNT; p++) {
-      if (!(mask & (1u << p))) continue;
-      int n = snprintf(d->providers_text[k] + used, sizeof d->providers_text[k] - used, "%s%s", used ? "," : "",
-                       kiln__provider_name((kiln_provider_t)p));
-      if (n < 0 || (size_t)n >= sizeof d->providers_text[k] - used) break;
-      used += (size_t)n;
-    }
+/* Append a device to rt->devices, growing the table as backends report. */
+static kiln_status_t device_push(kiln__runtime_t *rt, size_t **prio_of, size_t *capacity, kiln_device_t *d,
+                                 size_t priority) {
+  if (rt->device_count == *capacity) {
+    size_t grown = *capacity ? *capacity * 2 : 16;
+    kiln_device_t **devices = realloc(rt->devices, grown * sizeof *devices);
+    if (!devices) return kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory listing %zu devices", grown);
+    rt->devices = devices;
+    size_t *prios = realloc(*prio_of, grown * sizeof *prios);
+    if (!prios) return kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory listing %zu devices", grown);
+    *prio_of = prios;
+    *capacity = grown;
   }
+  (*prio_of)[rt->device_count] = priority;
+  rt->devices[rt->device_count++] = d;
+  return KILN_OK;
 }
 
 /* Describe every device of a loaded backend and add those KILN_DEVICE keeps
  * to rt->devices (unsorted). */
-static kiln_status_t kiln_backend_devices(kiln__runtime_t *rt, kiln__backend_t *b, size_t priority,
-                                          const kiln__selector_t *selector, size_t *prio_of) {
-  size_t count = b->iface->device_count();
+static kiln_status_t backend_devices(kiln__runtime_t *rt, kiln__backend_t *b, size_t priority,
+                                     const kiln__selector_t *selector, size_t **prio_of, size_t *capacity) {
+  size_t count = b->iface.device_count(b->ctx);
   b->info.device_count = count;
   size_t visible = 0;
   for (size_t i = 0; i < count; i++) {
     kiln_device_t *d = calloc(1, sizeof *d);
     if (!d) return kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory describing %s device %zu", b->name, i);
     d->backend = b;
-    d->iface = b->iface;
+    d->iface = &b->iface;
+    d->ctx = b->ctx;
     d->backend_index = (uint32_t)i;
-    kiln_status_t status = b->iface->device_describe(i, &d->desc);
+    kiln_status_t status = b->iface.device_describe(b->ctx, i, &d->desc);
     if (status != KILN_OK) {
       /* One device that cannot be described must not hide the others. */
       kiln__log(KILN_LOG_WARN, "%s device %zu skipped: device_describe failed (%s): %s", b->name, i,
@@ -327,65 +463,100 @@ static kiln_status_t kiln_backend_devices(kiln__runtime_t *rt, kiln__backend_t *
       free(d);
       continue;
     }
-    if (rt->device_count == KILN_MAX_DEVICES) {
-      kiln__log(KILN_LOG_WARN, "%s:%zu (%s) dropped: kiln handles at most %d devices", b->name, i, d->desc.name,
-                KILN_MAX_DEVICES);
+    fmt_fits(d->selector, sizeof d->selector, "%s:%zu", b->name, i);
+    fmt_fits(d->display_name, sizeof d->display_name, "%s (%.256s)", d->selector, d->desc.name);
+    status = device_push(rt, prio_of, capacity, d, priority);
+    if (status != KILN_OK) {
       free(d);
-      continue;
+      return status;
     }
-    kiln_fmt(d->selector, sizeof d->selector, "%s:%zu", b->name, i);
-    kiln_fmt(d->display_name, sizeof d->display_name, "%s (%.256s)", d->selector, d->desc.name);
-    kiln_fill_providers(d);
-    prio_of[rt->device_count] = priority;
-    rt->devices[rt->device_count++] = d;
     visible++;
   }
   b->info.state = visible ? KILN_BACKEND_LOADED : KILN_BACKEND_NO_DEVICE;
   return KILN_OK;
 }
 
-static void kiln_backend_info_fill(kiln__backend_t *b) {
+static void backend_info_fill(kiln__backend_t *b) {
   b->info.name = b->name;
   b->info.reason = b->reason;
   b->info.path = b->path;
-  b->info.version = b->iface && b->iface->version ? b->iface->version : "";
+  const char *version = b->loaded && b->iface.version_text ? b->iface.version_text(b->ctx) : NULL;
+  if (!version && b->loaded) version = b->iface.version;
+  b->info.version = version ? version : "";
+}
+
+static void backend_deinitialize(kiln__backend_t *b) {
+  if (b->loaded && b->iface.deinitialize) b->iface.deinitialize(b->ctx);
+  b->loaded = false;
+  b->ctx = NULL;
 }
 
 /* Undo a partial load: free the devices (already detached), deinitialize the
  * backends. */
-static void kiln_registry_discard(kiln__runtime_t *rt) {
-  for (size_t j = 0; j < rt->device_count; j++) {
-    free(rt->devices[j]);
-    rt->devices[j] = NULL;
-  }
+static void registry_discard(kiln__runtime_t *rt) {
+  for (size_t j = 0; j < rt->device_count; j++) free(rt->devices[j]);
+  free(rt->devices);
+  rt->devices = NULL;
   rt->device_count = 0;
   rt->default_device = NULL;
-  for (size_t j = 0; j < rt->backend_count; j++) {
-    kiln__backend_t *b = &rt->backends[j];
-    if (b->iface && b->iface->deinitialize) b->iface->deinitialize();
-    b->iface = NULL;
-  }
+  for (size_t j = 0; j < rt->backend_count; j++) backend_deinitialize(&rt->backends[j]);
   rt->backend_count = 0;
+}
+
+static const char *host_setting(const char *variable) {
+  if (variable && !strcmp(variable, "KILN_CPU_DEVICES")) return kiln__rt.config.cpu_devices_text;
+  return NULL;
+}
+
+/* Load one backend named in KILN_BACKEND: built in or a plugin, then
+ * initialize it. */
+static void backend_load(kiln__runtime_t *rt, kiln__backend_t *b) {
+  kiln_backend_entry_fn builtin = builtin_find(b->name);
+  if (builtin) {
+    snprintf(b->path, sizeof b->path, "builtin");
+    char origin[96];
+    snprintf(origin, sizeof origin, "the built-in %s backend", b->name);
+    backend_adopt(b, builtin(), origin);
+  } else {
+    plugin_open(rt, b);
+  }
+  if (!b->loaded) return;
+  /* What a backend that starts with zero devices says about it ("driver
+   * present, no CUDA device"): it returns KILN_OK and leaves the why as the
+   * thread's message, which becomes the reason devinfo shows. */
+  kiln_clear_error();
+  kiln_status_t init = b->iface.initialize(&rt->host, &b->ctx);
+  const char *message = kiln_last_error();
+  if (init != KILN_OK) {
+    b->ctx = NULL;
+    backend_fail(b, KILN_BACKEND_UNAVAILABLE, "%s", message[0] ? message : kiln_status_describe(init));
+  } else {
+    snprintf(b->reason, sizeof b->reason, "%s", message);
+  }
+  kiln_clear_error();
 }
 
 kiln_status_t kiln__registry_load(kiln__runtime_t *rt) {
   if (!rt) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__registry_load: rt is NULL");
-  rt->host.abi_version = KILN_BACKEND_ABI_VERSION;
+  rt->host.size = sizeof rt->host;
   rt->host.set_error = kiln__set_error;
+  rt->host.last_error = kiln_last_error;
   rt->host.log = kiln__log;
   rt->host.log_level = kiln_log_level;
   rt->host.cache_load = kiln__cache_load;
   rt->host.cache_store = kiln__cache_store;
-  rt->host.cpu_devices = rt->config.cpu_devices >= 1 ? rt->config.cpu_devices : 1;
+  rt->host.cache_evict = kiln__cache_evict;
+  rt->host.setting = host_setting;
 
   kiln__selector_t selector;
   bool filtered = rt->config.device_selector != NULL;
   if (filtered && kiln__selector_parse(rt->config.device_selector, &selector) != KILN_OK)
     return kiln__wrap_error(KILN_INVALID_ARGUMENT, "KILN_DEVICE=\"%s\"", rt->config.device_selector);
 
-  size_t prio_of[KILN_MAX_DEVICES];
+  size_t *prio_of = NULL, capacity = 0;
   rt->backend_count = 0;
   rt->device_count = 0;
+  rt->devices = NULL;
   rt->default_device = NULL;
   kiln_status_t status = KILN_OK;
 
@@ -394,73 +565,40 @@ kiln_status_t kiln__registry_load(kiln__runtime_t *rt) {
     memset(b, 0, sizeof *b);
     snprintf(b->name, sizeof b->name, "%s", rt->config.backends[i]);
     b->info.state = KILN_BACKEND_UNAVAILABLE;
-
-    kiln_backend_entry_fn builtin = kiln_builtin_find(b->name);
-    if (!strcmp(b->name, "cpu")) {
-      snprintf(b->path, sizeof b->path, "builtin");
-      b->iface = kiln_cpu_backend_entry();
-      if (!b->iface) kiln_backend_fail(b, KILN_BACKEND_UNAVAILABLE, "the built-in CPU backend returned no interface");
-    } else if (builtin) {
-      snprintf(b->path, sizeof b->path, "builtin");
-      b->iface = builtin();
-      if (!b->iface)
-        kiln_backend_fail(b, KILN_BACKEND_UNAVAILABLE, "the built-in %s backend returned no interface", b->name);
-      else if (b->iface->abi_version != KILN_BACKEND_ABI_VERSION)
-        kiln_backend_fail(b, KILN_BACKEND_ABI_MISMATCH, "the built-in %s backend speaks backend ABI %u, this "
-                          "libkiln %u", b->name, b->iface->abi_version, KILN_BACKEND_ABI_VERSION);
-    } else {
-      kiln_plugin_open(rt, b);
-    }
-
-    if (b->iface) {
-      const char *missing = kiln_missing_slot(b->iface);
-      if (missing)
-        kiln_backend_fail(b, KILN_BACKEND_ABI_MISMATCH,
-                          "%s leaves the required slot %s empty; rebuild the plugin against this kiln", b->path,
-                          missing);
-    }
-    /* What a backend that starts with zero devices says about it ("driver
-     * present, no CUDA device"): it returns KILN_OK and leaves the why as the
-     * thread's message, which becomes the reason devinfo shows. */
-    char init_note[sizeof b->reason];
-    init_note[0] = '\0';
-    if (b->iface) {
-      kiln_clear_error();
-      kiln_status_t init = b->iface->initialize(&rt->host);
-      const char *message = kiln_last_error();
-      if (init != KILN_OK)
-        kiln_backend_fail(b, KILN_BACKEND_UNAVAILABLE, "%s", message[0] ? message : kiln_status_describe(init));
-      else
-        snprintf(init_note, sizeof init_note, "%s", message);
-      kiln_clear_error();
-    }
-    if (b->iface) {
-      status = kiln_backend_devices(rt, b, i, filtered ? &selector : NULL, prio_of);
+    backend_load(rt, b);
+    if (b->loaded) {
+      status = backend_devices(rt, b, i, filtered ? &selector : NULL, &prio_of, &capacity);
       if (status != KILN_OK) break;
-      if (b->info.device_count == 0)
-        snprintf(b->reason, sizeof b->reason, "%s",
-                 init_note[0] ? init_note : "the backend loaded but found no device");
+      if (b->info.device_count == 0 && !b->reason[0])
+        snprintf(b->reason, sizeof b->reason, "the backend loaded but found no device");
+      else if (b->info.device_count > 0)
+        b->reason[0] = '\0';
     }
-    kiln_backend_info_fill(b);
+    backend_info_fill(b);
 
-    if (b->info.state == KILN_BACKEND_LOADED || b->info.state == KILN_BACKEND_NO_DEVICE) {
-      kiln__log(KILN_LOG_INFO, "backend %s: %s, %zu device(s), from %s", b->name,
-                kiln_backend_state_name(b->info.state), b->info.device_count, b->path);
-    } else if (rt->config.backends_explicit) {
-      /* Named by the user: failing quietly would run on the wrong device. */
+    bool usable = b->loaded && b->info.device_count > 0;
+    if (b->loaded) {
+      kiln__log(KILN_LOG_INFO, "backend %s: %s, %zu device(s), from %s%s%s", b->name,
+                kiln_backend_state_name(b->info.state), b->info.device_count, b->path, b->reason[0] ? ": " : "",
+                b->reason);
+    }
+    if (!usable && rt->config.backends_explicit) {
+      /* Named by the user: running quietly without it would run on the wrong
+       * device. Only the unset default falls back. */
       status = kiln__set_error(b->info.state == KILN_BACKEND_ABI_MISMATCH ? KILN_ABI_MISMATCH : KILN_UNAVAILABLE,
                                "backend '%s' named in KILN_BACKEND cannot be used: %s", b->name, b->reason);
       break;
-    } else {
-      kiln__log(KILN_LOG_INFO, "backend %s %s: %s", b->name, kiln_backend_state_name(b->info.state), b->reason);
     }
+    if (!b->loaded)
+      kiln__log(KILN_LOG_INFO, "backend %s %s: %s", b->name, kiln_backend_state_name(b->info.state), b->reason);
   }
 
   if (status != KILN_OK) {
     /* Keep the message across the clean-up, which may log or reset errors. */
     char message[2048];
     snprintf(message, sizeof message, "%s", kiln_last_error());
-    kiln_registry_discard(rt);
+    free(prio_of);
+    registry_discard(rt);
     return kiln__set_error(status, "%s", message);
   }
 
@@ -469,7 +607,7 @@ kiln_status_t kiln__registry_load(kiln__runtime_t *rt) {
     kiln_device_t *d = rt->devices[i];
     size_t prio = prio_of[i];
     size_t j = i;
-    while (j > 0 && kiln_device_before(d, prio, rt->devices[j - 1], prio_of[j - 1], !rt->config.backends_explicit)) {
+    while (j > 0 && device_before(d, prio, rt->devices[j - 1], prio_of[j - 1], !rt->config.backends_explicit)) {
       rt->devices[j] = rt->devices[j - 1];
       prio_of[j] = prio_of[j - 1];
       j--;
@@ -477,6 +615,7 @@ kiln_status_t kiln__registry_load(kiln__runtime_t *rt) {
     rt->devices[j] = d;
     prio_of[j] = prio;
   }
+  free(prio_of);
 
   for (size_t i = 0; i < rt->device_count; i++) {
     kiln_device_t *d = rt->devices[i];
@@ -492,7 +631,7 @@ kiln_status_t kiln__registry_load(kiln__runtime_t *rt) {
       char message[2048];
       snprintf(message, sizeof message, "%s", kiln_last_error());
       for (size_t j = 0; j < i; j++) kiln__device_detach(rt->devices[j]);
-      kiln_registry_discard(rt);
+      registry_discard(rt);
       return kiln__set_error(status, "%s", message);
     }
   }
@@ -505,17 +644,6 @@ kiln_status_t kiln__registry_load(kiln__runtime_t *rt) {
 void kiln__registry_unload(kiln__runtime_t *rt) {
   if (!rt) return;
   for (size_t i = 0; i < rt->device_count; i++) kiln__device_detach(rt->devices[i]);
-  for (size_t i = 0; i < rt->device_count; i++) {
-    free(rt->devices[i]);
-    rt->devices[i] = NULL;
-  }
-  rt->device_count = 0;
-  rt->default_device = NULL;
   /* Plugins stay mapped (never dlclose'd): their threads may outlive us. */
-  for (size_t i = 0; i < rt->backend_count; i++) {
-    kiln__backend_t *b = &rt->backends[i];
-    if (b->iface && b->iface->deinitialize) b->iface->deinitialize();
-    b->iface = NULL;
-  }
-  rt->backend_count = 0;
+  registry_discard(rt);
 }

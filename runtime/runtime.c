@@ -11,34 +11,36 @@ kiln__runtime_t kiln__rt;
 
 enum { KILN_STATE_STOPPED = 0, KILN_STATE_STARTED = 1, KILN_STATE_FAILED = 2 };
 
-static _Atomic int kiln_state = KILN_STATE_STOPPED;
-static pthread_mutex_t kiln_start_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int state_now = KILN_STATE_STOPPED;
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 /* A failed start is remembered so that every later call reports the same
  * cause instead of retrying (and logging) again and again. */
-static kiln_status_t kiln_start_status;
-static char kiln_start_message[2048];
+static kiln_status_t start_status;
+static char start_message[2048];
 /* Set on the thread that is starting kiln: a backend or the compute side
  * calling back into the API during start-up must not wait for itself. */
-static _Thread_local bool kiln_starting;
+static _Thread_local bool starting;
 
 const char *kiln_version(void) {
   return KILN_STR(KILN_VERSION_MAJOR) "." KILN_STR(KILN_VERSION_MINOR) "." KILN_STR(KILN_VERSION_PATCH);
 }
 
-/* Load settings and backends. Called with kiln_start_lock held. */
-static kiln_status_t kiln_start_locked(const kiln_config_t *api) {
+/* Load settings and backends. Called with start_lock held. */
+static kiln_status_t start_locked(const kiln_config_t *api) {
   memset(&kiln__rt, 0, sizeof kiln__rt);
   kiln_status_t status = kiln__config_load(api, &kiln__rt.config);
   if (status != KILN_OK) return status;
   /* KILN_LOG applies from here on, so that backend loading can be traced; a
-   * level the application set itself is kept when KILN_LOG is unset. */
-  if (kiln__rt.config.log_level != KILN_LOG_OFF) kiln_log_set_level(kiln__rt.config.log_level);
+   * level the application set itself is kept when KILN_LOG is unset, and
+   * KILN_LOG=off is applied like any other level. */
+  if (kiln__rt.config.log_level_set) kiln_log_set_level(kiln__rt.config.log_level);
+  kiln__cache_sweep();
   atomic_store(&kiln__rt.policy, (int)kiln__rt.config.policy);
   for (int k = 0; k < KILN_OP_COUNT; k++) atomic_store(&kiln__rt.overrides[k], kiln__rt.config.overrides[k]);
 
-  kiln_starting = true;
+  starting = true;
   status = kiln__registry_load(&kiln__rt);
-  kiln_starting = false;
+  starting = false;
   if (status != KILN_OK) {
     kiln__config_free(&kiln__rt.config);
     return status;
@@ -51,61 +53,65 @@ static kiln_status_t kiln_start_locked(const kiln_config_t *api) {
 }
 
 kiln_status_t kiln__ensure(void) {
-  int state = atomic_load_explicit(&kiln_state, memory_order_acquire);
-  if (state == KILN_STATE_STARTED || kiln_starting) return KILN_OK;
+  int state = atomic_load_explicit(&state_now, memory_order_acquire);
+  if (state == KILN_STATE_STARTED || starting) return KILN_OK;
   if (state == KILN_STATE_STOPPED) {
-    pthread_mutex_lock(&kiln_start_lock);
-    state = atomic_load_explicit(&kiln_state, memory_order_acquire);
+    pthread_mutex_lock(&start_lock);
+    state = atomic_load_explicit(&state_now, memory_order_acquire);
     if (state == KILN_STATE_STOPPED) {
-      kiln_status_t status = kiln_start_locked(NULL);
+      kiln_status_t status = start_locked(NULL);
       if (status == KILN_OK) {
         state = KILN_STATE_STARTED;
       } else {
-        kiln_start_status = status;
-        snprintf(kiln_start_message, sizeof kiln_start_message, "%s", kiln_last_error());
+        start_status = status;
+        snprintf(start_message, sizeof start_message, "%s", kiln_last_error());
         state = KILN_STATE_FAILED;
       }
-      atomic_store_explicit(&kiln_state, state, memory_order_release);
+      atomic_store_explicit(&state_now, state, memory_order_release);
     }
-    pthread_mutex_unlock(&kiln_start_lock);
+    pthread_mutex_unlock(&start_lock);
     if (state == KILN_STATE_STARTED) return KILN_OK;
   }
-  return kiln__set_error(kiln_start_status, "kiln could not start: %s", kiln_start_message);
+  return kiln__set_error(start_status, "kiln could not start: %s", start_message);
 }
 
 kiln_status_t kiln_initialize(const kiln_config_t *config) {
-  pthread_mutex_lock(&kiln_start_lock);
-  int state = atomic_load_explicit(&kiln_state, memory_order_acquire);
+  pthread_mutex_lock(&start_lock);
+  int state = atomic_load_explicit(&state_now, memory_order_acquire);
   if (state != KILN_STATE_STOPPED) {
-    pthread_mutex_unlock(&kiln_start_lock);
+    pthread_mutex_unlock(&start_lock);
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "kiln_initialize: kiln already %s; call kiln_initialize before any other kiln call, "
                            "or kiln_deinitialize first",
                            state == KILN_STATE_STARTED ? "started" : "failed to start from the environment");
   }
-  kiln_status_t status = kiln_start_locked(config);
+  kiln_status_t status = start_locked(config);
   /* An explicit start that failed leaves kiln stopped: the caller can fix
    * the settings and call again. */
-  if (status == KILN_OK) atomic_store_explicit(&kiln_state, KILN_STATE_STARTED, memory_order_release);
-  pthread_mutex_unlock(&kiln_start_lock);
+  if (status == KILN_OK) atomic_store_explicit(&state_now, KILN_STATE_STARTED, memory_order_release);
+  pthread_mutex_unlock(&start_lock);
   return status;
 }
 
 kiln_status_t kiln_ensure_initialized(void) { return kiln__ensure(); }
 
 void kiln_deinitialize(void) {
-  pthread_mutex_lock(&kiln_start_lock);
-  int state = atomic_load_explicit(&kiln_state, memory_order_acquire);
+  pthread_mutex_lock(&start_lock);
+  int state = atomic_load_explicit(&state_now, memory_order_acquire);
   if (state == KILN_STATE_STARTED) {
     kiln__registry_unload(&kiln__rt);
     kiln__cache_reset();
+    kiln__queue_forget_thread();
     kiln__config_free(&kiln__rt.config);
     memset(&kiln__rt, 0, sizeof kiln__rt);
   }
-  kiln_start_status = KILN_OK;
-  kiln_start_message[0] = '\0';
-  atomic_store_explicit(&kiln_state, KILN_STATE_STOPPED, memory_order_release);
-  pthread_mutex_unlock(&kiln_start_lock);
+  /* The calling thread's recycled tensor structs: a leak checker run after
+   * kiln_deinitialize sees nothing of kiln's left. */
+  kiln__tensor_cache_drop();
+  start_status = KILN_OK;
+  start_message[0] = '\0';
+  atomic_store_explicit(&state_now, KILN_STATE_STOPPED, memory_order_release);
+  pthread_mutex_unlock(&start_lock);
 }
 
 kiln_policy_t kiln_policy(void) {

@@ -9,12 +9,12 @@
   "a selector is terms joined by ';', each [!]backend:devices with backend a name or '*' and " \
   "devices a ',' list of *, cpu, gpu, accelerator or an index, e.g. \"opencl:gpu;!cuda:1\""
 
-static bool kiln_selector_name_char(char c) {
+static bool name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
 }
 
 /* One device of a term: "*", a type or an index. */
-static kiln_status_t kiln_selector_device(const char *term, const char *dev, size_t len,
+static kiln_status_t parse_device(const char *term, const char *dev, size_t len,
                                           kiln__selector_term_t *out) {
   if (len == 0)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "empty device in '%s'; %s", term, KILN_SELECTOR_GRAMMAR);
@@ -38,7 +38,8 @@ static kiln_status_t kiln_selector_device(const char *term, const char *dev, siz
   if (digits) {
     uint64_t value = 0;
     for (size_t i = 0; i < len && value <= UINT32_MAX; i++) value = value * 10 + (uint64_t)(dev[i] - '0');
-    if (value >= KILN_MAX_DEVICES * 16u)
+    /* Far beyond any machine: a typo, not a device. */
+    if (value >= 1024u)
       return kiln__set_error(KILN_INVALID_ARGUMENT, "device index %.*s in '%s' is too large; no backend has "
                              "that many devices (devinfo lists them)", (int)len, dev, term);
     out->kind = KILN__SEL_INDEX;
@@ -83,7 +84,7 @@ static kiln_status_t kiln_selector_term(const char *term, kiln__selector_t *out)
     strcpy(base.backend, "*");
   } else {
     bool ok = backend_len < sizeof base.backend;
-    for (size_t i = 0; ok && i < backend_len; i++) ok = kiln_selector_name_char(p[i]);
+    for (size_t i = 0; ok && i < backend_len; i++) ok = name_char(p[i]);
     if (!ok)
       return kiln__set_error(KILN_INVALID_ARGUMENT,
                              "'%.*s' in '%s' is not a backend name; use '*' or a name such as cpu, opencl, "
@@ -99,7 +100,7 @@ static kiln_status_t kiln_selector_term(const char *term, kiln__selector_t *out)
     const char *comma = strchr(dev, ',');
     size_t len = comma ? (size_t)(comma - dev) : strlen(dev);
     kiln__selector_term_t entry = base;
-    kiln_status_t status = kiln_selector_device(term, dev, len, &entry);
+    kiln_status_t status = parse_device(term, dev, len, &entry);
     if (status != KILN_OK) return status;
     if (out->count == sizeof out->terms / sizeof out->terms[0])
       return kiln__set_error(KILN_INVALID_ARGUMENT, "the selector has more than %zu devices in its terms; "

@@ -9,8 +9,8 @@
  * excerpt; longer messages are cut, never overflowed. */
 #define KILN_ERROR_CAPACITY 2048
 
-static _Thread_local char kiln_error_message[KILN_ERROR_CAPACITY];
-static _Thread_local kiln_status_t kiln_error_status = KILN_OK;
+static _Thread_local char error_message[KILN_ERROR_CAPACITY];
+static _Thread_local kiln_status_t error_status = KILN_OK;
 
 const char *kiln_status_name(kiln_status_t status) {
   switch (status) {
@@ -37,9 +37,9 @@ const char *kiln_status_describe(kiln_status_t status) {
 kiln_status_t kiln__set_error(kiln_status_t status, const char *fmt, ...) {
   va_list args;
   va_start(args, fmt);
-  vsnprintf(kiln_error_message, sizeof kiln_error_message, fmt, args);
+  vsnprintf(error_message, sizeof error_message, fmt, args);
   va_end(args);
-  kiln_error_status = status;
+  error_status = status;
   return status;
 }
 
@@ -47,7 +47,7 @@ kiln_status_t kiln__wrap_error(kiln_status_t status, const char *fmt, ...) {
   /* Format the context into a scratch buffer first: the old message is the
    * tail of the new one, so it cannot be written in place. */
   char old[KILN_ERROR_CAPACITY];
-  memcpy(old, kiln_error_message, sizeof old);
+  memcpy(old, error_message, sizeof old);
   old[sizeof old - 1] = '\0';
   char context[KILN_ERROR_CAPACITY];
   va_list args;
@@ -59,20 +59,20 @@ kiln_status_t kiln__wrap_error(kiln_status_t status, const char *fmt, ...) {
   const char *parts[3] = {context, old[0] ? ": " : "", old};
   for (int i = 0; i < 3; i++) {
     size_t len = strlen(parts[i]);
-    if (len > sizeof kiln_error_message - 1 - used) len = sizeof kiln_error_message - 1 - used;
-    memcpy(kiln_error_message + used, parts[i], len);
+    if (len > sizeof error_message - 1 - used) len = sizeof error_message - 1 - used;
+    memcpy(error_message + used, parts[i], len);
     used += len;
   }
-  kiln_error_message[used] = '\0';
-  kiln_error_status = status;
+  error_message[used] = '\0';
+  error_status = status;
   return status;
 }
 
-const char *kiln_last_error(void) { return kiln_error_message; }
+const char *kiln_last_error(void) { return error_message; }
 
-kiln_status_t kiln_last_status(void) { return kiln_error_status; }
+kiln_status_t kiln_last_status(void) { return error_status; }
 
 void kiln_clear_error(void) {
-  kiln_error_message[0] = '\0';
-  kiln_error_status = KILN_OK;
+  error_message[0] = '\0';
+  error_status = KILN_OK;
 }

@@ -30,64 +30,56 @@ size_t kiln_dtype_size(kiln_dtype_t dtype) {
 /* Tensor structs are recycled per thread: an operation's result must not
  * cost a trip through malloc on the tiny-op path. */
 #define KILN_TENSOR_CACHE 32
-static _Thread_local kiln_tensor_t *kiln_tensor_cache[KILN_TENSOR_CACHE];
-static _Thread_local int kiln_tensor_cached;
+static _Thread_local kiln_tensor_t *tensor_cache[KILN_TENSOR_CACHE];
+static _Thread_local int tensor_cached;
 
-static _Thread_local bool kiln_tensor_cache_registered;
-static pthread_key_t kiln_tensor_cache_key;
-static bool kiln_tensor_cache_key_ok;
-static pthread_once_t kiln_tensor_cache_once = PTHREAD_ONCE_INIT;
+static _Thread_local bool tensor_cache_registered;
+static pthread_key_t tensor_cache_key;
+static bool tensor_cache_key_ok;
+static pthread_once_t tensor_cache_once = PTHREAD_ONCE_INIT;
 
 /* At thread exit: the cached structs would otherwise leak. */
-static void kiln_tensor_cache_drop(void *unused) {
-  while (kiln_tensor_cached > 0) free(kiln_tensor_cache[--kiln_tensor_cached]);
+static void tensor_cache_exit(void *unused) {
+  while (tensor_cached > 0) free(tensor_cache[--tensor_cached]);
 }
 
-static void kiln_tensor_cache_key_create(void) {
-  kiln_tensor_cache_key_ok = pthread_key_create(&kiln_tensor_cache_key, kiln_tensor_cache_drop) == 0;
+void kiln__tensor_cache_drop(void) { tensor_cache_exit(NULL); }
+
+static void tensor_cache_key_create(void) {
+  tensor_cache_key_ok = pthread_key_create(&tensor_cache_key, tensor_cache_exit) == 0;
 }
 
-static kiln_tensor_t *kiln_tensor_struct(void) {
-  if (kiln_tensor_cached > 0) return kiln_tensor_cache[--kiln_tensor_cached];
+static kiln_tensor_t *tensor_struct(void) {
+  if (tensor_cached > 0) return tensor_cache[--tensor_cached];
   return malloc(sizeof(kiln_tensor_t));
 }
 
-static void kiln_tensor_struct_free(kiln_tensor_t *tensor) {
-  if (!kiln_tensor_cache_registered) {
+static void tensor_struct_free(kiln_tensor_t *tensor) {
+  if (!tensor_cache_registered) {
     /* Only a thread whose exit runs the destructor may keep a cache. */
-    pthread_once(&kiln_tensor_cache_once, kiln_tensor_cache_key_create);
-    kiln_tensor_cache_registered =
-        kiln_tensor_cache_key_ok && pthread_setspecific(kiln_tensor_cache_key, &kiln_tensor_cached) == 0;
+    pthread_once(&tensor_cache_once, tensor_cache_key_create);
+    tensor_cache_registered =
+        tensor_cache_key_ok && pthread_setspecific(tensor_cache_key, &tensor_cached) == 0;
   }
-  if (kiln_tensor_cache_registered && kiln_tensor_cached < KILN_TENSOR_CACHE)
-    kiln_tensor_cache[kiln_tensor_cached++] = tensor;
+  if (tensor_cache_registered && tensor_cached < KILN_TENSOR_CACHE)
+    tensor_cache[tensor_cached++] = tensor;
   else
     free(tensor);
 }
 
-kiln_tensor_t *kiln_tensor_retain(kiln_tensor_t *tensor) {
-  if (tensor) atomic_fetch_add_explicit(&tensor->refs, 1, memory_order_relaxed);
-  return tensor;
+static void tensor_destroy(kiln_tensor_t *tensor) {
+  kiln_buffer_release(tensor->buffer);
+  tensor_struct_free(tensor);
 }
 
-void kiln_tensor_release(kiln_tensor_t *tensor) {
-  if (!tensor) return;
-  if (atomic_fetch_sub_explicit(&tensor->refs, 1, memory_order_acq_rel) != 1) return;
-  kiln_buffer_release(tensor->buffer);
-  kiln_tensor_struct_free(tensor);
-}
+KILN__DEFINE_REFCOUNT(kiln_tensor_t, tensor, tensor_destroy)
 
 kiln_dtype_t kiln_tensor_dtype(const kiln_tensor_t *tensor) { return tensor ? tensor->dtype : KILN_F32; }
 int kiln_tensor_ndim(const kiln_tensor_t *tensor) { return tensor ? tensor->ndim : 0; }
 const int64_t *kiln_tensor_shape(const kiln_tensor_t *tensor) { return tensor ? tensor->shape : NULL; }
 const int64_t *kiln_tensor_strides(const kiln_tensor_t *tensor) { return tensor ? tensor->strides : NULL; }
 
-int64_t kiln_tensor_numel(const kiln_tensor_t *tensor) {
-  if (!tensor) return 0;
-  int64_t n = 1;
-  for (int i = 0; i < tensor->ndim; i++) n *= tensor->shape[i];
-  return n;
-}
+int64_t kiln_tensor_numel(const kiln_tensor_t *tensor) { return tensor ? kiln__numel(tensor->ndim, tensor->shape) : 0; }
 
 kiln_device_t *kiln_tensor_device(const kiln_tensor_t *tensor) { return tensor ? tensor->buffer->device : NULL; }
 kiln_buffer_t *kiln_tensor_buffer(const kiln_tensor_t *tensor) { return tensor ? tensor->buffer : NULL; }
@@ -98,11 +90,12 @@ size_t kiln_tensor_offset_bytes(const kiln_tensor_t *tensor) {
 
 bool kiln_tensor_is_contiguous(const kiln_tensor_t *tensor) {
   if (!tensor) return false;
+  /* An empty tensor has no layout to speak of. */
+  if (kiln__numel(tensor->ndim, tensor->shape) == 0) return true;
   int64_t expected = 1;
   for (int i = tensor->ndim - 1; i >= 0; i--) {
-    if (tensor->shape[i] == 0) return true;
     if (tensor->shape[i] != 1 && tensor->strides[i] != expected) return false;
-    expected *= tensor->shape[i];
+    expected = kiln__mul_sat(expected, tensor->shape[i]);
   }
   return true;
 }
@@ -146,28 +139,28 @@ kiln_status_t kiln__shape_check(const char *call, int ndim, const int64_t *shape
   return KILN_OK;
 }
 
-static void kiln_contiguous_strides(int ndim, const int64_t *shape, int64_t *out_strides) {
+static void contiguous_strides(int ndim, const int64_t *shape, int64_t *out_strides) {
   int64_t s = 1;
   for (int i = ndim - 1; i >= 0; i--) {
     out_strides[i] = s;
-    s *= shape[i] > 0 ? shape[i] : 1;
+    s = kiln__mul_sat(s, shape[i] > 0 ? shape[i] : 1);
   }
 }
 
 /* queue NULL: the tensor may be used on any queue (idle memory only). */
-static kiln_status_t kiln_tensor_alloc(kiln_device_t *device, kiln_queue_t *queue, kiln_dtype_t dtype, int ndim,
+static kiln_status_t tensor_alloc(kiln_device_t *device, kiln_queue_t *queue, kiln_dtype_t dtype, int ndim,
                                        const int64_t *shape, kiln_tensor_t **out) {
   size_t bytes = 0;
   kiln_status_t status = kiln__shape_check("allocating a tensor", ndim, shape, dtype, NULL, &bytes);
   if (status != KILN_OK) return status;
-  kiln_tensor_t *tensor = kiln_tensor_struct();
+  kiln_tensor_t *tensor = tensor_struct();
   if (!tensor)
     return kiln__set_error(KILN_OUT_OF_MEMORY, "cannot allocate a tensor object (%zu bytes of host memory)",
                            sizeof *tensor);
   status = queue ? kiln__buffer_create(device, queue, bytes, &tensor->buffer)
                  : kiln__buffer_create_idle(device, bytes, &tensor->buffer);
   if (status != KILN_OK) {
-    kiln_tensor_struct_free(tensor);
+    tensor_struct_free(tensor);
     return status;
   }
   atomic_init(&tensor->refs, 1);
@@ -175,14 +168,14 @@ static kiln_status_t kiln_tensor_alloc(kiln_device_t *device, kiln_queue_t *queu
   tensor->dtype = dtype;
   tensor->ndim = ndim;
   for (int i = 0; i < ndim; i++) tensor->shape[i] = shape[i];
-  kiln_contiguous_strides(ndim, shape, tensor->strides);
+  contiguous_strides(ndim, shape, tensor->strides);
   *out = tensor;
   return KILN_OK;
 }
 
 kiln_status_t kiln__tensor_alloc(kiln_device_t *device, kiln_queue_t *queue, kiln_dtype_t dtype, int ndim,
                                  const int64_t *shape, kiln_tensor_t **out) {
-  return kiln_tensor_alloc(device, queue ? queue : device->default_queue, dtype, ndim, shape, out);
+  return tensor_alloc(device, queue, dtype, ndim, shape, out);
 }
 
 void kiln__tensor_view(const kiln_tensor_t *tensor, kiln_view_t *out_view) {
@@ -197,9 +190,9 @@ void kiln__tensor_view(const kiln_tensor_t *tensor, kiln_view_t *out_view) {
 }
 
 /* A view sharing tensor's buffer. */
-static kiln_status_t kiln_tensor_view_new(const kiln_tensor_t *tensor, int ndim, const int64_t *shape,
+static kiln_status_t view_new(const kiln_tensor_t *tensor, int ndim, const int64_t *shape,
                                           const int64_t *strides, size_t offset, kiln_tensor_t **out) {
-  kiln_tensor_t *view = kiln_tensor_struct();
+  kiln_tensor_t *view = tensor_struct();
   if (!view)
     return kiln__set_error(KILN_OUT_OF_MEMORY, "cannot allocate a tensor object (%zu bytes of host memory)",
                            sizeof *view);
@@ -217,28 +210,14 @@ static kiln_status_t kiln_tensor_view_new(const kiln_tensor_t *tensor, int ndim,
 }
 
 /* Enqueue a creation op (FILL, ARANGE, RANDOM) into a fresh tensor. */
-static kiln_status_t kiln_create_op(const char *call, kiln_device_t *device, kiln_op_t *op, kiln_dtype_t dtype, int ndim,
-                                    const int64_t *shape, kiln_tensor_t **out) {
-  kiln_queue_t *queue = kiln_device_current_queue(device);
-  kiln_tensor_t *t = NULL;
-  kiln_status_t status = kiln__tensor_alloc(device, queue, dtype, ndim, shape, &t);
-  if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
-  if (kiln_tensor_numel(t) > 0) {
-    op->n_in = 0;
-    kiln__tensor_view(t, &op->out);
-    status = kiln__dispatch(queue, op);
-    if (status != KILN_OK) {
-      kiln_tensor_release(t);
-      return kiln__wrap_error(status, "%s", call);
-    }
-    kiln__buffer_touch(t->buffer, queue);
-  }
-  *out = t;
-  return KILN_OK;
+static kiln_status_t create_op(const char *call, kiln_device_t *device, kiln_op_t *op, kiln_dtype_t dtype, int ndim,
+                               const int64_t *shape, kiln_tensor_t **out) {
+  op->n_in = 0;
+  return kiln__op_enqueue(call, device, op, dtype, ndim, shape, NULL, out);
 }
 
 /* The checks every creation call shares. */
-static kiln_status_t kiln_create_check(const char *call, kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+static kiln_status_t create_check(const char *call, kiln_device_t *device, kiln_dtype_t dtype, int ndim,
                                        const int64_t *shape, kiln_tensor_t **out) {
   kiln_status_t status = kiln__ensure();
   if (status != KILN_OK) return status;
@@ -262,42 +241,42 @@ static kiln_status_t kiln_create_check(const char *call, kiln_device_t *device, 
 
 kiln_status_t kiln_tensor_empty(kiln_device_t *device, kiln_dtype_t dtype, int ndim, const int64_t *shape,
                                 kiln_tensor_t **out) {
-  kiln_status_t status = kiln_create_check("kiln_tensor_empty", device, dtype, ndim, shape, out);
+  kiln_status_t status = create_check("kiln_tensor_empty", device, dtype, ndim, shape, out);
   if (status != KILN_OK) return status;
   /* Nothing orders the caller's first use after a queue: idle memory only. */
-  status = kiln_tensor_alloc(device, NULL, dtype, ndim, shape, out);
+  status = tensor_alloc(device, NULL, dtype, ndim, shape, out);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "kiln_tensor_empty");
 }
 
-static kiln_status_t kiln_tensor_fill(const char *call, kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+static kiln_status_t tensor_fill(const char *call, kiln_device_t *device, kiln_dtype_t dtype, int ndim,
                                       const int64_t *shape, double value, kiln_tensor_t **out) {
-  kiln_status_t status = kiln_create_check(call, device, dtype, ndim, shape, out);
+  kiln_status_t status = create_check(call, device, dtype, ndim, shape, out);
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_FILL;
-  op.u.fill.value = value;
-  return kiln_create_op(call, device, &op, dtype, ndim, shape, out);
+  op.u.fill.value = kiln__scalar(value);
+  return create_op(call, device, &op, dtype, ndim, shape, out);
 }
 
 kiln_status_t kiln_tensor_zeros(kiln_device_t *device, kiln_dtype_t dtype, int ndim, const int64_t *shape,
                                 kiln_tensor_t **out) {
-  return kiln_tensor_fill("kiln_tensor_zeros", device, dtype, ndim, shape, 0.0, out);
+  return tensor_fill("kiln_tensor_zeros", device, dtype, ndim, shape, 0.0, out);
 }
 
 kiln_status_t kiln_tensor_ones(kiln_device_t *device, kiln_dtype_t dtype, int ndim, const int64_t *shape,
                                kiln_tensor_t **out) {
-  return kiln_tensor_fill("kiln_tensor_ones", device, dtype, ndim, shape, 1.0, out);
+  return tensor_fill("kiln_tensor_ones", device, dtype, ndim, shape, 1.0, out);
 }
 
 kiln_status_t kiln_tensor_full(kiln_device_t *device, kiln_dtype_t dtype, int ndim, const int64_t *shape,
                                double value, kiln_tensor_t **out) {
-  return kiln_tensor_fill("kiln_tensor_full", device, dtype, ndim, shape, value, out);
+  return tensor_fill("kiln_tensor_full", device, dtype, ndim, shape, value, out);
 }
 
 kiln_status_t kiln_tensor_arange(kiln_device_t *device, kiln_dtype_t dtype, double start, double stop, double step,
                                  kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_arange";
-  kiln_status_t status = kiln_create_check(call, device, dtype, 0, NULL, out);
+  kiln_status_t status = create_check(call, device, dtype, 0, NULL, out);
   if (status != KILN_OK) return status;
   if (!isfinite(start) || !isfinite(stop) || !isfinite(step) || step == 0.0)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
@@ -316,13 +295,13 @@ kiln_status_t kiln_tensor_arange(kiln_device_t *device, kiln_dtype_t dtype, doub
   op.u.arange.step = step;
   status = kiln__shape_check(call, 1, shape, dtype, NULL, NULL);
   if (status != KILN_OK) return status;
-  return kiln_create_op(call, device, &op, dtype, 1, shape, out);
+  return create_op(call, device, &op, dtype, 1, shape, out);
 }
 
 kiln_status_t kiln_tensor_from_host(kiln_device_t *device, kiln_dtype_t dtype, int ndim, const int64_t *shape,
                                     const void *data, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_from_host";
-  kiln_status_t status = kiln_create_check(call, device, dtype, ndim, shape, out);
+  kiln_status_t status = create_check(call, device, dtype, ndim, shape, out);
   if (status != KILN_OK) return status;
   size_t bytes = 0;
   kiln__shape_check(call, ndim, shape, dtype, NULL, &bytes);
@@ -343,9 +322,9 @@ kiln_status_t kiln_tensor_from_host(kiln_device_t *device, kiln_dtype_t dtype, i
   return KILN_OK;
 }
 
-static kiln_status_t kiln_tensor_random(const char *call, kiln_device_t *device, int ndim, const int64_t *shape,
+static kiln_status_t tensor_random(const char *call, kiln_device_t *device, int ndim, const int64_t *shape,
                                         uint64_t seed, bool normal, float a, float b, kiln_tensor_t **out) {
-  kiln_status_t status = kiln_create_check(call, device, KILN_F32, ndim, shape, out);
+  kiln_status_t status = create_check(call, device, KILN_F32, ndim, shape, out);
   if (status != KILN_OK) return status;
   if (!isfinite(a) || !isfinite(b) || (normal ? b < 0.0f : a > b))
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s %g and %s %g are invalid; %s", call, normal ? "mean" : "low",
@@ -357,47 +336,33 @@ static kiln_status_t kiln_tensor_random(const char *call, kiln_device_t *device,
   op.u.random.normal = normal;
   op.u.random.a = a;
   op.u.random.b = b;
-  return kiln_create_op(call, device, &op, KILN_F32, ndim, shape, out);
+  return create_op(call, device, &op, KILN_F32, ndim, shape, out);
 }
 
 kiln_status_t kiln_tensor_uniform(kiln_device_t *device, int ndim, const int64_t *shape, uint64_t seed, float low,
                                   float high, kiln_tensor_t **out) {
-  return kiln_tensor_random("kiln_tensor_uniform", device, ndim, shape, seed, false, low, high, out);
+  return tensor_random("kiln_tensor_uniform", device, ndim, shape, seed, false, low, high, out);
 }
 
 kiln_status_t kiln_tensor_normal(kiln_device_t *device, int ndim, const int64_t *shape, uint64_t seed, float mean,
                                  float stddev, kiln_tensor_t **out) {
-  return kiln_tensor_random("kiln_tensor_normal", device, ndim, shape, seed, true, mean, stddev, out);
+  return tensor_random("kiln_tensor_normal", device, ndim, shape, seed, true, mean, stddev, out);
 }
 
 /* ---- movement ----------------------------------------------------------------------- */
 
 /* A contiguous copy of `tensor` on its own device (the COPY op). */
-static kiln_status_t kiln_tensor_copy_local(const kiln_tensor_t *tensor, kiln_tensor_t **out) {
-  kiln_device_t *device = tensor->buffer->device;
-  kiln_queue_t *queue = kiln_device_current_queue(device);
-  kiln_tensor_t *t = NULL;
-  kiln_status_t status = kiln__tensor_alloc(device, queue, tensor->dtype, tensor->ndim, tensor->shape, &t);
-  if (status != KILN_OK) return status;
-  if (kiln_tensor_numel(t) > 0) {
-    kiln_op_t op;
-    op.kind = KILN_OP_COPY;
-    op.n_in = 1;
-    kiln__tensor_view(t, &op.out);
-    kiln__tensor_view(tensor, &op.in[0]);
-    status = kiln__dispatch(queue, &op);
-    if (status != KILN_OK) {
-      kiln_tensor_release(t);
-      return status;
-    }
-    kiln__buffer_touch(tensor->buffer, queue);
-    kiln__buffer_touch(t->buffer, queue);
-  }
-  *out = t;
-  return KILN_OK;
+static kiln_status_t copy_local(const kiln_tensor_t *tensor, kiln_tensor_t **out) {
+  kiln_op_t op;
+  op.kind = KILN_OP_COPY;
+  op.n_in = 1;
+  kiln__tensor_view(tensor, &op.in[0]);
+  const kiln_tensor_t *inputs[1] = {tensor};
+  return kiln__op_enqueue("copying a tensor on its device", tensor->buffer->device, &op, tensor->dtype, tensor->ndim,
+                          tensor->shape, inputs, out);
 }
 
-static kiln_status_t kiln_tensor_check(const char *call, const char *name, const kiln_tensor_t *tensor) {
+static kiln_status_t tensor_check(const char *call, const char *name, const kiln_tensor_t *tensor) {
   if (!tensor)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s is NULL; pass a tensor from a kiln_tensor_* call", call, name);
   return KILN_OK;
@@ -405,7 +370,7 @@ static kiln_status_t kiln_tensor_check(const char *call, const char *name, const
 
 kiln_status_t kiln_tensor_read(const kiln_tensor_t *tensor, void *host, size_t size) {
   static const char call[] = "kiln_tensor_read";
-  kiln_status_t status = kiln_tensor_check(call, "tensor", tensor);
+  kiln_status_t status = tensor_check(call, "tensor", tensor);
   if (status != KILN_OK) return status;
   size_t bytes = (size_t)kiln_tensor_numel(tensor) * kiln_dtype_size(tensor->dtype);
   if (size < bytes)
@@ -419,7 +384,7 @@ kiln_status_t kiln_tensor_read(const kiln_tensor_t *tensor, void *host, size_t s
   const kiln_tensor_t *src = tensor;
   kiln_tensor_t *tmp = NULL;
   if (!kiln_tensor_is_contiguous(tensor)) {
-    status = kiln_tensor_copy_local(tensor, &tmp);
+    status = copy_local(tensor, &tmp);
     if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
     src = tmp;
   }
@@ -431,7 +396,7 @@ kiln_status_t kiln_tensor_read(const kiln_tensor_t *tensor, void *host, size_t s
 
 kiln_status_t kiln_tensor_item(const kiln_tensor_t *tensor, double *out_value) {
   static const char call[] = "kiln_tensor_item";
-  kiln_status_t status = kiln_tensor_check(call, "tensor", tensor);
+  kiln_status_t status = tensor_check(call, "tensor", tensor);
   if (status != KILN_OK) return status;
   if (!out_value) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: out_value is NULL; pass the address of a double", call);
   int64_t numel = kiln_tensor_numel(tensor);
@@ -451,21 +416,21 @@ kiln_status_t kiln_tensor_item(const kiln_tensor_t *tensor, double *out_value) {
 
 kiln_status_t kiln_tensor_copy(const kiln_tensor_t *tensor, kiln_device_t *device, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_copy";
-  kiln_status_t status = kiln_tensor_check(call, "tensor", tensor);
+  kiln_status_t status = tensor_check(call, "tensor", tensor);
   if (status != KILN_OK) return status;
   if (!device || !out)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s is NULL; pass a destination device and the address of a kiln_tensor_t *",
                            call, !device ? "device" : "out");
   kiln_device_t *from = tensor->buffer->device;
   if (device == from) {
-    status = kiln_tensor_copy_local(tensor, out);
+    status = copy_local(tensor, out);
     return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "%s", call);
   }
   kiln_tensor_t *src = NULL;
   if (kiln_tensor_is_contiguous(tensor)) {
     src = kiln_tensor_retain((kiln_tensor_t *)tensor);
   } else {
-    status = kiln_tensor_copy_local(tensor, &src);
+    status = copy_local(tensor, &src);
     if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
   }
   kiln_queue_t *queue = kiln_device_current_queue(device);
@@ -487,7 +452,7 @@ kiln_status_t kiln_tensor_copy(const kiln_tensor_t *tensor, kiln_device_t *devic
 }
 
 kiln_status_t kiln_tensor_to(kiln_tensor_t *tensor, kiln_device_t *device, kiln_tensor_t **out) {
-  kiln_status_t status = kiln_tensor_check("kiln_tensor_to", "tensor", tensor);
+  kiln_status_t status = tensor_check("kiln_tensor_to", "tensor", tensor);
   if (status != KILN_OK) return status;
   if (!device || !out)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
@@ -504,10 +469,10 @@ kiln_status_t kiln_tensor_to(kiln_tensor_t *tensor, kiln_device_t *device, kiln_
 /* Strides for viewing `tensor` with a new shape without copying, as
  * PyTorch's computeStride: each run of old dims that is contiguous within
  * itself maps onto a run of new dims with the same element count. */
-static bool kiln_view_strides(const kiln_tensor_t *tensor, int ndim, const int64_t *shape, int64_t *out_strides) {
+static bool view_strides(const kiln_tensor_t *tensor, int ndim, const int64_t *shape, int64_t *out_strides) {
   int64_t numel = kiln_tensor_numel(tensor);
   if (numel == 0 || tensor->ndim == 0) {
-    kiln_contiguous_strides(ndim, shape, out_strides);
+    contiguous_strides(ndim, shape, out_strides);
     return true;
   }
   int view_d = ndim - 1;
@@ -534,7 +499,7 @@ static bool kiln_view_strides(const kiln_tensor_t *tensor, int ndim, const int64
 
 kiln_status_t kiln_tensor_reshape(kiln_tensor_t *tensor, int ndim, const int64_t *shape, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_reshape";
-  kiln_status_t status = kiln_tensor_check(call, "tensor", tensor);
+  kiln_status_t status = tensor_check(call, "tensor", tensor);
   if (status != KILN_OK) return status;
   if (!out) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kiln_tensor_t *", call);
   if (ndim < 0 || ndim > KILN_MAX_DIMS)
@@ -577,20 +542,20 @@ kiln_status_t kiln_tensor_reshape(kiln_tensor_t *tensor, int ndim, const int64_t
                            "use -1 for one size)",
                            call, (long long)known, (long long)numel);
   int64_t strides[KILN_MAX_DIMS];
-  if (kiln_view_strides(tensor, ndim, resolved, strides))
-    return kiln_tensor_view_new(tensor, ndim, resolved, strides, tensor->offset, out);
+  if (view_strides(tensor, ndim, resolved, strides))
+    return view_new(tensor, ndim, resolved, strides, tensor->offset, out);
   kiln_tensor_t *copy = NULL;
-  status = kiln_tensor_copy_local(tensor, &copy);
+  status = copy_local(tensor, &copy);
   if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
-  kiln_contiguous_strides(ndim, resolved, strides);
-  status = kiln_tensor_view_new(copy, ndim, resolved, strides, copy->offset, out);
+  contiguous_strides(ndim, resolved, strides);
+  status = view_new(copy, ndim, resolved, strides, copy->offset, out);
   kiln_tensor_release(copy);
   return status;
 }
 
 kiln_status_t kiln_tensor_permute(kiln_tensor_t *tensor, const int *perm, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_permute";
-  kiln_status_t status = kiln_tensor_check(call, "tensor", tensor);
+  kiln_status_t status = tensor_check(call, "tensor", tensor);
   if (status != KILN_OK) return status;
   if (!out || (!perm && tensor->ndim > 0))
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s is NULL; pass %d dimension indices and the address of a kiln_tensor_t *",
@@ -608,12 +573,12 @@ kiln_status_t kiln_tensor_permute(kiln_tensor_t *tensor, const int *perm, kiln_t
     shape[i] = tensor->shape[d];
     strides[i] = tensor->strides[d];
   }
-  return kiln_tensor_view_new(tensor, tensor->ndim, shape, strides, tensor->offset, out);
+  return view_new(tensor, tensor->ndim, shape, strides, tensor->offset, out);
 }
 
 kiln_status_t kiln_tensor_transpose(kiln_tensor_t *tensor, int dim0, int dim1, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_transpose";
-  kiln_status_t status = kiln_tensor_check(call, "tensor", tensor);
+  kiln_status_t status = tensor_check(call, "tensor", tensor);
   if (status != KILN_OK) return status;
   if (!out) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kiln_tensor_t *", call);
   int n = tensor->ndim;
@@ -631,13 +596,13 @@ kiln_status_t kiln_tensor_transpose(kiln_tensor_t *tensor, int dim0, int dim1, k
 
 kiln_status_t kiln_tensor_contiguous(kiln_tensor_t *tensor, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_contiguous";
-  kiln_status_t status = kiln_tensor_check(call, "tensor", tensor);
+  kiln_status_t status = tensor_check(call, "tensor", tensor);
   if (status != KILN_OK) return status;
   if (!out) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kiln_tensor_t *", call);
   if (kiln_tensor_is_contiguous(tensor)) {
     *out = kiln_tensor_retain(tensor);
     return KILN_OK;
   }
-  status = kiln_tensor_copy_local(tensor, out);
+  status = copy_local(tensor, out);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "%s", call);
 }

@@ -63,16 +63,17 @@ static inline void kt_cleanup_cache_dir_(void) {
 }
 
 /* Point KILN_CACHE_DIR at a fresh temporary directory (under $TMPDIR or /tmp)
- * removed at exit, unless the caller's environment already set one. Call
- * first thing in main(), before kiln starts. Returns the directory. */
+ * removed at exit, whatever the caller's environment says: a test writes
+ * nothing outside its own folder and passes when run twice in a row with any
+ * KILN_CACHE_DIR. Call first thing in main(), before kiln starts. Returns the
+ * directory, NULL when none could be made. */
 static inline const char *kt_private_cache_dir(void) {
-  const char *given = getenv("KILN_CACHE_DIR");
-  if (given && *given) return given;
   const char *tmp = getenv("TMPDIR");
   if (snprintf(kt_cache_dir_, sizeof kt_cache_dir_, "%s/kiln-test-XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
           (int)sizeof kt_cache_dir_ ||
       !mkdtemp(kt_cache_dir_)) {
     kt_cache_dir_[0] = 0;
+    unsetenv("KILN_CACHE_DIR");
     return NULL;
   }
   kt_cache_owner_ = getpid();

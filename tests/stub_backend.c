@@ -68,8 +68,16 @@ struct kiln_backend_event_t {
 static struct kiln_backend_device_t kiln_stub_device;
 static const kiln_host_t *kiln_stub_host;
 
-static kiln_status_t kiln_stub_initialize(const kiln_host_t *host) {
+/* The stub keeps its state in the process (tests read the counters across
+ * starts); its context is only a token the core hands back. */
+struct kiln_backend_context_t {
+  int unused;
+};
+static struct kiln_backend_context_t kiln_stub_context;
+
+static kiln_status_t kiln_stub_initialize(const kiln_host_t *host, kiln_backend_context_t **out_ctx) {
   KILN_STUB_COUNT(initialize);
+  *out_ctx = &kiln_stub_context;
   kiln_stub_host = host;
 #ifdef KILN_STUB_NEEDS_MISSING
   /* Never reached in practice: the loader refuses the plugin first. */
@@ -79,14 +87,14 @@ static kiln_status_t kiln_stub_initialize(const kiln_host_t *host) {
   return KILN_OK;
 }
 
-static void kiln_stub_deinitialize(void) {
+static void kiln_stub_deinitialize(kiln_backend_context_t *ctx) {
   KILN_STUB_COUNT(deinitialize);
   kiln_stub_host = NULL;
 }
 
-static size_t kiln_stub_device_count(void) { return 1; }
+static size_t kiln_stub_device_count(kiln_backend_context_t *ctx) { return 1; }
 
-static kiln_status_t kiln_stub_device_describe(size_t index, kiln_backend_device_desc_t *out_desc) {
+static kiln_status_t kiln_stub_device_describe(kiln_backend_context_t *ctx, size_t index, kiln_backend_device_desc_t *out_desc) {
   KILN_STUB_COUNT(device_describe);
   memset(out_desc, 0, sizeof *out_desc);
   out_desc->impl = &kiln_stub_device;
@@ -106,7 +114,7 @@ static kiln_status_t kiln_stub_device_describe(size_t index, kiln_backend_device
   return KILN_OK;
 }
 
-static kiln_status_t kiln_stub_buffer_allocate(kiln_backend_device_t *device, size_t size,
+static kiln_status_t kiln_stub_buffer_allocate(kiln_backend_context_t *ctx, kiln_backend_device_t *device, size_t size,
                                                kiln_backend_buffer_t **out_buffer) {
   KILN_STUB_COUNT(buffer_allocate);
   kiln_backend_buffer_t *b = calloc(1, sizeof *b);
@@ -122,13 +130,13 @@ static kiln_status_t kiln_stub_buffer_allocate(kiln_backend_device_t *device, si
   return KILN_OK;
 }
 
-static void kiln_stub_buffer_free(kiln_backend_device_t *device, kiln_backend_buffer_t *buffer) {
+static void kiln_stub_buffer_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_backend_buffer_t *buffer) {
   KILN_STUB_COUNT(buffer_free);
   free(buffer->data);
   free(buffer);
 }
 
-static kiln_status_t kiln_stub_queue_create(kiln_backend_device_t *device, kiln_backend_queue_t **out_queue) {
+static kiln_status_t kiln_stub_queue_create(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_backend_queue_t **out_queue) {
   KILN_STUB_COUNT(queue_create);
   kiln_backend_queue_t *q = calloc(1, sizeof *q);
   if (!q) return kiln_stub_host->set_error(KILN_OUT_OF_MEMORY, "stub: cannot allocate a queue");
@@ -136,18 +144,18 @@ static kiln_status_t kiln_stub_queue_create(kiln_backend_device_t *device, kiln_
   return KILN_OK;
 }
 
-static void kiln_stub_queue_destroy(kiln_backend_queue_t *queue) {
+static void kiln_stub_queue_destroy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue) {
   KILN_STUB_COUNT(queue_destroy);
   free(queue);
 }
 
 /* Work runs synchronously, so every queue is always finished. */
-static kiln_status_t kiln_stub_queue_finish(kiln_backend_queue_t *queue) {
+static kiln_status_t kiln_stub_queue_finish(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue) {
   KILN_STUB_COUNT(queue_finish);
   return KILN_OK;
 }
 
-static kiln_status_t kiln_stub_queue_record(kiln_backend_queue_t *queue, kiln_backend_event_t **out_event) {
+static kiln_status_t kiln_stub_queue_record(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, kiln_backend_event_t **out_event) {
   KILN_STUB_COUNT(queue_record);
   kiln_backend_event_t *e = calloc(1, sizeof *e);
   if (!e) return kiln_stub_host->set_error(KILN_OUT_OF_MEMORY, "stub: cannot allocate an event");
@@ -158,84 +166,67 @@ static kiln_status_t kiln_stub_queue_record(kiln_backend_queue_t *queue, kiln_ba
   return KILN_OK;
 }
 
-static kiln_status_t kiln_stub_queue_wait(kiln_backend_queue_t *queue, kiln_backend_event_t *event) {
+static kiln_status_t kiln_stub_queue_wait(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, kiln_backend_event_t *event) {
   KILN_STUB_COUNT(queue_wait);
   return KILN_OK;
 }
 
-static kiln_status_t kiln_stub_event_wait(kiln_backend_event_t *event) {
+static kiln_status_t kiln_stub_event_wait(kiln_backend_context_t *ctx, kiln_backend_event_t *event) {
   KILN_STUB_COUNT(event_wait);
   return KILN_OK;
 }
 
-static kiln_status_t kiln_stub_event_query(kiln_backend_event_t *event) { return KILN_OK; }
+static kiln_status_t kiln_stub_event_query(kiln_backend_context_t *ctx, kiln_backend_event_t *event) { return KILN_OK; }
 
-static kiln_status_t kiln_stub_event_elapsed(kiln_backend_event_t *start, kiln_backend_event_t *end, double *out_ms) {
+static kiln_status_t kiln_stub_event_elapsed(kiln_backend_context_t *ctx, kiln_backend_event_t *start, kiln_backend_event_t *end,
+                                             double *out_ms) {
   *out_ms = end->ms - start->ms;
   return KILN_OK;
 }
 
-static void kiln_stub_event_release(kiln_backend_event_t *event) { free(event); }
+static void kiln_stub_event_release(kiln_backend_context_t *ctx, kiln_backend_event_t *event) { free(event); }
 
-static kiln_status_t kiln_stub_buffer_write(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
+static kiln_status_t kiln_stub_buffer_write(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
                                             const void *host, size_t size, bool blocking) {
   KILN_STUB_COUNT(buffer_write);
   if (size) memcpy(buffer->data + offset, host, size);
   return KILN_OK;
 }
 
-static kiln_status_t kiln_stub_buffer_read(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
+static kiln_status_t kiln_stub_buffer_read(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
                                            void *host, size_t size, bool blocking) {
   KILN_STUB_COUNT(buffer_read);
   if (size) memcpy(host, buffer->data + offset, size);
   return KILN_OK;
 }
 
-static kiln_status_t kiln_stub_buffer_copy(kiln_backend_queue_t *queue, kiln_backend_buffer_t *src, size_t src_offset,
+static kiln_status_t kiln_stub_buffer_copy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, kiln_backend_buffer_t *src, size_t src_offset,
                                            kiln_backend_buffer_t *dst, size_t dst_offset, size_t size) {
   KILN_STUB_COUNT(buffer_copy);
   if (size) memmove(dst->data + dst_offset, src->data + src_offset, size);
   return KILN_OK;
 }
 
-static kiln_status_t kiln_stub_buffer_fill(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
+static kiln_status_t kiln_stub_buffer_fill(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
                                            size_t size, const void *pattern, size_t pattern_size) {
   KILN_STUB_COUNT(buffer_fill);
   for (size_t i = 0; i < size; i += pattern_size) memcpy(buffer->data + offset + i, pattern, pattern_size);
   return KILN_OK;
 }
 
-/* The stub runs FILL and COPY (f32, i32) natively; everything else is
- * unsupported, which the core must report rather than guess. */
-static uint32_t kiln_stub_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype) {
-  if ((kind == KILN_OP_FILL || kind == KILN_OP_COPY) && (dtype == KILN_F32 || dtype == KILN_I32))
-    return 1u << KILN_PROVIDER_NATIVE;
-  return 0;
-}
-
-static int64_t kiln_stub_numel(const kiln_view_t *v) {
-  int64_t n = 1;
-  for (int d = 0; d < v->ndim; d++) n *= v->shape[d];
-  return n;
-}
-
-static kiln_status_t kiln_stub_op_run(kiln_backend_queue_t *queue, kiln_provider_t provider, const kiln_op_t *op) {
+/* The stub runs FILL and COPY natively and has no other op, which the core
+ * must report rather than guess. */
+static kiln_status_t kiln_stub_op_run(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                      const kiln_op_entry_t *entry, const kiln_op_t *op) {
   KILN_STUB_COUNT(op_run);
-  if (provider != KILN_PROVIDER_NATIVE || (op->kind != KILN_OP_FILL && op->kind != KILN_OP_COPY))
-    return kiln_stub_host->set_error(KILN_UNSUPPORTED, "stub: only native fill and copy are supported");
   const kiln_view_t *out = &op->out;
-  int64_t n = kiln_stub_numel(out);
+  int64_t n = kiln_backend_view_numel(out);
   /* f32 and i32 are both four bytes, so one element loop serves both. */
   unsigned char *dst = out->buffer->data + out->offset * 4;
   if (op->kind == KILN_OP_FILL) {
     for (int64_t i = 0; i < n; i++) {
-      if (out->dtype == KILN_F32) {
-        float v = (float)op->u.fill.value;
-        memcpy(dst + i * 4, &v, 4);
-      } else {
-        int32_t v = (int32_t)op->u.fill.value;
-        memcpy(dst + i * 4, &v, 4);
-      }
+      if (out->dtype == KILN_F32) memcpy(dst + i * 4, &op->u.fill.value.f32, 4);
+      else memcpy(dst + i * 4, &op->u.fill.value.i32, 4);
     }
     return KILN_OK;
   }
@@ -253,8 +244,15 @@ static kiln_status_t kiln_stub_op_run(kiln_backend_queue_t *queue, kiln_provider
   return KILN_OK;
 }
 
+static const kiln_op_entry_t kiln_stub_ops[] = {
+    {KILN_OP_FILL, "native", NULL, kiln_stub_op_run, NULL},
+    {KILN_OP_COPY, "native", NULL, kiln_stub_op_run, NULL},
+    KILN_OP_TABLE_END,
+};
+
 static const kiln_backend_iface_t kiln_stub_iface = {
     .abi_version = KILN_STUB_ABI,
+    .size = sizeof(kiln_backend_iface_t),
     .name = "stub",
     .version = "stub 1.0",
     .initialize = kiln_stub_initialize,
@@ -276,8 +274,7 @@ static const kiln_backend_iface_t kiln_stub_iface = {
     .buffer_read = kiln_stub_buffer_read,
     .buffer_copy = kiln_stub_buffer_copy,
     .buffer_fill = kiln_stub_buffer_fill,
-    .op_providers = kiln_stub_op_providers,
-    .op_run = kiln_stub_op_run,
+    .ops = kiln_stub_ops,
 };
 
 KILN_PLUGIN_EXPORT const kiln_backend_iface_t *kiln_backend_entry(void);

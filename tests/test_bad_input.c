@@ -329,6 +329,111 @@ START_TEST(test_sizes) {
 }
 END_TEST
 
+/* ---- faults found by attacking kiln, kept as regressions ------------------------ */
+
+/* A zero batch broadcast against anything is a zero batch: [0,64,64] @ [64,64]
+ * is [0,64,64], and nothing is read from the empty operand (it used to be
+ * [1,64,64] made from memory kiln did not own), under every policy. */
+START_TEST(test_zero_batch_matmul) {
+  kt_env_reset();
+  kiln_device_t *dev = kt_cpu();
+  static const char *const policies[] = {"vendor", "portable", "fastest"};
+  for (size_t p = 0; p < 3; p++) {
+    KT_OK(kiln_set_policy(p == 0 ? KILN_POLICY_VENDOR : p == 1 ? KILN_POLICY_PORTABLE : KILN_POLICY_FASTEST));
+    kiln_tensor_t *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    KT_OK(kiln_tensor_empty(dev, KILN_F32, 3, (const int64_t[]){0, 64, 64}, &a));
+    KT_OK(kiln_tensor_ones(dev, KILN_F32, 2, (const int64_t[]){64, 64}, &b));
+    KT_OK(kiln_tensor_matmul(a, b, false, false, &c));
+    ck_assert_msg(kiln_tensor_ndim(c) == 3 && kiln_tensor_shape(c)[0] == 0 && kiln_tensor_shape(c)[1] == 64 &&
+                      kiln_tensor_shape(c)[2] == 64,
+                  "policy %s: [0,64,64] @ [64,64] gave %d dims, first %lld", policies[p], kiln_tensor_ndim(c),
+                  (long long)kiln_tensor_shape(c)[0]);
+    KT_OK(kiln_tensor_matmul(b, a, false, false, &d));
+    ck_assert_int_eq(kiln_tensor_shape(d)[0], 0);
+    kiln_tensor_release(a);
+    kiln_tensor_release(b);
+    kiln_tensor_release(c);
+    kiln_tensor_release(d);
+  }
+  kiln_deinitialize();
+}
+END_TEST
+
+/* Sizes of empty tensors with huge extents are computed without overflow
+ * (undefined behaviour that UBSan reported), and a window that cannot fit
+ * is refused: conv2d of [1,1,4,4] with weight [0,1,2^62,1] at dilation 4 gave
+ * OK and [1,0,12,4]. */
+START_TEST(test_huge_empty_extents) {
+  kt_env_reset();
+  kiln_device_t *dev = kt_cpu();
+  const int64_t huge = INT64_C(1) << 62;
+  kiln_tensor_t *x = kt_tensor(KILN_F32, 4, (const int64_t[]){1, 1, 4, 4});
+  kiln_tensor_t *w = NULL, *out = NULL;
+  KT_OK(kiln_tensor_empty(dev, KILN_F32, 4, (const int64_t[]){0, 1, huge, 1}, &w));
+  ck_assert_int_eq(kiln_tensor_numel(w), 0);
+  ck_assert(kiln_tensor_is_contiguous(w));
+  kiln_conv2d_params_t params = kiln_conv2d_params_default();
+  params.dilation[0] = 4;
+  KT_FAILS(kiln_tensor_conv2d(x, w, NULL, &params, &out), KILN_SHAPE_MISMATCH, "does not fit");
+  ck_assert_ptr_null(out);
+  kiln_tensor_t *e = NULL;
+  KT_OK(kiln_tensor_empty(dev, KILN_F32, 3, (const int64_t[]){0, huge, 4}, &e));
+  KT_FAILS(kiln_tensor_sum(e, 0, false, &out), KILN_INVALID_ARGUMENT, "overflows");
+  KT_OK(kiln_tensor_sum(e, 1, false, &out));
+  ck_assert_int_eq(kiln_tensor_numel(out), 0);
+  kiln_tensor_release(out);
+  kiln_tensor_t *v = NULL;
+  KT_OK(kiln_tensor_transpose(e, 0, 1, &v));
+  ck_assert(kiln_tensor_is_contiguous(v));
+  KT_OK(kiln_tensor_contiguous(v, &out));
+  kiln_tensor_release(out);
+  kiln_tensor_release(v);
+  kiln_tensor_release(e);
+  kiln_tensor_release(w);
+  kiln_tensor_release(x);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* kiln_tensor_cast takes f32 and i32 both ways, and says what else it cannot. */
+START_TEST(test_cast_arguments) {
+  kt_env_reset();
+  kiln_tensor_t *a = kt_tensor(KILN_F32, 1, (const int64_t[]){3});
+  kiln_tensor_t *out = NULL;
+  KT_NULL_ARG(kiln_tensor_cast(NULL, KILN_I32, &out), "a");
+  KT_NULL_ARG(kiln_tensor_cast(a, KILN_I32, NULL), "out");
+  KT_FAILS(kiln_tensor_cast(a, (kiln_dtype_t)77, &out), KILN_INVALID_ARGUMENT, "dtype 77 is not a kiln_dtype_t");
+  KT_FAILS(kiln_tensor_cast(a, KILN_F16, &out), KILN_DTYPE_MISMATCH, "casting to f16 is not supported yet");
+  ck_assert_ptr_null(out);
+  KT_OK(kiln_tensor_cast(a, KILN_I32, &out));
+  ck_assert_int_eq(kiln_tensor_dtype(out), KILN_I32);
+  kiln_tensor_release(out);
+  kiln_tensor_release(a);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* KILN_LOG=off applies even when the level was raised earlier in the process. */
+static int kt_log_lines;
+static void kt_count_log(kiln_log_level_t level, const char *message, void *user) { kt_log_lines++; }
+
+START_TEST(test_log_off_applies) {
+  kt_env_reset();
+  kiln_log_set_callback(kt_count_log, NULL);
+  kiln_log_set_level(KILN_LOG_DEBUG);
+  setenv("KILN_LOG", "off", 1);
+  KT_OK(kiln_ensure_initialized());
+  ck_assert_int_eq(kiln_log_level(), KILN_LOG_OFF);
+  kt_log_lines = 0;
+  kiln_tensor_t *t = kt_tensor(KILN_F32, 1, (const int64_t[]){3});
+  kiln_tensor_release(t);
+  ck_assert_int_eq(kt_log_lines, 0);
+  kiln_log_set_callback(NULL, NULL);
+  unsetenv("KILN_LOG");
+  kiln_deinitialize();
+}
+END_TEST
+
 /* ---- shapes --------------------------------------------------------------------------- */
 
 START_TEST(test_shape_mismatch) {
@@ -691,6 +796,10 @@ static Suite *kt_bad_input_suite(void) {
   tcase_add_test(values, test_dtype_mismatch);
   tcase_add_test(values, test_unknown_devices);
   tcase_add_test(values, test_device_mismatch);
+  tcase_add_test(values, test_zero_batch_matmul);
+  tcase_add_test(values, test_huge_empty_extents);
+  tcase_add_test(values, test_cast_arguments);
+  tcase_add_test(values, test_log_off_applies);
   suite_add_tcase(s, values);
   TCase *env = tcase_create("environment");
   tcase_add_loop_test(env, test_malformed_environment, 0, (int)(sizeof kt_env_cases / sizeof kt_env_cases[0]));

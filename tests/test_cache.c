@@ -173,7 +173,7 @@ START_TEST(test_unwritable_dir) {
   kt_start("plainfile/cache");
   kiln_cache_stats_t s0 = kt_stats();
   kiln__cache_store("k", "data", 4);
-  kiln__tuning_store("dev|matmul|f32|64x64x64", KILN_PROVIDER_BLAS);
+  kiln__tuning_store("dev|matmul|f32|64x64x64", "blas", NULL);
   kiln_cache_stats_t s1 = kt_stats();
   ck_assert_uint_eq(s1.failures, s0.failures + 2);
   ck_assert_uint_eq(s1.stores, s0.stores);
@@ -181,9 +181,9 @@ START_TEST(test_unwritable_dir) {
   size_t size;
   KT_FAILS(kiln__cache_load("k", &data, &size), KILN_NOT_FOUND, "no cache entry");
   /* The tuning result still holds for this run, in memory. */
-  kiln_provider_t p;
-  KT_OK(kiln__tuning_lookup("dev|matmul|f32|64x64x64", &p));
-  ck_assert_int_eq(p, KILN_PROVIDER_BLAS);
+  char p[32];
+  KT_OK(kiln__tuning_lookup("dev|matmul|f32|64x64x64", p, sizeof p));
+  ck_assert_str_eq(p, "blas");
   kiln_deinitialize();
 }
 END_TEST
@@ -283,16 +283,16 @@ static char *kt_read_file(const char *path) {
  * thread's last error left as it was (an earlier one survives). */
 static void kt_tuning_miss(const char *key) {
   kiln_clear_error();
-  kiln_provider_t p = KILN_PROVIDER_COUNT;
-  ck_assert_int_eq(kiln__tuning_lookup(key, &p), KILN_NOT_FOUND);
-  ck_assert_int_eq(p, KILN_PROVIDER_COUNT);
+  char p[32] = "untouched";
+  ck_assert_int_eq(kiln__tuning_lookup(key, p, sizeof p), KILN_NOT_FOUND);
+  ck_assert_str_eq(p, "untouched");
   ck_assert_str_eq(kiln_last_error(), "");
   ck_assert_int_eq(kiln_last_status(), KILN_OK);
 
   ck_assert_int_eq(kiln_cache_stats(NULL), KILN_INVALID_ARGUMENT);
   char earlier[256];
   snprintf(earlier, sizeof earlier, "%s", kiln_last_error());
-  ck_assert_int_eq(kiln__tuning_lookup(key, &p), KILN_NOT_FOUND);
+  ck_assert_int_eq(kiln__tuning_lookup(key, p, sizeof p), KILN_NOT_FOUND);
   ck_assert_str_eq(kiln_last_error(), earlier);
   ck_assert_int_eq(kiln_last_status(), KILN_INVALID_ARGUMENT);
   kiln_clear_error();
@@ -302,25 +302,25 @@ START_TEST(test_tuning_round_trip) {
   const char *dir = kt_start("tuning");
   char path[4300];
   snprintf(path, sizeof path, "%s/tuning.tsv", dir);
-  kiln_provider_t p = KILN_PROVIDER_COUNT;
+  char p[32];
   kt_tuning_miss("cpu:0|matmul|f32|128x128x128");
   ck_assert_uint_eq(kt_stats().misses, 2);
   /* Bad arguments are errors, with a message. */
-  KT_FAILS(kiln__tuning_lookup(NULL, &p), KILN_INVALID_ARGUMENT, "key or out_provider is NULL");
-  KT_FAILS(kiln__tuning_lookup("k", NULL), KILN_INVALID_ARGUMENT, "key or out_provider is NULL");
-  kiln__tuning_store("cpu:0|matmul|f32|128x128x128", KILN_PROVIDER_BLAS);
-  kiln__tuning_store("cpu:0|conv2d|f32|1x3x8x8", KILN_PROVIDER_NATIVE);
-  kiln__tuning_store("cpu:0|matmul|f32|128x128x128", KILN_PROVIDER_NATIVE); /* replaces */
+  KT_FAILS(kiln__tuning_lookup(NULL, p, sizeof p), KILN_INVALID_ARGUMENT, "key or out_provider is NULL");
+  KT_FAILS(kiln__tuning_lookup("k", NULL, 0), KILN_INVALID_ARGUMENT, "key or out_provider is NULL");
+  kiln__tuning_store("cpu:0|matmul|f32|128x128x128", "blas", NULL);
+  kiln__tuning_store("cpu:0|conv2d|f32|1x3x8x8", "native", NULL);
+  kiln__tuning_store("cpu:0|matmul|f32|128x128x128", "native", NULL); /* replaces */
   ck_assert_str_eq(kt_read_file(path),
                    "kiln-tuning 1\ncpu:0|matmul|f32|128x128x128\tnative\ncpu:0|conv2d|f32|1x3x8x8\tnative\n");
   kiln_deinitialize();
 
   /* A new start reads the file back. */
   kt_start("tuning");
-  KT_OK(kiln__tuning_lookup("cpu:0|conv2d|f32|1x3x8x8", &p));
-  ck_assert_int_eq(p, KILN_PROVIDER_NATIVE);
-  KT_OK(kiln__tuning_lookup("cpu:0|matmul|f32|128x128x128", &p));
-  ck_assert_int_eq(p, KILN_PROVIDER_NATIVE);
+  KT_OK(kiln__tuning_lookup("cpu:0|conv2d|f32|1x3x8x8", p, sizeof p));
+  ck_assert_str_eq(p, "native");
+  KT_OK(kiln__tuning_lookup("cpu:0|matmul|f32|128x128x128", p, sizeof p));
+  ck_assert_str_eq(p, "native");
   ck_assert_uint_eq(kt_stats().hits, 2);
   ck_assert_uint_eq(kt_stats().corrupt, 0);
   kiln_deinitialize();
@@ -353,7 +353,7 @@ START_TEST(test_tuning_corrupt) {
   /* Counted once, not at every lookup. */
   kt_tuning_miss("k");
   ck_assert_uint_eq(kt_stats().corrupt, 1);
-  kiln__tuning_store("fresh", KILN_PROVIDER_CUDNN);
+  kiln__tuning_store("fresh", "cudnn", NULL);
   ck_assert_str_eq(kt_read_file(path), "kiln-tuning 1\nfresh\tcudnn\n");
   kiln_deinitialize();
 }
@@ -361,6 +361,103 @@ END_TEST
 
 START_TEST(test_stats_argument) {
   KT_FAILS(kiln_cache_stats(NULL), KILN_INVALID_ARGUMENT, "out_stats is NULL");
+}
+END_TEST
+
+/* Faults of the machine, each a regression test. */
+
+/* A FIFO where an entry or tuning.tsv should be hangs nothing: it is counted,
+ * removed, and the cache works on (the store writes a real file). */
+START_TEST(test_fifo_entries) {
+  const char *dir = kt_start("fifo");
+  char path[4400], kernels[4300];
+  snprintf(kernels, sizeof kernels, "%s/kernels", dir);
+  ck_assert_int_eq(mkdir(dir, 0700), 0);
+  ck_assert_int_eq(mkdir(kernels, 0700), 0);
+  kt_blob_path(dir, "fifo-key", path, sizeof path);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  kiln_cache_stats_t s0 = kt_stats();
+  void *data = NULL;
+  size_t size = 0;
+  KT_FAILS(kiln__cache_load("fifo-key", &data, &size), KILN_NOT_FOUND, "no cache entry");
+  ck_assert_uint_eq(kt_stats().corrupt, s0.corrupt + 1);
+  kiln__cache_store("fifo-key", "abc", 3);
+  KT_OK(kiln__cache_load("fifo-key", &data, &size));
+  ck_assert_uint_eq(size, 3);
+  free(data);
+
+  char tuning[4400];
+  snprintf(tuning, sizeof tuning, "%s/tuning.tsv", dir);
+  kiln_deinitialize();
+  ck_assert_int_eq(mkfifo(tuning, 0600), 0);
+  kt_start("fifo");
+  char p[32] = "";
+  ck_assert_int_eq(kiln__tuning_lookup("k", p, sizeof p), KILN_NOT_FOUND);
+  ck_assert_uint_eq(kt_stats().corrupt, 1);
+  kiln__tuning_store("k", "native", NULL);
+  ck_assert_str_eq(kt_read_file(tuning), "kiln-tuning 1\nk\tnative\n");
+  kiln_deinitialize();
+}
+END_TEST
+
+/* A huge corrupt entry is refused from its header: a sparse terabyte whose
+ * header is right but whose size is not is never read whole. */
+START_TEST(test_huge_entry_header_first) {
+  const char *dir = kt_start("huge");
+  kiln__cache_store("huge-key", "x", 1);
+  char path[4400];
+  kt_blob_path(dir, "huge-key", path, sizeof path);
+  ck_assert_int_eq(truncate(path, (off_t)1 << 40), 0);
+  kiln_cache_stats_t s0 = kt_stats();
+  void *data = NULL;
+  size_t size = 0;
+  KT_FAILS(kiln__cache_load("huge-key", &data, &size), KILN_NOT_FOUND, "payload size differs from the file");
+  ck_assert_uint_eq(kt_stats().corrupt, s0.corrupt + 1);
+  unlink(path);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* Temporaries of writers killed mid-store are swept at the next start;
+ * those of a live writer stay. */
+START_TEST(test_stale_temporaries_swept) {
+  const char *dir = kt_start("sweep");
+  kiln__cache_store("sweep-key", "x", 1);
+  char entry[4400];
+  kt_blob_path(dir, "sweep-key", entry, sizeof entry);
+  kiln_deinitialize();
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) _exit(0);
+  ck_assert_int_eq(waitpid(child, NULL, 0), child);
+  char dead[4500], live[4500], tuning_tmp[4500];
+  snprintf(dead, sizeof dead, "%s.tmp.%ld.%ld", entry, (long)child, (long)child);
+  snprintf(live, sizeof live, "%s.tmp.%ld.%ld", entry, (long)getppid(), 7L);
+  snprintf(tuning_tmp, sizeof tuning_tmp, "%s/tuning.tsv.tmp.%ld.%ld", dir, (long)child, (long)child);
+  kt_write_file(dead, "half");
+  kt_write_file(live, "in progress");
+  kt_write_file(tuning_tmp, "half");
+  kt_start("sweep");
+  ck_assert_int_eq(access(dead, F_OK), -1);
+  ck_assert_int_eq(access(tuning_tmp, F_OK), -1);
+  ck_assert_int_eq(access(live, F_OK), 0);
+  ck_assert_int_eq(access(entry, F_OK), 0);
+  unlink(live);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* An entry that loaded but proved unusable is evicted on request. */
+START_TEST(test_evict) {
+  const char *dir = kt_start("evict");
+  kiln__cache_store("evict-key", "abc", 3);
+  char path[4400];
+  kt_blob_path(dir, "evict-key", path, sizeof path);
+  ck_assert_int_eq(access(path, F_OK), 0);
+  kiln__cache_evict("evict-key");
+  ck_assert_int_eq(access(path, F_OK), -1);
+  kiln__cache_evict("evict-key"); /* gone already: harmless */
+  kiln_deinitialize();
 }
 END_TEST
 
@@ -379,6 +476,10 @@ static Suite *cache_suite(void) {
   tcase_add_test(blobs, test_no_cache_dir);
   tcase_add_test(blobs, test_two_writers);
   tcase_add_test(blobs, test_stats_argument);
+  tcase_add_test(blobs, test_fifo_entries);
+  tcase_add_test(blobs, test_huge_entry_header_first);
+  tcase_add_test(blobs, test_stale_temporaries_swept);
+  tcase_add_test(blobs, test_evict);
   suite_add_tcase(s, blobs);
   TCase *tuning = tcase_create("tuning");
   tcase_add_test(tuning, test_tuning_round_trip);

@@ -2,6 +2,9 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "common.h"
 #include "runtime/internal.h"
 
@@ -195,14 +198,14 @@ START_TEST(test_bad_abi) {
   kt_env("badabi,cpu");
   KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "backend 'badabi' named in KILN_BACKEND cannot be used");
   KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH,
-           "libkiln-badabi.so was built for backend ABI 999, this libkiln speaks 1; rebuild the plugin against this kiln");
+           "libkiln-badabi.so was built for backend ABI 999, this libkiln speaks 2; rebuild the plugin against this kiln");
   kiln_deinitialize();
 
   kt_load_quietly("badabi,cpu");
   kiln__backend_t *b = &kt_rt.backends[0];
   ck_assert_int_eq(b->info.state, KILN_BACKEND_ABI_MISMATCH);
   ck_assert_str_eq(kiln_backend_state_name(b->info.state), "abi mismatch");
-  ck_assert_msg(strstr(b->info.reason, "was built for backend ABI 999, this libkiln speaks 1") != NULL, "%s",
+  ck_assert_msg(strstr(b->info.reason, "was built for backend ABI 999, this libkiln speaks 2") != NULL, "%s",
                 b->info.reason);
   ck_assert(kt_ends_with(b->info.path, "/libkiln-badabi.so"));
   ck_assert_uint_eq(b->info.device_count, 0);
@@ -322,57 +325,63 @@ END_TEST
  * says why through the thread's message, as a plugin whose driver sees no
  * device does; "silent" says nothing; "wrongabi" speaks another ABI. */
 static const kiln_host_t *kt_empty_host;
-static kiln_status_t kt_empty_init_noisy(const kiln_host_t *host) {
+static kiln_status_t kt_empty_init_noisy(const kiln_host_t *host, kiln_backend_context_t **out_ctx) {
   kt_empty_host = host;
+  *out_ctx = NULL;
   host->set_error(KILN_UNAVAILABLE, "driver present, no noisy device (check the cable)");
   return KILN_OK;
 }
-static kiln_status_t kt_empty_init_silent(const kiln_host_t *host) {
+static kiln_status_t kt_empty_init_silent(const kiln_host_t *host, kiln_backend_context_t **out_ctx) {
   kt_empty_host = host;
+  *out_ctx = NULL;
   return KILN_OK;
 }
-static size_t kt_empty_count(void) { return 0; }
-static kiln_status_t kt_empty_describe(size_t i, kiln_backend_device_desc_t *d) { return KILN_INTERNAL; }
-static kiln_status_t kt_empty_alloc(kiln_backend_device_t *d, size_t n, kiln_backend_buffer_t **o) {
+typedef kiln_backend_context_t kt_ctx_t;
+static size_t kt_empty_count(kt_ctx_t *c) { return 0; }
+static kiln_status_t kt_empty_describe(kt_ctx_t *c, size_t i, kiln_backend_device_desc_t *d) { return KILN_INTERNAL; }
+static kiln_status_t kt_empty_alloc(kt_ctx_t *c, kiln_backend_device_t *d, size_t n, kiln_backend_buffer_t **o) {
   return KILN_INTERNAL;
 }
-static void kt_empty_free(kiln_backend_device_t *d, kiln_backend_buffer_t *b) {}
-static kiln_status_t kt_empty_qcreate(kiln_backend_device_t *d, kiln_backend_queue_t **o) { return KILN_INTERNAL; }
-static void kt_empty_qdestroy(kiln_backend_queue_t *q) {}
-static kiln_status_t kt_empty_qfinish(kiln_backend_queue_t *q) { return KILN_INTERNAL; }
-static kiln_status_t kt_empty_qrecord(kiln_backend_queue_t *q, kiln_backend_event_t **o) { return KILN_INTERNAL; }
-static kiln_status_t kt_empty_qwait(kiln_backend_queue_t *q, kiln_backend_event_t *e) { return KILN_INTERNAL; }
-static kiln_status_t kt_empty_event(kiln_backend_event_t *e) { return KILN_INTERNAL; }
-static kiln_status_t kt_empty_elapsed(kiln_backend_event_t *a, kiln_backend_event_t *b, double *o) {
+static void kt_empty_free(kt_ctx_t *c, kiln_backend_device_t *d, kiln_backend_buffer_t *b) {}
+static kiln_status_t kt_empty_qcreate(kt_ctx_t *c, kiln_backend_device_t *d, kiln_backend_queue_t **o) {
   return KILN_INTERNAL;
 }
-static void kt_empty_erelease(kiln_backend_event_t *e) {}
-static kiln_status_t kt_empty_write(kiln_backend_queue_t *q, kiln_backend_buffer_t *b, size_t off, const void *h,
-                                    size_t n, bool blocking) {
+static void kt_empty_qdestroy(kt_ctx_t *c, kiln_backend_queue_t *q) {}
+static kiln_status_t kt_empty_qfinish(kt_ctx_t *c, kiln_backend_queue_t *q) { return KILN_INTERNAL; }
+static kiln_status_t kt_empty_qrecord(kt_ctx_t *c, kiln_backend_queue_t *q, kiln_backend_event_t **o) {
   return KILN_INTERNAL;
 }
-static kiln_status_t kt_empty_read(kiln_backend_queue_t *q, kiln_backend_buffer_t *b, size_t off, void *h, size_t n,
-                                   bool blocking) {
+static kiln_status_t kt_empty_qwait(kt_ctx_t *c, kiln_backend_queue_t *q, kiln_backend_event_t *e) {
   return KILN_INTERNAL;
 }
-static kiln_status_t kt_empty_fill(kiln_backend_queue_t *q, kiln_backend_buffer_t *b, size_t off, size_t n,
-                                   const void *pattern, size_t pattern_size) {
+static kiln_status_t kt_empty_event(kt_ctx_t *c, kiln_backend_event_t *e) { return KILN_INTERNAL; }
+static kiln_status_t kt_empty_elapsed(kt_ctx_t *c, kiln_backend_event_t *a, kiln_backend_event_t *b, double *o) {
   return KILN_INTERNAL;
 }
-static uint32_t kt_empty_providers(kiln_backend_device_t *d, kiln_op_kind_t k, kiln_dtype_t t) { return 0; }
-static kiln_status_t kt_empty_run(kiln_backend_queue_t *q, kiln_provider_t p, const kiln_op_t *op) {
+static void kt_empty_erelease(kt_ctx_t *c, kiln_backend_event_t *e) {}
+static kiln_status_t kt_empty_write(kt_ctx_t *c, kiln_backend_queue_t *q, kiln_backend_buffer_t *b, size_t off,
+                                    const void *h, size_t n, bool blocking) {
   return KILN_INTERNAL;
 }
+static kiln_status_t kt_empty_read(kt_ctx_t *c, kiln_backend_queue_t *q, kiln_backend_buffer_t *b, size_t off,
+                                   void *h, size_t n, bool blocking) {
+  return KILN_INTERNAL;
+}
+static kiln_status_t kt_empty_fill(kt_ctx_t *c, kiln_backend_queue_t *q, kiln_backend_buffer_t *b, size_t off,
+                                   size_t n, const void *pattern, size_t pattern_size) {
+  return KILN_INTERNAL;
+}
+static const kiln_op_entry_t kt_empty_ops[] = {KILN_OP_TABLE_END};
 
 #define KT_EMPTY_IFACE(NAME, ABI, INIT)                                                                     \
   {                                                                                                        \
-    .abi_version = (ABI), .name = (NAME), .version = "empty 1", .initialize = (INIT),                      \
-    .device_count = kt_empty_count, .device_describe = kt_empty_describe, .buffer_allocate = kt_empty_alloc, \
-    .buffer_free = kt_empty_free, .queue_create = kt_empty_qcreate, .queue_destroy = kt_empty_qdestroy,    \
-    .queue_finish = kt_empty_qfinish, .queue_record = kt_empty_qrecord, .queue_wait = kt_empty_qwait,      \
-    .event_wait = kt_empty_event, .event_query = kt_empty_event, .event_elapsed = kt_empty_elapsed,        \
-    .event_release = kt_empty_erelease, .buffer_write = kt_empty_write, .buffer_read = kt_empty_read,      \
-    .buffer_fill = kt_empty_fill, .op_providers = kt_empty_providers, .op_run = kt_empty_run,              \
+    .abi_version = (ABI), .size = sizeof(kiln_backend_iface_t), .name = (NAME), .version = "empty 1",      \
+    .initialize = (INIT), .device_count = kt_empty_count, .device_describe = kt_empty_describe,            \
+    .buffer_allocate = kt_empty_alloc, .buffer_free = kt_empty_free, .queue_create = kt_empty_qcreate,     \
+    .queue_destroy = kt_empty_qdestroy, .queue_finish = kt_empty_qfinish, .queue_record = kt_empty_qrecord, \
+    .queue_wait = kt_empty_qwait, .event_wait = kt_empty_event, .event_query = kt_empty_event,             \
+    .event_elapsed = kt_empty_elapsed, .event_release = kt_empty_erelease, .buffer_write = kt_empty_write, \
+    .buffer_read = kt_empty_read, .buffer_fill = kt_empty_fill, .ops = kt_empty_ops,                       \
   }
 static const kiln_backend_iface_t kt_noisy_iface = KT_EMPTY_IFACE("noisy", KILN_BACKEND_ABI_VERSION, kt_empty_init_noisy);
 static const kiln_backend_iface_t kt_silent_iface =
@@ -389,23 +398,36 @@ START_TEST(test_zero_devices_keep_reason) {
   KT_FAILS(kiln__registry_add_builtin("No-Such", kt_silent_entry), KILN_INVALID_ARGUMENT, "is not a backend name");
   KT_FAILS(kiln__registry_add_builtin("x", NULL), KILN_INVALID_ARGUMENT, "entry is NULL");
 
-  /* Named explicitly, a backend without devices is still not an error. */
-  kt_env("noisy,silent,cpu");
+  /* Named explicitly, a backend without a usable device is an error that
+   * gives its reason: running on another device instead would be wrong. */
+  kt_env("noisy,cpu");
+  KT_FAILS(kiln_ensure_initialized(), KILN_UNAVAILABLE,
+           "backend 'noisy' named in KILN_BACKEND cannot be used: driver present, no noisy device (check the cable)");
+  kiln_deinitialize();
+  kt_env("silent,cpu");
+  KT_FAILS(kiln_ensure_initialized(), KILN_UNAVAILABLE,
+           "backend 'silent' named in KILN_BACKEND cannot be used: the backend loaded but found no device");
+  kiln_deinitialize();
+
+  /* The unset default falls back quietly, and each backend keeps its
+   * reason: the plugin's message, which does not linger as the thread's
+   * error after a successful start. */
+  KT_OK(kiln__registry_add_builtin("cuda", kt_noisy_entry));
+  KT_OK(kiln__registry_add_builtin("opencl", kt_silent_entry));
+  kt_env(NULL);
   kiln_clear_error();
   KT_OK(kiln_ensure_initialized());
-  /* The plugin's message became the reason; it does not linger as the
-   * thread's error after a successful start. */
   ck_assert_str_eq(kiln_last_error(), "");
   kiln_backend_info_t b;
   KT_OK(kiln_backend_info(0, &b));
-  ck_assert_str_eq(b.name, "noisy");
+  ck_assert_str_eq(b.name, "cuda");
   ck_assert_int_eq(b.state, KILN_BACKEND_NO_DEVICE);
   ck_assert_uint_eq(b.device_count, 0);
   ck_assert_str_eq(b.reason, "driver present, no noisy device (check the cable)");
   ck_assert_str_eq(b.path, "builtin");
   ck_assert_str_eq(b.version, "empty 1");
   KT_OK(kiln_backend_info(1, &b));
-  ck_assert_str_eq(b.name, "silent");
+  ck_assert_str_eq(b.name, "opencl");
   ck_assert_int_eq(b.state, KILN_BACKEND_NO_DEVICE);
   ck_assert_str_eq(b.reason, "the backend loaded but found no device");
   KT_OK(kiln_backend_info(2, &b));
@@ -428,7 +450,77 @@ START_TEST(test_zero_devices_keep_reason) {
   kiln_deinitialize();
 
   kt_env("wrongabi,cpu");
-  KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "the built-in wrongabi backend speaks backend ABI 7");
+  KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "the built-in wrongabi backend was built for backend ABI 7, this libkiln speaks 2");
+  kiln_deinitialize();
+  kt_env(NULL);
+}
+END_TEST
+
+/* The interface table grows at its end only: a table shorter than the
+ * required slots is too old and refused; one longer than the core's (a newer
+ * plugin with slots this core does not know) is taken, its extra slots unread.
+ * And the op table's own rules. */
+static kiln_status_t kt_row_run(kiln_backend_context_t *ctx, kiln_backend_queue_t *q, const kiln_op_entry_t *e,
+                                const kiln_op_t *op) {
+  return KILN_INTERNAL;
+}
+static const kiln_op_entry_t kt_vendor_only_ops[] = {
+    {KILN_OP_MATMUL, "blas", NULL, kt_row_run, NULL},
+    KILN_OP_TABLE_END,
+};
+static const kiln_op_entry_t kt_bad_name_ops[] = {
+    {KILN_OP_FILL, "Not A Name", NULL, kt_row_run, NULL},
+    KILN_OP_TABLE_END,
+};
+typedef struct kt_newer_iface_t {
+  kiln_backend_iface_t base;
+  void (*slot_from_the_future)(void);
+  void *another;
+} kt_newer_iface_t;
+static kiln_backend_iface_t kt_short_iface = KT_EMPTY_IFACE("short", KILN_BACKEND_ABI_VERSION, kt_empty_init_silent);
+static kt_newer_iface_t kt_newer_iface = {KT_EMPTY_IFACE("newer", KILN_BACKEND_ABI_VERSION, kt_empty_init_noisy),
+                                          NULL, NULL};
+static kiln_backend_iface_t kt_vendor_only_iface =
+    KT_EMPTY_IFACE("vendoronly", KILN_BACKEND_ABI_VERSION, kt_empty_init_silent);
+static kiln_backend_iface_t kt_bad_name_iface = KT_EMPTY_IFACE("badname", KILN_BACKEND_ABI_VERSION, kt_empty_init_silent);
+static const kiln_backend_iface_t *kt_short_entry(void) {
+  kt_short_iface.size = (uint32_t)offsetof(kiln_backend_iface_t, buffer_fill);
+  return &kt_short_iface;
+}
+static const kiln_backend_iface_t *kt_newer_entry(void) {
+  kt_newer_iface.base.size = sizeof kt_newer_iface;
+  return &kt_newer_iface.base;
+}
+static const kiln_backend_iface_t *kt_vendor_only_entry(void) {
+  kt_vendor_only_iface.ops = kt_vendor_only_ops;
+  return &kt_vendor_only_iface;
+}
+static const kiln_backend_iface_t *kt_bad_name_entry(void) {
+  kt_bad_name_iface.ops = kt_bad_name_ops;
+  return &kt_bad_name_iface;
+}
+
+START_TEST(test_table_versions) {
+  KT_OK(kiln__registry_add_builtin("short", kt_short_entry));
+  KT_OK(kiln__registry_add_builtin("newer", kt_newer_entry));
+  KT_OK(kiln__registry_add_builtin("vendoronly", kt_vendor_only_entry));
+  KT_OK(kiln__registry_add_builtin("badname", kt_bad_name_entry));
+  kt_env("short,cpu");
+  KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "less than the");
+  KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "it is too old: rebuild it against this kiln");
+  kiln_deinitialize();
+
+  /* Adopted and started: it fails only for having no device. */
+  kt_env("newer,cpu");
+  KT_FAILS(kiln_ensure_initialized(), KILN_UNAVAILABLE,
+           "backend 'newer' named in KILN_BACKEND cannot be used: driver present, no noisy device");
+  kiln_deinitialize();
+
+  kt_env("vendoronly,cpu");
+  KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "offers blas for op matmul but no native row");
+  kiln_deinitialize();
+  kt_env("badname,cpu");
+  KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "op table row 0 (fill) has an invalid provider name");
   kiln_deinitialize();
   kt_env(NULL);
 }
@@ -460,6 +552,123 @@ START_TEST(test_bad_arguments) {
 }
 END_TEST
 
+/* Broken plugin files are reported, never fatal and never passed over: a
+ * copy cut short as an interrupted install leaves it (dlopen would map its
+ * segments past the end and die of SIGBUS), dangling links and loops named
+ * like a plugin, and a KILN_BACKEND_PATH folder too long to search, which the
+ * message lists among the paths tried. */
+static char *kt_make_dir(void) {
+  static char dir[512];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/kiln-plugins-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  return dir;
+}
+
+static void kt_copy_truncated(const char *from, const char *to, double fraction) {
+  FILE *in = fopen(from, "rb");
+  ck_assert_ptr_nonnull(in);
+  fseek(in, 0, SEEK_END);
+  long size = ftell(in);
+  fseek(in, 0, SEEK_SET);
+  long keep = (long)(size * fraction);
+  char *data = malloc((size_t)keep);
+  ck_assert_ptr_nonnull(data);
+  ck_assert_int_eq(fread(data, 1, (size_t)keep, in), (size_t)keep);
+  fclose(in);
+  FILE *out = fopen(to, "wb");
+  ck_assert_ptr_nonnull(out);
+  ck_assert_int_eq(fwrite(data, 1, (size_t)keep, out), (size_t)keep);
+  fclose(out);
+  free(data);
+}
+
+START_TEST(test_broken_plugin_files) {
+  /* Where the stub plugin lives. */
+  kt_env("stub,cpu");
+  KT_OK(kiln_ensure_initialized());
+  kiln_backend_info_t b;
+  KT_OK(kiln_backend_info(0, &b));
+  char stub[1024], search[4096];
+  snprintf(stub, sizeof stub, "%s", b.path);
+  kiln_deinitialize();
+  const char *saved = getenv("KILN_BACKEND_PATH");
+  char *dir = kt_make_dir();
+  snprintf(search, sizeof search, "%s:%s", dir, saved ? saved : "");
+  setenv("KILN_BACKEND_PATH", search, 1);
+  char path[1024];
+
+  snprintf(path, sizeof path, "%s/libkiln-trunc.so", dir);
+  kt_copy_truncated(stub, path, 0.5);
+  kt_env("trunc,cpu");
+  KT_FAILS(kiln_ensure_initialized(), KILN_UNAVAILABLE, "libkiln-trunc.so: truncated: loadable segment");
+  KT_FAILS(kiln_ensure_initialized(), KILN_UNAVAILABLE, "reinstall the plugin");
+  kiln_deinitialize();
+  unlink(path);
+  /* With KILN_BACKEND unset, a truncated default plugin is skipped with the
+   * reason, and kiln runs on. */
+  snprintf(path, sizeof path, "%s/libkiln-cuda.so", dir);
+  kt_copy_truncated(stub, path, 0.02);
+  kt_env(NULL);
+  KT_OK(kiln_ensure_initialized());
+  KT_OK(kiln_backend_info(0, &b));
+  ck_assert_str_eq(b.name, "cuda");
+  ck_assert_int_eq(b.state, KILN_BACKEND_UNAVAILABLE);
+  ck_assert_msg(strstr(b.reason, "truncated") != NULL, "%s", b.reason);
+  kiln_deinitialize();
+  unlink(path);
+
+  /* A dangling link named like the stub, ahead of the real one. */
+  snprintf(path, sizeof path, "%s/libkiln-stub.so", dir);
+  ck_assert_int_eq(symlink("/nonexistent/libkiln-stub.so", path), 0);
+  kt_env("stub,cpu");
+  KT_FAILS(kiln_ensure_initialized(), KILN_UNAVAILABLE, "a symbolic link to a file that does not exist");
+  kiln_deinitialize();
+  unlink(path);
+  ck_assert_int_eq(symlink(path, path), 0);
+  KT_FAILS(kiln_ensure_initialized(), KILN_UNAVAILABLE, "a loop of symbolic links");
+  kiln_deinitialize();
+  unlink(path);
+  ck_assert_int_eq(mkdir(path, 0700), 0);
+  KT_FAILS(kiln_ensure_initialized(), KILN_UNAVAILABLE, "not a regular file");
+  kiln_deinitialize();
+  rmdir(path);
+  rmdir(dir);
+
+  /* A folder too long to search is named among the paths tried. */
+  char *long_dir = malloc(5000);
+  ck_assert_ptr_nonnull(long_dir);
+  long_dir[0] = '/';
+  memset(long_dir + 1, 'a', 4998);
+  long_dir[4999] = '\0';
+  setenv("KILN_BACKEND_PATH", long_dir, 1);
+  kt_env("nosuch,cpu");
+  KT_FAILS(kiln_ensure_initialized(), KILN_UNAVAILABLE, "(a path over 4095 bytes, not searched)");
+  kiln_deinitialize();
+  free(long_dir);
+  if (saved) setenv("KILN_BACKEND_PATH", saved, 1);
+  kt_env(NULL);
+}
+END_TEST
+
+/* Devices are never dropped for lack of room: 64 CPU devices beside another
+ * backend's are all listed. */
+START_TEST(test_many_devices) {
+  kt_env("stub,cpu");
+  setenv("KILN_CPU_DEVICES", "64", 1);
+  size_t count = 0;
+  KT_OK(kiln_device_count(&count));
+  ck_assert_uint_eq(count, 65);
+  kiln_device_t *last = NULL;
+  KT_OK(kiln_device_find("cpu:63", &last));
+  kiln_backend_info_t b;
+  KT_OK(kiln_backend_info(1, &b));
+  ck_assert_uint_eq(b.device_count, 64);
+  kiln_deinitialize();
+  kt_env(NULL);
+}
+END_TEST
+
 static Suite *registry_suite(void) {
   Suite *s = suite_create("registry");
   TCase *tc = tcase_create("plugins");
@@ -472,6 +681,9 @@ static Suite *registry_suite(void) {
   tcase_add_test(tc, test_default_is_quiet);
   tcase_add_test(tc, test_zero_devices_keep_reason);
   tcase_add_test(tc, test_bad_arguments);
+  tcase_add_test(tc, test_table_versions);
+  tcase_add_test(tc, test_broken_plugin_files);
+  tcase_add_test(tc, test_many_devices);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -9,10 +9,9 @@
 
 #include "kiln/kiln.h"
 
-/* Operations whose providers `-v` and `--json` list: the ones with vendor
- * alternatives, and add as the elementwise representative. */
-static const char *const devinfo_ops[] = {"matmul", "conv2d", "max_pool2d", "softmax", "add"};
-#define DEVINFO_OP_COUNT (sizeof devinfo_ops / sizeof devinfo_ops[0])
+/* `-v` and `--json` list the providers of every operation kind kiln has
+ * (kiln_op_name); a device lists at most this many. */
+#define DEVINFO_MAX_OPS 64
 
 enum { DEVINFO_EXIT_OK = 0, DEVINFO_EXIT_CHECK_FAILED = 1, DEVINFO_EXIT_START_FAILED = 2 };
 
@@ -319,7 +318,7 @@ static int devinfo_verbose(devinfo_entry_t *entries, size_t count) {
     devinfo_kv_bool("fp64", d->fp64);
     devinfo_kv_bool("default", d->is_default);
     size_t props = kiln_device_property_count(e->device);
-    bool provider_shown[DEVINFO_OP_COUNT] = {false};
+    bool provider_shown[DEVINFO_MAX_OPS] = {false};
     for (size_t p = 0; p < props; p++) {
       const char *key = NULL, *value = NULL;
       kiln_status_t status = kiln_device_property(e->device, p, &key, &value);
@@ -329,14 +328,14 @@ static int devinfo_verbose(devinfo_entry_t *entries, size_t count) {
       }
       devinfo_kv(devinfo_str(key), devinfo_str(value));
       /* A backend may list providers among its properties already. */
-      for (size_t o = 0; o < DEVINFO_OP_COUNT; o++) {
-        if (key && !strncmp(key, "providers.", 10) && !strcmp(key + 10, devinfo_ops[o])) provider_shown[o] = true;
+      for (size_t o = 0; o < DEVINFO_MAX_OPS && kiln_op_name(o); o++) {
+        if (key && !strncmp(key, "providers.", 10) && !strcmp(key + 10, kiln_op_name(o))) provider_shown[o] = true;
       }
     }
-    for (size_t o = 0; o < DEVINFO_OP_COUNT; o++) {
+    for (size_t o = 0; o < DEVINFO_MAX_OPS && kiln_op_name(o); o++) {
       if (provider_shown[o]) continue;
-      const char *providers = kiln_device_providers(e->device, devinfo_ops[o]);
-      printf("  providers.%s: %s\n", devinfo_ops[o], providers ? providers : "(unknown op)");
+      const char *providers = kiln_device_providers(e->device, kiln_op_name(o));
+      printf("  providers.%s: %s\n", kiln_op_name(o), providers ? providers : "(unknown op)");
     }
   }
   devinfo_print_backends(stdout);
@@ -543,10 +542,10 @@ static int devinfo_json(devinfo_entry_t *entries, size_t count) {
             d->fp16 ? "true" : "false", d->fp64 ? "true" : "false", d->is_default ? "true" : "false");
     devinfo_json_properties(out, e->device);
     fputs(",\n     \"providers\": {", out);
-    for (size_t o = 0; o < DEVINFO_OP_COUNT; o++) {
-      const char *providers = kiln_device_providers(e->device, devinfo_ops[o]);
+    for (size_t o = 0; kiln_op_name(o); o++) {
+      const char *providers = kiln_device_providers(e->device, kiln_op_name(o));
       if (o) fputs(", ", out);
-      devinfo_json_key(out, devinfo_ops[o]);
+      devinfo_json_key(out, kiln_op_name(o));
       if (providers) {
         devinfo_json_string(out, providers);
       } else {

@@ -116,6 +116,12 @@ kiln_status_t kiln_device_property(const kiln_device_t *device, size_t i, const 
  * ("matmul", "conv2d", "add" ...). NULL for an unknown op name. */
 const char *kiln_device_providers(const kiln_device_t *device, const char *op);
 
+/* The operation names KILN_PROVIDER and kiln_device_providers take, by index
+ * from 0: every kind ("fill", ..., "matmul", "conv2d", ...), then each unary
+ * and binary op ("neg", ..., "add", ...), which share their kind's providers;
+ * NULL past the last. Static storage; never blocks. */
+const char *kiln_op_name(size_t index);
+
 /* Run a small computation on the device and compare with the CPU reference.
  * Blocks. KILN_OK when it passed; otherwise the status and a message saying
  * what differed. devinfo --check. */

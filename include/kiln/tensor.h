@@ -171,6 +171,12 @@ KILN_UNARY_OPS(KILN_UNARY_DECL_)
 KILN_BINARY_OPS(KILN_BINARY_DECL_)
 #undef KILN_BINARY_DECL_
 
+/* The values of `a` converted to `dtype` (KILN_F32 or KILN_I32): f32 -> i32
+ * truncates toward zero, NaN becomes 0 and values beyond the i32 range the
+ * nearest limit; i32 -> f32 rounds to the nearest float (ties to even). To
+ * the same dtype it is a copy. Always a new contiguous tensor. */
+kiln_status_t kiln_tensor_cast(const kiln_tensor_t *a, kiln_dtype_t dtype, kiln_tensor_t **out);
+
 /* ---- linear algebra ---------------------------------------------------- */
 
 /* op(a) @ op(b), op = transpose of the last two dims when trans_* is set.
