@@ -1,4 +1,4 @@
-/* backends/cpu/cpu_backend.h: the CPU backend's private objects (devices, buffers, queues, events), shared by its files. */
+/* backends/cpu/cpu_backend.h: the CPU backend's private objects (context, devices, buffers, queues, events), shared by its files. */
 #ifndef KILN_CPU_BACKEND_H
 #define KILN_CPU_BACKEND_H
 
@@ -8,18 +8,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backends/cpu/threadpool.h"
+#include "backends/cpu/thread_pool.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "runtime/backend.h"
 
-/* The core's table, copied at initialize. */
-extern kiln_host_t kiln_cpu_host;
+/* Everything the backend keeps between calls: initialize() makes it. */
+struct kiln_backend_context_t {
+  kiln_host_t host; /* the core's table, copied */
+  kiln_backend_device_t *devices;
+  size_t device_count;
+  int usable_cpus;
+  char model[256];
+  char vendor[128];
+};
 
 struct kiln_backend_device_t {
+  kiln_backend_context_t *ctx;
   size_t index;
   int threads;
   int cpu_ids[CPU_SETSIZE];
-  cpu_set_t cpus; /* the queue workers and the pool's helpers run here */
-  kiln_cpu_pool_t *pool;
+  cpu_set_t cpus; /* the queue workers and the thread pool's helpers run here */
+  kiln_cpu_thread_pool_t *thread_pool;
+  kiln_cpu_par_t par; /* the parallel-for kernels get: this device's thread pool */
   uint64_t memory_bytes;
 };
 
@@ -38,31 +48,43 @@ struct kiln_backend_event_t {
   uint64_t ns;               /* CLOCK_MONOTONIC when the worker reached it */
 };
 
-/* queue.c */
-kiln_status_t kiln_cpu_queue_create(kiln_backend_device_t *device, kiln_backend_queue_t **out_queue);
-void kiln_cpu_queue_destroy(kiln_backend_queue_t *queue);
-kiln_status_t kiln_cpu_queue_finish(kiln_backend_queue_t *queue);
-kiln_status_t kiln_cpu_queue_record(kiln_backend_queue_t *queue, kiln_backend_event_t **out_event);
-kiln_status_t kiln_cpu_queue_wait(kiln_backend_queue_t *queue, kiln_backend_event_t *event);
-kiln_status_t kiln_cpu_event_wait(kiln_backend_event_t *event);
-kiln_status_t kiln_cpu_event_query(kiln_backend_event_t *event);
-kiln_status_t kiln_cpu_event_elapsed(kiln_backend_event_t *start, kiln_backend_event_t *end, double *out_ms);
-void kiln_cpu_event_release(kiln_backend_event_t *event);
-kiln_status_t kiln_cpu_buffer_write(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                    const void *host, size_t size, bool blocking);
-kiln_status_t kiln_cpu_buffer_read(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                   void *host, size_t size, bool blocking);
-kiln_status_t kiln_cpu_buffer_copy(kiln_backend_queue_t *queue, kiln_backend_buffer_t *src, size_t src_offset,
-                                   kiln_backend_buffer_t *dst, size_t dst_offset, size_t size);
-kiln_status_t kiln_cpu_buffer_fill(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                   size_t size, const void *pattern, size_t pattern_size);
-kiln_status_t kiln_cpu_op_run(kiln_backend_queue_t *queue, kiln_provider_t provider, const kiln_op_t *op);
+/* queue.c: the interface's queue, event and transfer slots. */
+kiln_status_t kiln_cpu_queue_create(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
+                                    kiln_backend_queue_t **out_queue);
+void kiln_cpu_queue_destroy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue);
+kiln_status_t kiln_cpu_queue_finish(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue);
+kiln_status_t kiln_cpu_queue_record(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                    kiln_backend_event_t **out_event);
+kiln_status_t kiln_cpu_queue_wait(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  kiln_backend_event_t *event);
+kiln_status_t kiln_cpu_event_wait(kiln_backend_context_t *ctx, kiln_backend_event_t *event);
+kiln_status_t kiln_cpu_event_query(kiln_backend_context_t *ctx, kiln_backend_event_t *event);
+kiln_status_t kiln_cpu_event_elapsed(kiln_backend_context_t *ctx, kiln_backend_event_t *start,
+                                     kiln_backend_event_t *end, double *out_ms);
+void kiln_cpu_event_release(kiln_backend_context_t *ctx, kiln_backend_event_t *event);
+kiln_status_t kiln_cpu_buffer_write(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                    kiln_backend_buffer_t *buffer, size_t offset, const void *host, size_t size,
+                                    bool blocking);
+kiln_status_t kiln_cpu_buffer_read(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                   kiln_backend_buffer_t *buffer, size_t offset, void *host, size_t size,
+                                   bool blocking);
+kiln_status_t kiln_cpu_buffer_copy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                   kiln_backend_buffer_t *src, size_t src_offset, kiln_backend_buffer_t *dst,
+                                   size_t dst_offset, size_t size);
+kiln_status_t kiln_cpu_buffer_fill(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                   kiln_backend_buffer_t *buffer, size_t offset, size_t size, const void *pattern,
+                                   size_t pattern_size);
+/* Every row's run: enqueue the row's kernel (entry->impl, a kiln_cpu_kernel_t)
+ * with a copy of the op; the queue's worker calls it. */
+kiln_status_t kiln_cpu_op_run(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                              const kiln_op_t *op);
 
-/* ops.c */
-uint32_t kiln_cpu_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype);
-/* Check that `provider` can run `op` here (KILN_UNSUPPORTED with a message if not). */
-kiln_status_t kiln_cpu_op_check(kiln_provider_t provider, const kiln_op_t *op);
-/* Run a checked op on the calling thread (the queue's worker). */
-void kiln_cpu_op_execute(kiln_backend_device_t *device, kiln_provider_t provider, const kiln_op_t *op);
+/* What an op row's impl points to. */
+typedef struct kiln_cpu_kernel_t {
+  kiln_cpu_kernel_fn fn;
+} kiln_cpu_kernel_t;
+
+/* ops.c: the table of operations. */
+extern const kiln_op_entry_t kiln_cpu_ops[];
 
 #endif /* KILN_CPU_BACKEND_H */

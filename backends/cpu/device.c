@@ -9,15 +9,6 @@
 #include <unistd.h>
 
 #include "backends/cpu/cpu_backend.h"
-#include "kernels/cpu/cpu_kernels.h"
-
-kiln_host_t kiln_cpu_host;
-
-static kiln_backend_device_t *g_devices;
-static size_t g_device_count;
-static int g_usable_cpus;
-static char g_model[256];
-static char g_vendor[128];
 
 /* ---- what the machine is -------------------------------------------------------- */
 
@@ -49,26 +40,26 @@ static bool proc_field(const char *path, const char *key, char *out, size_t size
   return found;
 }
 
-static void read_cpu_identity(void) {
+static void read_cpu_identity(kiln_backend_context_t *ctx) {
   struct utsname u;
   bool have_uname = uname(&u) == 0;
-  if (!proc_field("/proc/cpuinfo", "model name", g_model, sizeof g_model) || !g_model[0]) {
+  if (!proc_field("/proc/cpuinfo", "model name", ctx->model, sizeof ctx->model) || !ctx->model[0]) {
     /* Some architectures have no "model name" line. */
-    if (!proc_field("/proc/cpuinfo", "Model", g_model, sizeof g_model) || !g_model[0])
-      snprintf(g_model, sizeof g_model, "%s %s CPU", have_uname ? u.sysname : "unknown",
+    if (!proc_field("/proc/cpuinfo", "Model", ctx->model, sizeof ctx->model) || !ctx->model[0])
+      snprintf(ctx->model, sizeof ctx->model, "%s %s CPU", have_uname ? u.sysname : "unknown",
                have_uname ? u.machine : "");
   }
   char vendor_id[128] = "";
   if (proc_field("/proc/cpuinfo", "vendor_id", vendor_id, sizeof vendor_id) ||
       proc_field("/proc/cpuinfo", "CPU implementer", vendor_id, sizeof vendor_id)) {
     if (!strcmp(vendor_id, "AuthenticAMD"))
-      snprintf(g_vendor, sizeof g_vendor, "AMD");
+      snprintf(ctx->vendor, sizeof ctx->vendor, "AMD");
     else if (!strcmp(vendor_id, "GenuineIntel"))
-      snprintf(g_vendor, sizeof g_vendor, "Intel");
+      snprintf(ctx->vendor, sizeof ctx->vendor, "Intel");
     else
-      snprintf(g_vendor, sizeof g_vendor, "%s", vendor_id);
+      snprintf(ctx->vendor, sizeof ctx->vendor, "%s", vendor_id);
   } else {
-    snprintf(g_vendor, sizeof g_vendor, "unknown");
+    snprintf(ctx->vendor, sizeof ctx->vendor, "unknown");
   }
 }
 
@@ -129,15 +120,24 @@ static void cpu_list(const int *ids, int n, char *out, size_t size) {
 
 /* ---- lifetime --------------------------------------------------------------------- */
 
-static void cpu_deinitialize(void) {
-  for (size_t i = 0; i < g_device_count; i++) kiln_cpu_pool_destroy(g_devices[i].pool);
-  free(g_devices);
-  g_devices = NULL;
-  g_device_count = 0;
+static void cpu_deinitialize(kiln_backend_context_t *ctx) {
+  if (!ctx) return;
+  for (size_t i = 0; i < ctx->device_count; i++) kiln_cpu_thread_pool_destroy(ctx->devices[i].thread_pool);
+  free(ctx->devices);
+  free(ctx);
 }
 
-static kiln_status_t cpu_initialize(const kiln_host_t *host) {
-  kiln_cpu_host = *host;
+/* KILN_CPU_DEVICES as the core validated it (1 when unset). */
+static int device_count_setting(const kiln_host_t *host) {
+  const char *text = host->setting ? host->setting("KILN_CPU_DEVICES") : NULL;
+  int count = text ? atoi(text) : 1;
+  return count >= 1 ? count : 1;
+}
+
+static kiln_status_t cpu_initialize(const kiln_host_t *host, kiln_backend_context_t **out_ctx) {
+  kiln_backend_context_t *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return host->set_error(KILN_OUT_OF_MEMORY, "cannot allocate the CPU backend's state");
+  ctx->host = *host;
   cpu_set_t usable;
   CPU_ZERO(&usable);
   int ids[CPU_SETSIZE];
@@ -152,17 +152,20 @@ static kiln_status_t cpu_initialize(const kiln_host_t *host) {
     ncpu = online > 0 ? (int)(online < CPU_SETSIZE ? online : CPU_SETSIZE) : 1;
     for (int c = 0; c < ncpu; c++) ids[c] = c;
   }
-  g_usable_cpus = ncpu;
-  read_cpu_identity();
+  ctx->usable_cpus = ncpu;
+  read_cpu_identity(ctx);
 
-  const int count = host->cpu_devices >= 1 ? host->cpu_devices : 1;
-  g_devices = calloc((size_t)count, sizeof *g_devices);
-  if (!g_devices)
+  const int count = device_count_setting(host);
+  ctx->devices = calloc((size_t)count, sizeof *ctx->devices);
+  if (!ctx->devices) {
+    free(ctx);
     return host->set_error(KILN_OUT_OF_MEMORY, "cannot allocate %d CPU devices (%zu bytes each)", count,
-                           sizeof *g_devices);
+                           sizeof *ctx->devices);
+  }
   const uint64_t memory = physical_memory();
   for (int d = 0; d < count; d++) {
-    kiln_backend_device_t *dev = &g_devices[d];
+    kiln_backend_device_t *dev = &ctx->devices[d];
+    dev->ctx = ctx;
     dev->index = (size_t)d;
     dev->memory_bytes = memory;
     /* Contiguous shares of the usable CPUs; with more devices than CPUs,
@@ -181,32 +184,36 @@ static kiln_status_t cpu_initialize(const kiln_host_t *host) {
       dev->cpu_ids[i] = ids[first + i];
       CPU_SET(ids[first + i], &dev->cpus);
     }
-    dev->pool = kiln_cpu_pool_create(n, dev->cpu_ids);
-    if (!dev->pool) {
-      g_device_count = (size_t)d;
-      cpu_deinitialize();
+    dev->thread_pool = kiln_cpu_thread_pool_create(n, dev->cpu_ids);
+    if (!dev->thread_pool) {
+      ctx->device_count = (size_t)d;
+      cpu_deinitialize(ctx);
       return host->set_error(KILN_OUT_OF_RESOURCES,
-                             "cannot start the %d-thread pool of cpu:%d (out of memory or threads); "
+                             "cannot start the %d-thread thread pool of cpu:%d (out of memory or threads); "
                              "lower KILN_CPU_DEVICES or raise the process's thread limit",
                              n, d);
     }
+    dev->par.parallel_for = kiln_cpu_thread_pool_par;
+    dev->par.team = dev->thread_pool;
+    dev->par.threads = n;
   }
-  g_device_count = (size_t)count;
+  ctx->device_count = (size_t)count;
+  *out_ctx = ctx;
   return KILN_OK;
 }
 
-static size_t cpu_device_count(void) { return g_device_count; }
+static size_t cpu_device_count(kiln_backend_context_t *ctx) { return ctx->device_count; }
 
 /* ---- description ----------------------------------------------------------------- */
 
-static kiln_status_t cpu_device_describe(size_t index, kiln_backend_device_desc_t *out_desc) {
-  const kiln_backend_device_t *dev = &g_devices[index];
+static kiln_status_t cpu_device_describe(kiln_backend_context_t *ctx, size_t index, kiln_backend_device_desc_t *out_desc) {
+  kiln_backend_device_t *dev = &ctx->devices[index];
   kiln_backend_device_desc_t *d = out_desc;
   memset(d, 0, sizeof *d);
-  d->impl = &g_devices[index];
+  d->impl = dev;
   d->type = KILN_DEVICE_CPU;
-  snprintf(d->name, sizeof d->name, "%s", g_model);
-  snprintf(d->vendor, sizeof d->vendor, "%s", g_vendor);
+  snprintf(d->name, sizeof d->name, "%s", ctx->model);
+  snprintf(d->vendor, sizeof d->vendor, "%s", ctx->vendor);
   struct utsname u;
   if (uname(&u) == 0) snprintf(d->runtime_version, sizeof d->runtime_version, "%.40s %.80s", u.sysname, u.release);
   d->memory_bytes = dev->memory_bytes;
@@ -227,13 +234,13 @@ static kiln_status_t cpu_device_describe(size_t index, kiln_backend_device_desc_
   kiln_backend_add_property(d, "blas", "%s",
                kiln_cpu_blas_available() ? "yes (provider 'blas' for matmul and conv2d)"
                                          : "no (kiln was built without a CBLAS)");
-  if (g_device_count > 1)
+  if (ctx->device_count > 1)
     kiln_backend_add_property(d, "memory_shared", "yes: the %zu CPU devices share the machine's physical memory",
-                 g_device_count);
+                 ctx->device_count);
   else
     kiln_backend_add_property(d, "memory_shared", "yes: the CPU device's memory is the machine's physical memory");
-  kiln_backend_add_property(d, "usable_cpus", "%d (sched_getaffinity), split among %zu CPU device%s", g_usable_cpus,
-               g_device_count, g_device_count == 1 ? "" : "s");
+  kiln_backend_add_property(d, "usable_cpus", "%d (sched_getaffinity), split among %zu CPU device%s", ctx->usable_cpus,
+               ctx->device_count, ctx->device_count == 1 ? "" : "s");
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (l1d > 0) kiln_backend_add_property(d, "l1d_cache_bytes", "%ld", l1d);
   if (l2 > 0) kiln_backend_add_property(d, "l2_cache_bytes", "%ld", l2);
@@ -242,14 +249,15 @@ static kiln_status_t cpu_device_describe(size_t index, kiln_backend_device_desc_
   return KILN_OK;
 }
 
-static kiln_status_t cpu_device_memory_free(kiln_backend_device_t *device, uint64_t *out_bytes) {
+static kiln_status_t cpu_device_memory_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
+                                            uint64_t *out_bytes) {
   if (mem_available(out_bytes)) return KILN_OK;
   struct sysinfo si;
   if (sysinfo(&si) == 0) {
     *out_bytes = ((uint64_t)si.freeram + (uint64_t)si.bufferram) * si.mem_unit;
     return KILN_OK;
   }
-  return kiln_cpu_host.set_error(KILN_UNAVAILABLE,
+  return ctx->host.set_error(KILN_UNAVAILABLE,
                                  "cannot read free memory: /proc/meminfo has no MemAvailable and sysinfo failed "
                                  "(%s)",
                                  strerror(errno));
@@ -257,10 +265,10 @@ static kiln_status_t cpu_device_memory_free(kiln_backend_device_t *device, uint6
 
 /* ---- buffers ----------------------------------------------------------------------- */
 
-static kiln_status_t cpu_buffer_allocate(kiln_backend_device_t *device, size_t size,
+static kiln_status_t cpu_buffer_allocate(kiln_backend_context_t *ctx, kiln_backend_device_t *device, size_t size,
                                          kiln_backend_buffer_t **out_buffer) {
   if (device->memory_bytes && (uint64_t)size > device->memory_bytes)
-    return kiln_cpu_host.set_error(KILN_OUT_OF_MEMORY,
+    return ctx->host.set_error(KILN_OUT_OF_MEMORY,
                                    "cannot allocate %zu bytes on cpu:%zu: the machine has %llu bytes of physical "
                                    "memory; allocate less (split the tensor)",
                                    size, device->index, (unsigned long long)device->memory_bytes);
@@ -273,7 +281,7 @@ static kiln_status_t cpu_buffer_allocate(kiln_backend_device_t *device, size_t s
     uint64_t avail = 0;
     char free_text[64] = "unknown";
     if (mem_available(&avail)) snprintf(free_text, sizeof free_text, "%llu", (unsigned long long)avail);
-    return kiln_cpu_host.set_error(KILN_OUT_OF_MEMORY,
+    return ctx->host.set_error(KILN_OUT_OF_MEMORY,
                                    "cannot allocate %zu bytes on cpu:%zu: the allocation failed (MemAvailable %s "
                                    "of %llu bytes of physical memory); free tensors or allocate less",
                                    size, device->index, free_text, (unsigned long long)device->memory_bytes);
@@ -285,18 +293,19 @@ static kiln_status_t cpu_buffer_allocate(kiln_backend_device_t *device, size_t s
   return KILN_OK;
 }
 
-static void cpu_buffer_free(kiln_backend_device_t *device, kiln_backend_buffer_t *buffer) {
+static void cpu_buffer_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_backend_buffer_t *buffer) {
   if (!buffer) return;
   free(buffer->data);
   free(buffer);
 }
 
-static void *cpu_buffer_host_pointer(kiln_backend_buffer_t *buffer) { return buffer->data; }
+static void *cpu_buffer_host_pointer(kiln_backend_context_t *ctx, kiln_backend_buffer_t *buffer) { return buffer->data; }
 
 /* ---- the table ------------------------------------------------------------------------ */
 
 static const kiln_backend_iface_t cpu_iface = {
     .abi_version = KILN_BACKEND_ABI_VERSION,
+    .size = sizeof(kiln_backend_iface_t),
     .name = "cpu",
     .version = "kiln native kernels",
     .initialize = cpu_initialize,
@@ -320,8 +329,7 @@ static const kiln_backend_iface_t cpu_iface = {
     .buffer_read = kiln_cpu_buffer_read,
     .buffer_copy = kiln_cpu_buffer_copy,
     .buffer_fill = kiln_cpu_buffer_fill,
-    .op_providers = kiln_cpu_op_providers,
-    .op_run = kiln_cpu_op_run,
+    .ops = kiln_cpu_ops,
 };
 
 const kiln_backend_iface_t *kiln_cpu_backend_entry(void) { return &cpu_iface; }

@@ -23,7 +23,7 @@ typedef enum cmd_kind_t {
 
 typedef struct cmd_t {
   cmd_kind_t kind;
-  kiln_provider_t provider;
+  kiln_cpu_kernel_fn kernel; /* CMD_OP */
   union {
     kiln_op_t op;
     struct {
@@ -126,7 +126,7 @@ static void fill_pattern(const cmd_t *c) {
   }
 }
 
-/* Copies and fills this large are split over the device's pool: one core
+/* Copies and fills this large are split over the device's thread pool: one core
  * cannot keep enough cache misses in flight to reach the memory bandwidth,
  * and the page faults of memory touched for the first time (a fresh buffer)
  * are taken on every core at once. */
@@ -151,13 +151,13 @@ static void run_memcpy(kiln_backend_queue_t *q, const cmd_t *c) {
   if (size == 0) return;
   const uintptr_t d = (uintptr_t)c->u.copy.dst, s = (uintptr_t)c->u.copy.src;
   const bool overlap = d < s + size && s < d + size;
-  if (overlap || size < KILN_CPU_PARALLEL_COPY_BYTES || kiln_cpu_pool_threads(q->device->pool) < 2) {
+  if (overlap || size < KILN_CPU_PARALLEL_COPY_BYTES || q->device->par.threads < 2) {
     memmove(c->u.copy.dst, c->u.copy.src, size);
     return;
   }
   copy_job_t job = {c};
   const int64_t blocks = (int64_t)((size + KILN_CPU_COPY_BLOCK - 1) / KILN_CPU_COPY_BLOCK);
-  kiln_cpu_parallel_for(q->device->pool, blocks, (int64_t)(KILN_CPU_PARALLEL_COPY_BYTES / 2 / KILN_CPU_COPY_BLOCK),
+  kiln_cpu_parallel_for(&q->device->par, blocks, (int64_t)(KILN_CPU_PARALLEL_COPY_BYTES / 2 / KILN_CPU_COPY_BLOCK),
                         copy_task, &job);
 }
 
@@ -175,21 +175,34 @@ static void fill_task(void *ctx, int64_t begin, int64_t end, int thread) {
 
 static void run_fill(kiln_backend_queue_t *q, const cmd_t *c) {
   const size_t size = c->u.fill.size;
-  if (size < KILN_CPU_PARALLEL_COPY_BYTES || kiln_cpu_pool_threads(q->device->pool) < 2) {
+  if (size < KILN_CPU_PARALLEL_COPY_BYTES || q->device->par.threads < 2) {
     fill_pattern(c);
     return;
   }
   /* Blocks are multiples of 4 bytes, so every share starts on a whole pattern. */
   copy_job_t job = {c};
   const int64_t blocks = (int64_t)((size + KILN_CPU_COPY_BLOCK - 1) / KILN_CPU_COPY_BLOCK);
-  kiln_cpu_parallel_for(q->device->pool, blocks, (int64_t)(KILN_CPU_PARALLEL_COPY_BYTES / 2 / KILN_CPU_COPY_BLOCK),
+  kiln_cpu_parallel_for(&q->device->par, blocks, (int64_t)(KILN_CPU_PARALLEL_COPY_BYTES / 2 / KILN_CPU_COPY_BLOCK),
                         fill_task, &job);
+}
+
+/* Element 0 of a view. */
+static void *view_ptr(const kiln_view_t *view) {
+  return (char *)view->buffer->data + view->offset * kiln_backend_dtype_size(view->dtype);
+}
+
+static void run_op(kiln_backend_queue_t *q, const cmd_t *c) {
+  const kiln_op_t *op = &c->u.op;
+  const void *in[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < op->n_in && i < 3; i++)
+    if (op->in[i].buffer) in[i] = view_ptr(&op->in[i]);
+  c->kernel(&q->device->par, op, view_ptr(&op->out), in);
 }
 
 /* Returns false on CMD_STOP. */
 static bool execute(kiln_backend_queue_t *q, cmd_t *c) {
   switch (c->kind) {
-  case CMD_OP: kiln_cpu_op_execute(q->device, c->provider, &c->u.op); break;
+  case CMD_OP: run_op(q, c); break;
   case CMD_MEMCPY: run_memcpy(q, c); break;
   case CMD_FILL: run_fill(q, c); break;
   case CMD_RECORD:
@@ -229,7 +242,7 @@ static inline void wake_head_sleepers(kiln_backend_queue_t *q, uint32_t head) {
 /* Block until head reaches `target`. With `spin`, first spin for a while
  * (the wait may be short); without, sleep at once (a producer facing a full
  * ring waits for hundreds of commands, and spinning would take a core from
- * the worker and the pool on a small machine). */
+ * the worker and the thread pool on a small machine). */
 static void wait_head(kiln_backend_queue_t *q, uint32_t target, bool spin) {
   uint32_t head = atomic_load_explicit(&q->head, memory_order_acquire);
   if (head_reached(head, target)) return;
@@ -308,7 +321,8 @@ static void publish(kiln_backend_queue_t *q, uint32_t seq) {
 /* Block until command `seq` completed. */
 static void wait_done(kiln_backend_queue_t *q, uint32_t seq) { wait_head(q, seq + 1, true); }
 
-kiln_status_t kiln_cpu_queue_create(kiln_backend_device_t *device, kiln_backend_queue_t **out_queue) {
+kiln_status_t kiln_cpu_queue_create(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
+                                    kiln_backend_queue_t **out_queue) {
   kiln_backend_queue_t *q = aligned_alloc(64, (sizeof *q + 63) / 64 * 64);
   if (!q) goto oom;
   memset(q, 0, sizeof *q);
@@ -339,7 +353,7 @@ kiln_status_t kiln_cpu_queue_create(kiln_backend_device_t *device, kiln_backend_
     pthread_mutex_destroy(&q->wait_lock);
     free(q->ring);
     free(q);
-    return kiln_cpu_host.set_error(KILN_OUT_OF_RESOURCES,
+    return ctx->host.set_error(KILN_OUT_OF_RESOURCES,
                                    "cannot start the worker thread of a queue on cpu:%zu (pthread_create: %s); "
                                    "release unused queues or raise the process's thread limit",
                                    device->index, strerror(rc));
@@ -347,12 +361,12 @@ kiln_status_t kiln_cpu_queue_create(kiln_backend_device_t *device, kiln_backend_
   *out_queue = q;
   return KILN_OK;
 oom:
-  return kiln_cpu_host.set_error(KILN_OUT_OF_MEMORY,
+  return ctx->host.set_error(KILN_OUT_OF_MEMORY,
                                  "cannot allocate a queue on cpu:%zu (%zu bytes for its command ring); free memory",
                                  device->index, sizeof(cmd_t) * KILN_CPU_RING_SLOTS);
 }
 
-void kiln_cpu_queue_destroy(kiln_backend_queue_t *q) {
+void kiln_cpu_queue_destroy(kiln_backend_context_t *ctx, kiln_backend_queue_t *q) {
   if (!q) return;
   uint32_t seq;
   cmd_t *c = reserve(q, &seq);
@@ -366,7 +380,7 @@ void kiln_cpu_queue_destroy(kiln_backend_queue_t *q) {
   free(q);
 }
 
-kiln_status_t kiln_cpu_queue_finish(kiln_backend_queue_t *q) {
+kiln_status_t kiln_cpu_queue_finish(kiln_backend_context_t *ctx, kiln_backend_queue_t *q) {
   wait_done(q, atomic_load(&q->tail) - 1);
   pthread_mutex_lock(&q->error_lock);
   kiln_status_t status = q->error;
@@ -375,14 +389,15 @@ kiln_status_t kiln_cpu_queue_finish(kiln_backend_queue_t *q) {
   q->error = KILN_OK;
   q->error_message[0] = '\0';
   pthread_mutex_unlock(&q->error_lock);
-  if (status != KILN_OK) return kiln_cpu_host.set_error(status, "%s", message);
+  if (status != KILN_OK) return ctx->host.set_error(status, "%s", message);
   return KILN_OK;
 }
 
-kiln_status_t kiln_cpu_queue_record(kiln_backend_queue_t *q, kiln_backend_event_t **out_event) {
+kiln_status_t kiln_cpu_queue_record(kiln_backend_context_t *ctx, kiln_backend_queue_t *q,
+                                    kiln_backend_event_t **out_event) {
   kiln_backend_event_t *event = malloc(sizeof *event);
   if (!event)
-    return kiln_cpu_host.set_error(KILN_OUT_OF_MEMORY, "cannot allocate an event (%zu bytes) on cpu:%zu",
+    return ctx->host.set_error(KILN_OUT_OF_MEMORY, "cannot allocate an event (%zu bytes) on cpu:%zu",
                                    sizeof *event, q->device->index);
   atomic_init(&event->refs, 2); /* the caller's and the queue's */
   atomic_init(&event->done, 0);
@@ -397,7 +412,7 @@ kiln_status_t kiln_cpu_queue_record(kiln_backend_queue_t *q, kiln_backend_event_
   return KILN_OK;
 }
 
-kiln_status_t kiln_cpu_queue_wait(kiln_backend_queue_t *q, kiln_backend_event_t *event) {
+kiln_status_t kiln_cpu_queue_wait(kiln_backend_context_t *ctx, kiln_backend_queue_t *q, kiln_backend_event_t *event) {
   /* Already reached: nothing to order. */
   if (atomic_load_explicit(&event->done, memory_order_acquire)) return KILN_OK;
   atomic_fetch_add(&event->refs, 1);
@@ -409,26 +424,27 @@ kiln_status_t kiln_cpu_queue_wait(kiln_backend_queue_t *q, kiln_backend_event_t 
   return KILN_OK;
 }
 
-kiln_status_t kiln_cpu_event_wait(kiln_backend_event_t *event) {
+kiln_status_t kiln_cpu_event_wait(kiln_backend_context_t *ctx, kiln_backend_event_t *event) {
   event_block(event);
   return KILN_OK;
 }
 
-kiln_status_t kiln_cpu_event_query(kiln_backend_event_t *event) {
+kiln_status_t kiln_cpu_event_query(kiln_backend_context_t *ctx, kiln_backend_event_t *event) {
   return atomic_load_explicit(&event->done, memory_order_acquire) ? KILN_OK : KILN_NOT_READY;
 }
 
-kiln_status_t kiln_cpu_event_elapsed(kiln_backend_event_t *start, kiln_backend_event_t *end, double *out_ms) {
+kiln_status_t kiln_cpu_event_elapsed(kiln_backend_context_t *ctx, kiln_backend_event_t *start, kiln_backend_event_t *end,
+                                     double *out_ms) {
   if (!atomic_load_explicit(&start->done, memory_order_acquire) ||
       !atomic_load_explicit(&end->done, memory_order_acquire))
-    return kiln_cpu_host.set_error(KILN_NOT_READY,
+    return ctx->host.set_error(KILN_NOT_READY,
                                    "event_elapsed: the %s event has not completed yet; wait on both events first",
                                    atomic_load(&start->done) ? "end" : "start");
   *out_ms = ((double)end->ns - (double)start->ns) / 1e6;
   return KILN_OK;
 }
 
-void kiln_cpu_event_release(kiln_backend_event_t *event) { event_unref(event); }
+void kiln_cpu_event_release(kiln_backend_context_t *ctx, kiln_backend_event_t *event) { event_unref(event); }
 
 /* ---- transfers --------------------------------------------------------------- */
 
@@ -444,23 +460,23 @@ static kiln_status_t enqueue_memcpy(kiln_backend_queue_t *q, void *dst, const vo
   return KILN_OK;
 }
 
-kiln_status_t kiln_cpu_buffer_write(kiln_backend_queue_t *q, kiln_backend_buffer_t *buffer, size_t offset,
-                                    const void *host, size_t size, bool blocking) {
+kiln_status_t kiln_cpu_buffer_write(kiln_backend_context_t *ctx, kiln_backend_queue_t *q, kiln_backend_buffer_t *buffer,
+                                    size_t offset, const void *host, size_t size, bool blocking) {
   return enqueue_memcpy(q, (char *)buffer->data + offset, host, size, blocking);
 }
 
-kiln_status_t kiln_cpu_buffer_read(kiln_backend_queue_t *q, kiln_backend_buffer_t *buffer, size_t offset,
-                                   void *host, size_t size, bool blocking) {
+kiln_status_t kiln_cpu_buffer_read(kiln_backend_context_t *ctx, kiln_backend_queue_t *q, kiln_backend_buffer_t *buffer,
+                                   size_t offset, void *host, size_t size, bool blocking) {
   return enqueue_memcpy(q, host, (const char *)buffer->data + offset, size, blocking);
 }
 
-kiln_status_t kiln_cpu_buffer_copy(kiln_backend_queue_t *q, kiln_backend_buffer_t *src, size_t src_offset,
-                                   kiln_backend_buffer_t *dst, size_t dst_offset, size_t size) {
+kiln_status_t kiln_cpu_buffer_copy(kiln_backend_context_t *ctx, kiln_backend_queue_t *q, kiln_backend_buffer_t *src,
+                                   size_t src_offset, kiln_backend_buffer_t *dst, size_t dst_offset, size_t size) {
   return enqueue_memcpy(q, (char *)dst->data + dst_offset, (const char *)src->data + src_offset, size, false);
 }
 
-kiln_status_t kiln_cpu_buffer_fill(kiln_backend_queue_t *q, kiln_backend_buffer_t *buffer, size_t offset,
-                                   size_t size, const void *pattern, size_t pattern_size) {
+kiln_status_t kiln_cpu_buffer_fill(kiln_backend_context_t *ctx, kiln_backend_queue_t *q, kiln_backend_buffer_t *buffer,
+                                   size_t offset, size_t size, const void *pattern, size_t pattern_size) {
   uint32_t value = 0;
   if (pattern_size == 1) value = *(const uint8_t *)pattern;
   else if (pattern_size == 2) value = *(const uint16_t *)pattern;
@@ -476,13 +492,12 @@ kiln_status_t kiln_cpu_buffer_fill(kiln_backend_queue_t *q, kiln_backend_buffer_
   return KILN_OK;
 }
 
-kiln_status_t kiln_cpu_op_run(kiln_backend_queue_t *q, kiln_provider_t provider, const kiln_op_t *op) {
-  kiln_status_t status = kiln_cpu_op_check(provider, op);
-  if (status != KILN_OK) return status;
+kiln_status_t kiln_cpu_op_run(kiln_backend_context_t *ctx, kiln_backend_queue_t *q, const kiln_op_entry_t *entry,
+                              const kiln_op_t *op) {
   uint32_t seq;
   cmd_t *c = reserve(q, &seq);
   c->kind = CMD_OP;
-  c->provider = provider;
+  c->kernel = ((const kiln_cpu_kernel_t *)entry->impl)->fn;
   /* Copy only the views in use: most ops are small and the ring slot crosses
    * to the worker's core. */
   memcpy(&c->u.op, op, offsetof(kiln_op_t, in));

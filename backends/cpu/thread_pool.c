@@ -1,5 +1,5 @@
-/* backends/cpu/threadpool.c: the per-device thread pool that runs large CPU kernels in parallel. */
-#include "backends/cpu/threadpool.h"
+/* backends/cpu/thread_pool.c: the per-device thread pool that runs large CPU kernels in parallel. */
+#include "backends/cpu/thread_pool.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -8,7 +8,7 @@
 
 #include "backends/cpu/sync.h"
 
-struct kiln_cpu_pool_t {
+struct kiln_cpu_thread_pool_t {
   int threads;
   pthread_t *helpers; /* threads - 1 of them */
   int helpers_started;
@@ -35,12 +35,12 @@ struct kiln_cpu_pool_t {
   _Atomic uint32_t done_sleepers;
 };
 
-/* The pool whose job the calling thread is running, so that a kernel calling
+/* The thread pool whose job the calling thread is running, so that a kernel calling
  * parallel_for from inside a task runs inline instead of deadlocking. */
-static _Thread_local kiln_cpu_pool_t *tl_running_pool;
+static _Thread_local kiln_cpu_thread_pool_t *tl_running;
 
 typedef struct helper_arg_t {
-  kiln_cpu_pool_t *pool;
+  kiln_cpu_thread_pool_t *tp;
   int index;
 } helper_arg_t;
 
@@ -50,59 +50,59 @@ static inline uint64_t claim_word(uint32_t generation, int chunks, int next) {
 
 /* Claim the next chunk of job `generation`; -1 when none is left (or the job
  * is another one by now). */
-static int claim_chunk(kiln_cpu_pool_t *pool, uint32_t generation) {
-  uint64_t cur = atomic_load_explicit(&pool->claim, memory_order_acquire);
+static int claim_chunk(kiln_cpu_thread_pool_t *tp, uint32_t generation) {
+  uint64_t cur = atomic_load_explicit(&tp->claim, memory_order_acquire);
   for (;;) {
     if ((uint32_t)(cur >> 32) != generation) return -1;
     const int chunks = (int)((cur >> 16) & 0xffff), next = (int)(cur & 0xffff);
     if (next >= chunks) return -1;
-    if (atomic_compare_exchange_weak_explicit(&pool->claim, &cur, cur + 1, memory_order_acq_rel,
+    if (atomic_compare_exchange_weak_explicit(&tp->claim, &cur, cur + 1, memory_order_acq_rel,
                                               memory_order_acquire))
       return next;
   }
 }
 
 /* Run chunks of job `generation` while any is left. */
-static void run_chunks(kiln_cpu_pool_t *pool, uint32_t generation, int chunks) {
-  for (int c; (c = claim_chunk(pool, generation)) >= 0;) {
+static void run_chunks(kiln_cpu_thread_pool_t *tp, uint32_t generation, int chunks) {
+  for (int c; (c = claim_chunk(tp, generation)) >= 0;) {
     /* The job cannot change before this chunk is counted done. */
-    const int64_t begin = pool->n * c / chunks, end = pool->n * (c + 1) / chunks;
-    if (begin < end) pool->fn(pool->ctx, begin, end, c);
-    if (atomic_fetch_add(&pool->done, 1) + 1 == (uint32_t)chunks) kiln_cpu_wake(&pool->done, &pool->done_sleepers);
+    const int64_t begin = tp->n * c / chunks, end = tp->n * (c + 1) / chunks;
+    if (begin < end) tp->fn(tp->ctx, begin, end, c);
+    if (atomic_fetch_add(&tp->done, 1) + 1 == (uint32_t)chunks) kiln_cpu_wake(&tp->done, &tp->done_sleepers);
   }
 }
 
 static void *helper_main(void *arg) {
   helper_arg_t a = *(helper_arg_t *)arg;
   free(arg);
-  kiln_cpu_pool_t *pool = a.pool;
-  tl_running_pool = pool;
+  kiln_cpu_thread_pool_t *tp = a.tp;
+  tl_running = tp;
   uint32_t seen = 0;
   for (;;) {
-    seen = kiln_cpu_wait_change(&pool->generation, seen, &pool->generation_sleepers);
-    if (atomic_load(&pool->stop)) return NULL;
-    const uint64_t cur = atomic_load_explicit(&pool->claim, memory_order_acquire);
-    if ((uint32_t)(cur >> 32) == seen) run_chunks(pool, seen, (int)((cur >> 16) & 0xffff));
+    seen = kiln_cpu_wait_change(&tp->generation, seen, &tp->generation_sleepers);
+    if (atomic_load(&tp->stop)) return NULL;
+    const uint64_t cur = atomic_load_explicit(&tp->claim, memory_order_acquire);
+    if ((uint32_t)(cur >> 32) == seen) run_chunks(tp, seen, (int)((cur >> 16) & 0xffff));
   }
 }
 
-kiln_cpu_pool_t *kiln_cpu_pool_create(int threads, const int *cpu_ids) {
+kiln_cpu_thread_pool_t *kiln_cpu_thread_pool_create(int threads, const int *cpu_ids) {
   if (threads < 1) threads = 1;
-  kiln_cpu_pool_t *pool = calloc(1, sizeof *pool);
-  if (!pool) return NULL;
-  pool->threads = threads;
-  pthread_mutex_init(&pool->turn, NULL);
-  atomic_init(&pool->generation, 0);
-  atomic_init(&pool->generation_sleepers, 0);
-  atomic_init(&pool->stop, false);
-  atomic_init(&pool->claim, 0);
-  atomic_init(&pool->done, 0);
-  atomic_init(&pool->done_sleepers, 0);
-  if (threads == 1) return pool;
+  kiln_cpu_thread_pool_t *tp = calloc(1, sizeof *tp);
+  if (!tp) return NULL;
+  tp->threads = threads;
+  pthread_mutex_init(&tp->turn, NULL);
+  atomic_init(&tp->generation, 0);
+  atomic_init(&tp->generation_sleepers, 0);
+  atomic_init(&tp->stop, false);
+  atomic_init(&tp->claim, 0);
+  atomic_init(&tp->done, 0);
+  atomic_init(&tp->done_sleepers, 0);
+  if (threads == 1) return tp;
 
-  pool->helpers = calloc((size_t)threads - 1, sizeof *pool->helpers);
-  if (!pool->helpers) {
-    kiln_cpu_pool_destroy(pool);
+  tp->helpers = calloc((size_t)threads - 1, sizeof *tp->helpers);
+  if (!tp->helpers) {
+    kiln_cpu_thread_pool_destroy(tp);
     return NULL;
   }
   pthread_attr_t attr;
@@ -118,70 +118,73 @@ kiln_cpu_pool_t *kiln_cpu_pool_create(int threads, const int *cpu_ids) {
   for (int i = 1; i < threads; i++) {
     helper_arg_t *arg = malloc(sizeof *arg);
     if (arg) {
-      arg->pool = pool;
+      arg->tp = tp;
       arg->index = i;
     }
-    if (!arg || pthread_create(&pool->helpers[i - 1], &attr, helper_main, arg) != 0) {
+    if (!arg || pthread_create(&tp->helpers[i - 1], &attr, helper_main, arg) != 0) {
       free(arg);
       pthread_attr_destroy(&attr);
-      kiln_cpu_pool_destroy(pool);
+      kiln_cpu_thread_pool_destroy(tp);
       return NULL;
     }
-    pool->helpers_started++;
+    tp->helpers_started++;
   }
   pthread_attr_destroy(&attr);
-  return pool;
+  return tp;
 }
 
-void kiln_cpu_pool_destroy(kiln_cpu_pool_t *pool) {
-  if (!pool) return;
-  if (pool->helpers_started > 0) {
-    pthread_mutex_lock(&pool->turn);
-    atomic_store(&pool->stop, true);
-    atomic_fetch_add(&pool->generation, 1);
-    kiln_cpu_futex_wake_all(&pool->generation);
-    pthread_mutex_unlock(&pool->turn);
-    for (int i = 0; i < pool->helpers_started; i++) pthread_join(pool->helpers[i], NULL);
+void kiln_cpu_thread_pool_destroy(kiln_cpu_thread_pool_t *tp) {
+  if (!tp) return;
+  if (tp->helpers_started > 0) {
+    pthread_mutex_lock(&tp->turn);
+    atomic_store(&tp->stop, true);
+    atomic_fetch_add(&tp->generation, 1);
+    kiln_cpu_futex_wake_all(&tp->generation);
+    pthread_mutex_unlock(&tp->turn);
+    for (int i = 0; i < tp->helpers_started; i++) pthread_join(tp->helpers[i], NULL);
   }
-  free(pool->helpers);
-  pthread_mutex_destroy(&pool->turn);
-  free(pool);
+  free(tp->helpers);
+  pthread_mutex_destroy(&tp->turn);
+  free(tp);
 }
 
-int kiln_cpu_pool_threads(const kiln_cpu_pool_t *pool) { return pool ? pool->threads : 1; }
+int kiln_cpu_thread_pool_threads(const kiln_cpu_thread_pool_t *tp) { return tp ? tp->threads : 1; }
 
-void kiln_cpu_parallel_for(kiln_cpu_pool_t *pool, int64_t n, int64_t grain, kiln_cpu_task_fn fn,
-                           void *ctx) {
+void kiln_cpu_thread_pool_par(void *team, int64_t n, int64_t grain, kiln_cpu_task_fn fn, void *ctx) {
+  kiln_cpu_thread_pool_run(team, n, grain, fn, ctx);
+}
+
+void kiln_cpu_thread_pool_run(kiln_cpu_thread_pool_t *tp, int64_t n, int64_t grain, kiln_cpu_task_fn fn, void *ctx) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
-  if (!pool || pool->threads == 1 || n <= grain || tl_running_pool != NULL) {
+  if (!tp || tp->threads == 1 || n <= grain || tl_running != NULL) {
     fn(ctx, 0, n, 0);
     return;
   }
   int64_t max_chunks = n / grain;
-  int chunks = max_chunks < pool->threads ? (int)max_chunks : pool->threads;
+  int chunks = max_chunks < tp->threads ? (int)max_chunks : tp->threads;
   if (chunks > 0xffff) chunks = 0xffff;
   if (chunks <= 1) {
     fn(ctx, 0, n, 0);
     return;
   }
 
-  pthread_mutex_lock(&pool->turn);
-  tl_running_pool = pool;
-  pool->fn = fn;
-  pool->ctx = ctx;
-  pool->n = n;
-  atomic_store_explicit(&pool->done, 0, memory_order_relaxed);
-  const uint32_t generation = atomic_load_explicit(&pool->generation, memory_order_relaxed) + 1;
-  atomic_store(&pool->claim, claim_word(generation, chunks, 0));
-  atomic_store(&pool->generation, generation);
-  kiln_cpu_wake(&pool->generation, &pool->generation_sleepers);
+  pthread_mutex_lock(&tp->turn);
+  tl_running = tp;
+  tp->fn = fn;
+  tp->ctx = ctx;
+  tp->n = n;
+  atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
+  const uint32_t generation = atomic_load_explicit(&tp->generation, memory_order_relaxed) + 1;
+  atomic_store(&tp->claim, claim_word(generation, chunks, 0));
+  atomic_store(&tp->generation, generation);
+  kiln_cpu_wake(&tp->generation, &tp->generation_sleepers);
 
-  run_chunks(pool, generation, chunks);
+  run_chunks(tp, generation, chunks);
 
-  for (uint32_t finished = atomic_load_explicit(&pool->done, memory_order_acquire); finished != (uint32_t)chunks;
-       finished = atomic_load_explicit(&pool->done, memory_order_acquire))
-    kiln_cpu_wait_change(&pool->done, finished, &pool->done_sleepers);
-  tl_running_pool = NULL;
-  pthread_mutex_unlock(&pool->turn);
+  for (uint32_t finished = atomic_load_explicit(&tp->done, memory_order_acquire); finished != (uint32_t)chunks;
+       finished = atomic_load_explicit(&tp->done, memory_order_acquire))
+    kiln_cpu_wait_change(&tp->done, finished, &tp->done_sleepers);
+  tl_running = NULL;
+  pthread_mutex_unlock(&tp->turn);
 }

@@ -1,4 +1,4 @@
-/* backends/cpu/blas_provider.c: the CPU backend's `blas` provider: MATMUL and CONV2D through a CBLAS (OpenBLAS), threaded on the device's own pool. */
+/* kernels/cpu/blas.c: the CPU backend's `blas` provider: MATMUL and CONV2D through a CBLAS (OpenBLAS), split over the device's thread pool. */
 #include <stdlib.h>
 
 #include "kernels/cpu/gemm_internal.h"
@@ -13,7 +13,7 @@
  * library blocks for the cache itself and runs faster on wider products. */
 #define KILN_BLAS_CONV_PANEL_BYTES ((int64_t)16 << 20)
 
-/* Multiply-adds each pool thread takes at least (about 20 us of work):
+/* Multiply-adds each par thread takes at least (about 20 us of work):
  * below it, the product stays on the queue's worker. Splitting a product of a
  * few microseconds pays on an idle machine, but each split ends in a barrier,
  * and on a busy one a thread that is descheduled holds the others up for a
@@ -22,7 +22,7 @@
 
 /* How the library's calls are threaded.
  *
- * kiln runs OpenBLAS one call per thread, on the device's own pool, with the
+ * kiln runs OpenBLAS one call per thread, on the device's own par, with the
  * product split into one block of C per thread: then a device uses exactly its
  * share of the cores (KILN_CPU_DEVICES splits them), two devices run their
  * products at once (OpenBLAS serialises its own threaded calls behind one
@@ -112,7 +112,7 @@ static void blas_calls_end(blas_threading_t threading) {
 
 bool kiln_cpu_blas_available(void) { return true; }
 
-/* ---- one product split over the pool ------------------------------------------ */
+/* ---- one product split over the par ------------------------------------------ */
 
 typedef struct blas_gemm_t {
   bool trans_a, trans_b;
@@ -178,13 +178,13 @@ static void blas_choose_grid(int64_t m, int64_t n, int threads, int *out_tm, int
   *out_tn = best_tn;
 }
 
-/* C = op(A) op(B) with at most `limit` threads of `pool` (pool NULL: this
+/* C = op(A) op(B) with at most `limit` threads of `par` (par NULL: this
  * thread alone), each running one single-threaded library call. */
-static void blas_sgemm(kiln_cpu_pool_t *pool, int limit, bool trans_a, bool trans_b, int64_t m, int64_t n,
+static void blas_sgemm(const kiln_cpu_par_t *par, int limit, bool trans_a, bool trans_b, int64_t m, int64_t n,
                        int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   blas_gemm_t g = {trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, 1, 1};
-  int threads = pool ? kiln_cpu_pool_threads(pool) : 1;
+  int threads = kiln_cpu_par_threads(par);
   if (threads > limit) threads = limit;
   const int64_t work = m * n * (k > 0 ? k : 1);
   if (threads > 1 && work / threads < KILN_BLAS_MIN_WORK_PER_THREAD)
@@ -194,7 +194,7 @@ static void blas_sgemm(kiln_cpu_pool_t *pool, int limit, bool trans_a, bool tran
     blas_sgemm_block(&g, 0, m, 0, n);
     return;
   }
-  kiln_cpu_parallel_for(pool, g.tm * g.tn, 1, blas_gemm_task, &g);
+  kiln_cpu_parallel_for(par, g.tm * g.tn, 1, blas_gemm_task, &g);
 }
 
 /* ---- MATMUL ---------------------------------------------------------------------- */
@@ -215,23 +215,22 @@ static void blas_batch_task(void *ctx, int64_t begin, int64_t end, int thread) {
                op->u.matmul.ldc);
 }
 
-void kiln_cpu_matmul_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *a_base, const float *b_base,
-                          float *c_base) {
+void kiln_cpu_matmul_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   const int64_t batch = op->u.matmul.batch;
   const int64_t m = op->u.matmul.m, n = op->u.matmul.n, k = op->u.matmul.k;
   if (batch <= 0 || m <= 0 || n <= 0) return;
   const blas_threading_t threading = blas_threading();
   const int limit = blas_calls_begin(threading);
-  blas_batch_t bb = {op, a_base + op->in[0].offset, b_base + op->in[1].offset, c_base + op->out.offset};
-  const int threads = pool ? kiln_cpu_pool_threads(pool) : 1;
+  blas_batch_t bb = {op, in[0], in[1], out};
+  const int threads = kiln_cpu_par_threads(par);
   const int64_t work = m * n * (k > 0 ? k : 1);
   if (limit > 1 && threads > 1 && batch > 1 && work < (int64_t)threads * 4 * KILN_BLAS_MIN_WORK_PER_THREAD &&
       work * batch >= 2 * KILN_BLAS_MIN_WORK_PER_THREAD) {
     /* Many small products: whole products per thread. */
-    kiln_cpu_parallel_for(pool, batch, 1, blas_batch_task, &bb);
+    kiln_cpu_parallel_for(par, batch, 1, blas_batch_task, &bb);
   } else {
     for (int64_t i = 0; i < batch; i++)
-      blas_sgemm(pool, limit, op->u.matmul.trans_a, op->u.matmul.trans_b, m, n, k,
+      blas_sgemm(par, limit, op->u.matmul.trans_a, op->u.matmul.trans_b, m, n, k,
                  bb.a + i * op->u.matmul.stride_a, op->u.matmul.lda, bb.b + i * op->u.matmul.stride_b,
                  op->u.matmul.ldb, bb.c + i * op->u.matmul.stride_c, op->u.matmul.ldc);
   }
@@ -240,8 +239,9 @@ void kiln_cpu_matmul_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const floa
 
 /* ---- CONV2D ---------------------------------------------------------------------- */
 
-void kiln_cpu_conv2d_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x, const float *w,
-                          const float *bias, float *y) {
+void kiln_cpu_conv2d_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  const float *x = in[0], *w = in[1], *bias = op->u.conv2d.has_bias ? in[2] : NULL;
+  float *y = out;
   const int64_t n = op->u.conv2d.n, k = op->u.conv2d.k;
   const int64_t crs = op->u.conv2d.c * op->u.conv2d.r * op->u.conv2d.s;
   const int64_t pq = op->u.conv2d.p * op->u.conv2d.q;
@@ -260,13 +260,13 @@ void kiln_cpu_conv2d_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const floa
     col = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!col) {
       /* kiln's own path needs only small per-thread panels (or none). */
-      kiln_cpu_conv2d_native(pool, op, x, w, bias, y);
+      kiln_cpu_conv2d_native(par, op, out, in);
       return;
     }
   }
   const blas_threading_t threading = blas_threading();
   const int limit = blas_calls_begin(threading);
-  /* One panel at a time: the pool lays out the panel, then splits its
+  /* One panel at a time: the par lays out the panel, then splits its
    * product. */
   for (int64_t ni = 0; ni < n; ni++) {
     const float *xi = x + ni * chw;
@@ -276,12 +276,12 @@ void kiln_cpu_conv2d_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const floa
       const float *b = xi + j0;
       int64_t ldb = pq;
       if (!pointwise) {
-        kiln_cpu_conv2d_im2col_parallel(pool, op, xi, j0, cols, col);
+        kiln_cpu_conv2d_im2col_parallel(par, op, xi, j0, cols, col);
         b = col;
         ldb = cols;
       }
       if (crs > 0) {
-        blas_sgemm(pool, limit, false, false, k, cols, crs, w, crs, b, ldb, yi, pq);
+        blas_sgemm(par, limit, false, false, k, cols, crs, w, crs, b, ldb, yi, pq);
       } else {
         for (int64_t kk = 0; kk < k; kk++)
           for (int64_t j = 0; j < cols; j++) yi[kk * pq + j] = 0.0f;
@@ -305,14 +305,8 @@ bool kiln_cpu_blas_available(void) { return false; }
 /* Never called (the backend offers the provider only when it is available);
  * they compute the same result through kiln's own kernels all the same, so a
  * caller that forgets the check gets right answers, not a crash. */
-void kiln_cpu_matmul_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *a_base, const float *b_base,
-                          float *c_base) {
-  kiln_cpu_matmul_native(pool, op, a_base, b_base, c_base);
-}
+void kiln_cpu_matmul_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) { kiln_cpu_matmul_native(par, op, out, in); }
 
-void kiln_cpu_conv2d_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x, const float *w,
-                          const float *bias, float *y) {
-  kiln_cpu_conv2d_native(pool, op, x, w, bias, y);
-}
+void kiln_cpu_conv2d_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) { kiln_cpu_conv2d_native(par, op, out, in); }
 
 #endif /* KILN_HAVE_BLAS */

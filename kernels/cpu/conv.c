@@ -10,7 +10,7 @@
 #define KILN_CONV_PANEL_BYTES ((int64_t)2 << 20)
 #define KILN_CONV_PANEL_MIN_COLS 64
 
-/* Below this many multiply-adds per thread the pool is not woken. */
+/* Below this many multiply-adds per thread the par is not woken. */
 #define KILN_CONV_MIN_WORK_PER_THREAD ((int64_t)1 << 17)
 
 bool kiln_cpu_conv2d_is_pointwise(const kiln_op_t *op) {
@@ -161,7 +161,7 @@ typedef struct im2col_job_t {
   float *col;
 } im2col_job_t;
 
-/* Splits one panel's im2col across the pool by input channel. */
+/* Splits one panel's im2col across the par by input channel. */
 static void im2col_task(void *ctx, int64_t begin, int64_t end, int thread) {
   const im2col_job_t *job = ctx;
   kiln_op_t sub = *job->op;
@@ -171,21 +171,22 @@ static void im2col_task(void *ctx, int64_t begin, int64_t end, int thread) {
   kiln_cpu_conv2d_im2col(&sub, job->x + begin * hw, job->j0, job->cols, job->col + begin * rs * job->cols);
 }
 
-void kiln_cpu_conv2d_im2col_parallel(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x,
+void kiln_cpu_conv2d_im2col_parallel(const kiln_cpu_par_t *par, const kiln_op_t *op, const float *x,
                                      int64_t j0, int64_t cols, float *out_col) {
   im2col_job_t job = {.op = op, .x = x, .j0 = j0, .cols = cols, .col = out_col};
   const int64_t per_channel = op->u.conv2d.r * op->u.conv2d.s * cols;
   int64_t grain = per_channel > 0 ? (1 << 15) / per_channel : 1;
   if (grain < 1) grain = 1;
-  if (pool && op->u.conv2d.c > grain) {
-    kiln_cpu_parallel_for(pool, op->u.conv2d.c, grain, im2col_task, &job);
+  if (par && op->u.conv2d.c > grain) {
+    kiln_cpu_parallel_for(par, op->u.conv2d.c, grain, im2col_task, &job);
   } else {
     kiln_cpu_conv2d_im2col(op, x, j0, cols, out_col);
   }
 }
 
-void kiln_cpu_conv2d_native(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x,
-                            const float *w, const float *bias, float *y) {
+void kiln_cpu_conv2d_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  const float *x = in[0], *w = in[1], *bias = op->u.conv2d.has_bias ? in[2] : NULL;
+  float *y = out;
   const int64_t n = op->u.conv2d.n, k = op->u.conv2d.k;
   conv_plan_t cp = {
       .op = op, .x = x, .w = w, .bias = op->u.conv2d.has_bias ? bias : NULL, .y = y,
@@ -195,7 +196,7 @@ void kiln_cpu_conv2d_native(kiln_cpu_pool_t *pool, const kiln_op_t *op, const fl
   };
   if (n <= 0 || k <= 0 || cp.pq <= 0) return;
   cp.chunk = cp.pointwise ? cp.pq : kiln_cpu_conv2d_panel_cols(op);
-  const int threads = pool ? kiln_cpu_pool_threads(pool) : 1;
+  const int threads = kiln_cpu_par_threads(par);
   const int64_t work = n * k * cp.pq * (cp.crs > 0 ? cp.crs : 1);
 
   if (threads <= 1 || work < 2 * KILN_CONV_MIN_WORK_PER_THREAD) {
@@ -221,11 +222,11 @@ void kiln_cpu_conv2d_native(kiln_cpu_pool_t *pool, const kiln_op_t *op, const fl
   /* Panels are equal work, so they share out evenly when they divide among
    * the threads or are many. */
   if (n * chunks % threads == 0 || n * chunks >= 4 * threads) {
-    kiln_cpu_parallel_for(pool, n * chunks, 1, conv_items_task, &cp);
+    kiln_cpu_parallel_for(par, n * chunks, 1, conv_items_task, &cp);
     return;
   }
   /* Too few panels to share out: one panel at a time, each GEMM split across
-   * the pool. */
+   * the par. */
   float *col = NULL;
   if (!cp.pointwise) {
     const size_t bytes = sizeof(float) * (size_t)(cp.crs * cp.chunk) + 64;
@@ -242,10 +243,10 @@ void kiln_cpu_conv2d_native(kiln_cpu_pool_t *pool, const kiln_op_t *op, const fl
     const float *xi = x + ni * chw;
     float *yi = y + ni * k * cp.pq + j0;
     if (cp.pointwise) {
-      kiln_cpu_sgemm(pool, false, false, k, cols, cp.crs, w, cp.crs, xi + j0, cp.pq, yi, cp.pq);
+      kiln_cpu_sgemm(par, false, false, k, cols, cp.crs, w, cp.crs, xi + j0, cp.pq, yi, cp.pq);
     } else {
-      kiln_cpu_conv2d_im2col_parallel(pool, op, xi, j0, cols, col);
-      kiln_cpu_sgemm(pool, false, false, k, cols, cp.crs, w, cp.crs, col, cols, yi, cp.pq);
+      kiln_cpu_conv2d_im2col_parallel(par, op, xi, j0, cols, col);
+      kiln_cpu_sgemm(par, false, false, k, cols, cp.crs, w, cp.crs, col, cols, yi, cp.pq);
     }
     add_bias(&cp, yi, cols);
   }

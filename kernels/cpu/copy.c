@@ -1,46 +1,20 @@
-/* kernels/cpu/copy.c: walking strided (and broadcast) views row by row, and COPY of any strided view to a contiguous tensor. */
+/* kernels/cpu/copy.c: walking strided (and broadcast) views row by row; COPY and CAST of any strided view to a contiguous tensor. */
 #include <string.h>
 
 #include "kernels/cpu/cpu_native.h"
 
 void kiln_cpu_walk_init(const kiln_view_t *out, const kiln_view_t *in, int n_in, kiln_cpu_walk_t *out_walk) {
+  /* The core merged the dimensions already (runtime/backend.h): the walk is
+   * the views' own shape and strides. */
   kiln_cpu_walk_t w;
   memset(&w, 0, sizeof w);
   w.numel = 1;
-  int nd = 0;
-  /* Size-1 dims contribute nothing to any offset: drop them. */
-  for (int d = 0; d < out->ndim; d++) {
-    w.numel *= out->shape[d];
-    if (out->shape[d] == 1) continue;
-    w.shape[nd] = out->shape[d];
-    for (int k = 0; k < n_in; k++) w.stride[k][nd] = in[k].strides[d];
-    nd++;
+  w.ndim = out->ndim > 0 ? out->ndim : 1;
+  for (int d = 0; d < w.ndim; d++) {
+    w.shape[d] = out->ndim > 0 ? out->shape[d] : 1;
+    w.numel *= w.shape[d];
+    for (int k = 0; k < n_in; k++) w.stride[k][d] = out->ndim > 0 ? in[k].strides[d] : 0;
   }
-  /* Merge a dim into the next inner one where every input steps over both as
-   * over one (the output is contiguous, so it always does). */
-  int merged = 0;
-  for (int d = 0; d < nd; d++) {
-    if (merged > 0) {
-      int p = merged - 1;
-      bool ok = true;
-      for (int k = 0; k < n_in; k++)
-        if (w.stride[k][p] != w.stride[k][d] * w.shape[d]) ok = false;
-      if (ok) {
-        w.shape[p] *= w.shape[d];
-        for (int k = 0; k < n_in; k++) w.stride[k][p] = w.stride[k][d];
-        continue;
-      }
-    }
-    w.shape[merged] = w.shape[d];
-    for (int k = 0; k < n_in; k++) w.stride[k][merged] = w.stride[k][d];
-    merged++;
-  }
-  if (merged == 0) {
-    w.shape[0] = 1;
-    w.stride[0][0] = w.stride[1][0] = 0;
-    merged = 1;
-  }
-  w.ndim = merged;
   *out_walk = w;
 }
 
@@ -110,11 +84,57 @@ static void copy_task(void *ctx, int64_t begin, int64_t end, int thread) {
   kiln_cpu_walk_range(&j->walk, begin, end, copy_row, j);
 }
 
-void kiln_cpu_copy(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in, void *out) {
+void kiln_cpu_copy(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   copy_job_t j;
   kiln_cpu_walk_init(&op->out, op->in, 1, &j.walk);
-  j.in = in;
+  j.in = in[0];
   j.out = out;
   j.esize = kiln_cpu_dtype_size(op->out.dtype);
-  kiln_cpu_parallel_for(pool, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, copy_task, &j);
+  kiln_cpu_parallel_for(par, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, copy_task, &j);
+}
+
+/* ---- CAST ------------------------------------------------------------------------ */
+
+typedef struct cast_job_t {
+  kiln_cpu_walk_t walk;
+  const void *in;
+  void *out;
+  bool to_i32;
+} cast_job_t;
+
+/* f32 -> i32: toward zero, NaN -> 0, saturating (every backend's rule). */
+static inline int32_t f32_to_i32(float x) {
+  if (x != x) return 0;
+  if (x >= 2147483648.0f) return INT32_MAX;
+  if (x <= -2147483648.0f) return INT32_MIN;
+  return (int32_t)x;
+}
+
+static void cast_row(void *ctx, int64_t pos, int64_t off0, int64_t off1, int64_t count) {
+  const cast_job_t *j = ctx;
+  const int64_t s = j->walk.stride[0][j->walk.ndim - 1];
+  if (j->to_i32) {
+    const float *restrict src = (const float *)j->in + off0;
+    int32_t *restrict dst = (int32_t *)j->out + pos;
+    for (int64_t i = 0; i < count; i++) dst[i] = f32_to_i32(src[i * s]);
+  } else {
+    /* i32 -> f32 rounds to nearest, ties to even (the default rounding mode). */
+    const int32_t *restrict src = (const int32_t *)j->in + off0;
+    float *restrict dst = (float *)j->out + pos;
+    for (int64_t i = 0; i < count; i++) dst[i] = (float)src[i * s];
+  }
+}
+
+static void cast_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  cast_job_t *j = ctx;
+  kiln_cpu_walk_range(&j->walk, begin, end, cast_row, j);
+}
+
+void kiln_cpu_cast(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  cast_job_t j;
+  kiln_cpu_walk_init(&op->out, op->in, 1, &j.walk);
+  j.in = in[0];
+  j.out = out;
+  j.to_i32 = op->out.dtype == KILN_I32;
+  kiln_cpu_parallel_for(par, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, cast_task, &j);
 }

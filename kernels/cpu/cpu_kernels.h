@@ -1,43 +1,71 @@
-/* kernels/cpu/cpu_kernels.h: the compute-heavy CPU kernels (GEMM, convolution) the CPU backend calls. */
+/* kernels/cpu/cpu_kernels.h: kiln's CPU kernels as the CPU backend sees them: one signature for every op, and the parallel-for they are given. */
 #ifndef KILN_CPU_KERNELS_H
 #define KILN_CPU_KERNELS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/cpu/threadpool.h"
 #include "runtime/backend.h"
+
+/* ---- running in parallel -------------------------------------------------------
+ * Kernels know nothing of threads: the backend hands each one a parallel-for
+ * (its device's thread pool). */
+
+/* fn runs over [begin, end) on thread `thread` (0 .. threads-1). */
+typedef void (*kiln_cpu_task_fn)(void *ctx, int64_t begin, int64_t end, int thread);
+
+typedef struct kiln_cpu_par_t {
+  /* Run fn over [0, n) split into at most `threads` contiguous chunks of at
+   * least `grain` items (grain >= 1), the caller running one of them; blocks
+   * until every chunk is done. Not reentrant: never call it from inside a
+   * task (pass NULL as `par` there: the work stays on the calling thread). */
+  void (*parallel_for)(void *team, int64_t n, int64_t grain, kiln_cpu_task_fn fn, void *ctx);
+  void *team;
+  int threads;
+} kiln_cpu_par_t;
+
+/* par NULL (or one thread) runs fn(ctx, 0, n, 0) on the calling thread. */
+static inline void kiln_cpu_parallel_for(const kiln_cpu_par_t *par, int64_t n, int64_t grain, kiln_cpu_task_fn fn,
+                                         void *ctx) {
+  if (n <= 0) return;
+  if (!par || par->threads <= 1 || n <= grain) {
+    fn(ctx, 0, n, 0);
+    return;
+  }
+  par->parallel_for(par->team, n, grain, fn, ctx);
+}
+
+static inline int kiln_cpu_par_threads(const kiln_cpu_par_t *par) { return par && par->threads > 0 ? par->threads : 1; }
+
+/* ---- the kernels ----------------------------------------------------------------
+ * Every op kernel has this signature: the op as the core resolved it, the
+ * address of element 0 of the output view and of each input view (in[i] for
+ * op->in[i], at its offset). It runs on the calling thread (a queue's
+ * worker), spreading large work with `par`, and cannot fail: the core
+ * validated the op, and kernels fall back to allocation-free paths when
+ * memory is short. */
+typedef void (*kiln_cpu_kernel_fn)(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in);
+
+#define KILN_CPU_KERNELS(X)                                                                                  \
+  X(fill) X(arange) X(random) X(copy) X(cast) X(unary) X(binary) X(binary_scalar) X(reduce) X(softmax)       \
+  X(cross_entropy) X(matmul_native) X(conv2d_native) X(max_pool2d_native) X(matmul_blas) X(conv2d_blas)
+#define KILN_CPU_KERNEL_DECL_(name) \
+  void kiln_cpu_##name(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in);
+KILN_CPU_KERNELS(KILN_CPU_KERNEL_DECL_)
+#undef KILN_CPU_KERNEL_DECL_
+
+/* The `blas` kernels (kernels/cpu/blas.c) are real only when kiln was built
+ * with a CBLAS; kiln_cpu_blas_available() says so, and the backend offers the
+ * provider only then. Both split each product over `par`, one
+ * single-threaded library call per thread. */
+bool kiln_cpu_blas_available(void);
 
 /* kiln's own SGEMM, row-major, beta = 0:
  * C (m x n, ldc) = op(A) (m x k) @ op(B) (k x n), with
  * !trans_a: A(i,l) = a[i*lda + l];  trans_a: A(i,l) = a[l*lda + i]; likewise B.
- * k == 0 writes zeros. Parallel over the pool; picks the widest ISA the CPU
- * has (AVX2+FMA, else portable C) at run time. */
-void kiln_cpu_sgemm(kiln_cpu_pool_t *pool, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                    int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
-                    int64_t ldc);
-
-/* The whole MATMUL op (every batch) with kiln_cpu_sgemm; pointers are the
- * element-0 addresses of the buffers (offsets not yet applied). */
-void kiln_cpu_matmul_native(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *a_base,
-                            const float *b_base, float *c_base);
-
-/* CONV2D, native: x, w, bias (NULL when !has_bias), y are at their views'
- * offsets already. Uses kiln_cpu_sgemm on im2col tiles. */
-void kiln_cpu_conv2d_native(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x,
-                            const float *w, const float *bias, float *y);
-
-/* MAX_POOL2D, native. */
-void kiln_cpu_max_pool2d_native(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x, float *y);
-
-/* The `blas` provider (backends/cpu/blas_provider.c): present only when kiln
- * was built with a CBLAS. kiln_cpu_blas_available() is false otherwise and
- * the other two must not be called. Both split each product over `pool`,
- * one single-threaded library call per thread. */
-bool kiln_cpu_blas_available(void);
-void kiln_cpu_matmul_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *a_base, const float *b_base,
-                          float *c_base);
-void kiln_cpu_conv2d_blas(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x, const float *w,
-                          const float *bias, float *y);
+ * k == 0 writes zeros. Parallel with `par`; picks the widest ISA the CPU has
+ * (AVX2+FMA, else portable C) at run time. */
+void kiln_cpu_sgemm(const kiln_cpu_par_t *par, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 
 #endif /* KILN_CPU_KERNELS_H */

@@ -1,4 +1,4 @@
-/* kernels/cpu/cpu_native.h: the CPU backend's native kernels for every op but GEMM, convolution and pooling (private). */
+/* kernels/cpu/cpu_native.h: what the CPU kernels share among themselves: strided walks, grains, conversions (private to kernels/cpu). */
 #ifndef KILN_CPU_NATIVE_H
 #define KILN_CPU_NATIVE_H
 
@@ -6,35 +6,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backends/cpu/threadpool.h"
-#include "runtime/backend.h"
-
-/* Every kernel gets the op as the core resolved it, the output at its view's
- * offset and the inputs at theirs (element 0 of each view), and runs on the
- * calling thread, spreading large work over `pool`. They cannot fail: the
- * backend checked dtypes and ops before enqueuing
- * (kiln_backend_native_supports_op in runtime/backend.h). */
+#include "kernels/cpu/cpu_kernels.h"
 
 /* Items each thread takes at least, for memory-bound elementwise work: below
  * it, waking helpers costs more than it saves. */
 #define KILN_CPU_GRAIN_ELEMENTWISE 32768
 
-void kiln_cpu_fill(kiln_cpu_pool_t *pool, const kiln_op_t *op, void *out);
-void kiln_cpu_arange(kiln_cpu_pool_t *pool, const kiln_op_t *op, void *out);
-void kiln_cpu_random(kiln_cpu_pool_t *pool, const kiln_op_t *op, void *out);
-void kiln_cpu_copy(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in, void *out);
-void kiln_cpu_unary(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in, void *out);
-void kiln_cpu_binary(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *a, const void *b, void *out);
-void kiln_cpu_binary_scalar(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *a, void *out);
-void kiln_cpu_reduce(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in, void *out);
-void kiln_cpu_softmax(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *in, float *out);
 #if defined(KILN_HAVE_AVX2_KERNEL)
 /* One row of SOFTMAX (log_out: log-softmax) with AVX2 + FMA (nn_avx2.c); call
  * only where the CPU has both. */
 void kiln_cpu_softmax_row_avx2(const float *x, float *y, int64_t cols, bool log_out);
 #endif
-void kiln_cpu_cross_entropy(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *logits,
-                            const int32_t *labels, float *out);
 
 /* Bytes per element (the core's kiln_dtype_size, kept here so the kernels
  * need nothing from the core). */
@@ -52,9 +34,8 @@ static inline int32_t kiln_cpu_double_to_i32(double v) {
 }
 
 /* ---- walking strided views --------------------------------------------------
- * An output of `ndim` dims (contiguous) and up to two strided inputs, with
- * dims merged where every operand is contiguous across them, so that the
- * innermost loop is as long as possible. */
+ * An output of `ndim` dims (contiguous) and up to two strided inputs, as the
+ * core merged them (runtime/backend.h), row by row along the innermost. */
 typedef struct kiln_cpu_walk_t {
   int ndim;                        /* >= 1 */
   int64_t shape[KILN_MAX_DIMS];

@@ -149,18 +149,19 @@ static int64_t unary_grain(kiln_unary_op_t op) {
   }
 }
 
-void kiln_cpu_unary(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in, void *out) {
+void kiln_cpu_unary(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   elementwise_job_t j;
   kiln_cpu_walk_init(&op->out, op->in, 1, &j.walk);
   j.unary = unary_row(op->u.unary.op, op->out.dtype);
   j.binary = NULL;
-  j.in0 = in;
+  j.in0 = in[0];
   j.in1 = NULL;
   j.out = out;
-  kiln_cpu_parallel_for(pool, j.walk.numel, unary_grain(op->u.unary.op), unary_task, &j);
+  kiln_cpu_parallel_for(par, j.walk.numel, unary_grain(op->u.unary.op), unary_task, &j);
 }
 
-void kiln_cpu_binary(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *a, const void *b, void *out) {
+void kiln_cpu_binary(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  const void *a = in[0], *b = in[1];
   elementwise_job_t j;
   kiln_cpu_walk_init(&op->out, op->in, 2, &j.walk);
   j.unary = NULL;
@@ -168,26 +169,27 @@ void kiln_cpu_binary(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *a, 
   j.in0 = a;
   j.in1 = b;
   j.out = out;
-  kiln_cpu_parallel_for(pool, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, binary_task, &j);
+  kiln_cpu_parallel_for(par, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, binary_task, &j);
 }
 
-void kiln_cpu_binary_scalar(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *a, void *out) {
+void kiln_cpu_binary_scalar(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  const void *a = in[0];
   union { float f; int32_t i; } scalar;
   if (op->out.dtype == KILN_F32)
-    scalar.f = (float)op->u.binary.scalar;
+    scalar.f = op->u.binary.scalar.f32;
   else
-    scalar.i = kiln_cpu_double_to_i32(op->u.binary.scalar);
+    scalar.i = op->u.binary.scalar.i32;
   /* The scalar is a second operand broadcast over every dim. */
-  kiln_view_t in[2];
-  in[0] = op->in[0];
-  memset(&in[1], 0, sizeof in[1]);
-  in[1].ndim = op->out.ndim;
+  kiln_view_t views[2];
+  views[0] = op->in[0];
+  memset(&views[1], 0, sizeof views[1]);
+  views[1].ndim = op->out.ndim;
   elementwise_job_t j;
-  kiln_cpu_walk_init(&op->out, in, 2, &j.walk);
+  kiln_cpu_walk_init(&op->out, views, 2, &j.walk);
   j.unary = NULL;
   j.binary = binary_row(op->u.binary.op, op->out.dtype);
   j.in0 = a;
   j.in1 = (const char *)&scalar;
   j.out = out;
-  kiln_cpu_parallel_for(pool, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, binary_task, &j);
+  kiln_cpu_parallel_for(par, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, binary_task, &j);
 }

@@ -11,7 +11,7 @@ enum { MR = KILN_CPU_GEMM_MR, NR = KILN_CPU_GEMM_NR };
  * panel of B (up to 4 MiB) lives in the last-level cache. */
 enum { KC = 256, MC = 144, NC = 4096 };
 
-/* Below this many multiply-adds per thread, waking the pool costs more than
+/* Below this many multiply-adds per thread, waking the par costs more than
  * it saves. */
 #define KILN_GEMM_MIN_WORK_PER_THREAD ((int64_t)1 << 17)
 
@@ -298,7 +298,7 @@ static void gemv_task(void *ctx, int64_t begin, int64_t end, int thread) {
   free(gathered);
 }
 
-static void gemv(kiln_cpu_pool_t *pool, const gemm_problem_t *p) {
+static void gemv(const kiln_cpu_par_t *par, const gemm_problem_t *p) {
   gemv_problem_t g;
   if (p->n == 1) {
     g = (gemv_problem_t){
@@ -311,11 +311,11 @@ static void gemv(kiln_cpu_pool_t *pool, const gemm_problem_t *p) {
         .vec_stride = p->trans_a ? p->lda : 1, .out = p->c, .out_stride = 1,
     };
   }
-  const int threads = pool ? kiln_cpu_pool_threads(pool) : 1;
+  const int threads = kiln_cpu_par_threads(par);
   if (threads > 1 && g.len * g.k >= 2 * KILN_GEMM_MIN_WORK_PER_THREAD) {
     int64_t grain = KILN_GEMM_MIN_WORK_PER_THREAD / g.k;
     if (grain < 1) grain = 1;
-    kiln_cpu_parallel_for(pool, g.len, grain, gemv_task, &g);
+    kiln_cpu_parallel_for(par, g.len, grain, gemv_task, &g);
   } else {
     gemv_task(&g, 0, g.len, 0);
   }
@@ -347,7 +347,7 @@ static void choose_grid(int64_t m, int64_t n, int threads, int *out_tm, int *out
   *out_tn = best_tn;
 }
 
-void kiln_cpu_sgemm_isa(kiln_cpu_pool_t *pool, kiln_cpu_gemm_isa_t isa, bool trans_a, bool trans_b,
+void kiln_cpu_sgemm_isa(const kiln_cpu_par_t *par, kiln_cpu_gemm_isa_t isa, bool trans_a, bool trans_b,
                         int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                         int64_t ldb, float *c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
@@ -361,11 +361,11 @@ void kiln_cpu_sgemm_isa(kiln_cpu_pool_t *pool, kiln_cpu_gemm_isa_t isa, bool tra
       .ukernel = ukernel_for(isa), .tm = 1, .tn = 1,
   };
   if (m == 1 || n == 1) {
-    gemv(pool, &g);
+    gemv(par, &g);
     return;
   }
 
-  int threads = pool ? kiln_cpu_pool_threads(pool) : 1;
+  int threads = kiln_cpu_par_threads(par);
   const int64_t work = m * n * k;
   if (threads > 1 && work / threads < KILN_GEMM_MIN_WORK_PER_THREAD) {
     threads = (int)(work / KILN_GEMM_MIN_WORK_PER_THREAD);
@@ -377,13 +377,13 @@ void kiln_cpu_sgemm_isa(kiln_cpu_pool_t *pool, kiln_cpu_gemm_isa_t isa, bool tra
     gemm_block(&g, 0, m, 0, n);
     return;
   }
-  kiln_cpu_parallel_for(pool, cells, 1, gemm_task, &g);
+  kiln_cpu_parallel_for(par, cells, 1, gemm_task, &g);
 }
 
-void kiln_cpu_sgemm(kiln_cpu_pool_t *pool, bool trans_a, bool trans_b, int64_t m, int64_t n,
+void kiln_cpu_sgemm(const kiln_cpu_par_t *par, bool trans_a, bool trans_b, int64_t m, int64_t n,
                     int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb, float *c,
                     int64_t ldc) {
-  kiln_cpu_sgemm_isa(pool, KILN_CPU_GEMM_ISA_AUTO, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
+  kiln_cpu_sgemm_isa(par, KILN_CPU_GEMM_ISA_AUTO, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 /* ---- the MATMUL op ------------------------------------------------------------ */
@@ -406,28 +406,27 @@ static void matmul_batch_task(void *ctx, int64_t begin, int64_t end, int thread)
   }
 }
 
-void kiln_cpu_matmul_native(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *a_base,
-                            const float *b_base, float *c_base) {
+void kiln_cpu_matmul_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   const int64_t batch = op->u.matmul.batch;
   const int64_t m = op->u.matmul.m, n = op->u.matmul.n, k = op->u.matmul.k;
   matmul_batch_t mb = {
       .op = op,
-      .a = a_base + op->in[0].offset,
-      .b = b_base + op->in[1].offset,
-      .c = c_base + op->out.offset,
+      .a = in[0],
+      .b = in[1],
+      .c = out,
   };
   if (batch <= 0 || m <= 0 || n <= 0) return;
-  const int threads = pool ? kiln_cpu_pool_threads(pool) : 1;
+  const int threads = kiln_cpu_par_threads(par);
   /* Many small products: one whole product per thread beats splitting each
-   * one. Large products: each is split across the pool in turn. */
+   * one. Large products: each is split across the par in turn. */
   const int64_t work = m * n * k;
   if (threads > 1 && batch > 1 && work < (int64_t)threads * 4 * KILN_GEMM_MIN_WORK_PER_THREAD &&
       work * batch >= 2 * KILN_GEMM_MIN_WORK_PER_THREAD) {
-    kiln_cpu_parallel_for(pool, batch, 1, matmul_batch_task, &mb);
+    kiln_cpu_parallel_for(par, batch, 1, matmul_batch_task, &mb);
     return;
   }
   for (int64_t i = 0; i < batch; i++) {
-    kiln_cpu_sgemm(pool, op->u.matmul.trans_a, op->u.matmul.trans_b, m, n, k,
+    kiln_cpu_sgemm(par, op->u.matmul.trans_a, op->u.matmul.trans_b, m, n, k,
                    mb.a + i * op->u.matmul.stride_a, op->u.matmul.lda,
                    mb.b + i * op->u.matmul.stride_b, op->u.matmul.ldb,
                    mb.c + i * op->u.matmul.stride_c, op->u.matmul.ldc);

@@ -38,10 +38,10 @@ typedef enum kiln_cpu_gemm_isa_t {
 kiln_cpu_gemm_isa_t kiln_cpu_gemm_isa_best(void);
 const char *kiln_cpu_gemm_isa_name(kiln_cpu_gemm_isa_t isa);
 
-/* kiln_cpu_sgemm with a chosen micro-kernel; pool NULL runs on the calling
+/* kiln_cpu_sgemm with a chosen micro-kernel; par NULL runs on the calling
  * thread alone (the form to call from inside a parallel_for task, since the
- * pool is not reentrant). */
-void kiln_cpu_sgemm_isa(kiln_cpu_pool_t *pool, kiln_cpu_gemm_isa_t isa, bool trans_a, bool trans_b,
+ * par is not reentrant). */
+void kiln_cpu_sgemm_isa(const kiln_cpu_par_t *par, kiln_cpu_gemm_isa_t isa, bool trans_a, bool trans_b,
                         int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                         int64_t ldb, float *c, int64_t ldc);
 
@@ -52,9 +52,9 @@ void kiln_cpu_sgemm_isa(kiln_cpu_pool_t *pool, kiln_cpu_gemm_isa_t isa, bool tra
 void kiln_cpu_conv2d_im2col(const kiln_op_t *op, const float *x, int64_t j0, int64_t cols,
                             float *out_col);
 
-/* The same panel, split across the pool by input channel (pool NULL: on the
+/* The same panel, split across the par by input channel (par NULL: on the
  * calling thread). */
-void kiln_cpu_conv2d_im2col_parallel(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x,
+void kiln_cpu_conv2d_im2col_parallel(const kiln_cpu_par_t *par, const kiln_op_t *op, const float *x,
                                      int64_t j0, int64_t cols, float *out_col);
 
 /* True when the convolution is a plain matrix product over the input plane

@@ -54,8 +54,8 @@ static void softmax_task(void *ctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
-void kiln_cpu_softmax(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *in, float *out) {
-  softmax_job_t j = {op, in, out, false};
+void kiln_cpu_softmax(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  softmax_job_t j = {op, in[0], out, false};
 #if defined(KILN_HAVE_AVX2_KERNEL)
   /* libgcc also checks that the OS saves the ymm state before it reports avx2. */
   __builtin_cpu_init();
@@ -63,7 +63,7 @@ void kiln_cpu_softmax(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *i
 #endif
   const int64_t cols = op->u.softmax.cols;
   const int64_t grain = cols >= 4096 ? 1 : 4096 / (cols + 1) + 1;
-  kiln_cpu_parallel_for(pool, op->u.softmax.rows, grain, softmax_task, &j);
+  kiln_cpu_parallel_for(par, op->u.softmax.rows, grain, softmax_task, &j);
 }
 
 typedef struct ce_job_t {
@@ -92,20 +92,21 @@ static void ce_task(void *ctx, int64_t begin, int64_t end, int thread) {
   j->partial[thread] += total;
 }
 
-void kiln_cpu_cross_entropy(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *logits,
-                            const int32_t *labels, float *out) {
+void kiln_cpu_cross_entropy(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  const float *logits = in[0];
+  const int32_t *labels = in[1];
   const int64_t n = op->u.cross_entropy.n, c = op->u.cross_entropy.c;
-  const int threads = kiln_cpu_pool_threads(pool);
+  const int threads = kiln_cpu_par_threads(par);
   double one = 0.0;
   double *partial = threads > 1 ? calloc((size_t)threads, sizeof *partial) : &one;
   ce_job_t j = {op, logits, labels, partial ? partial : &one};
   const int64_t grain = c >= 4096 ? 1 : 4096 / (c + 1) + 1;
   if (partial)
-    kiln_cpu_parallel_for(pool, n, grain, ce_task, &j);
+    kiln_cpu_parallel_for(par, n, grain, ce_task, &j);
   else
     ce_task(&j, 0, n, 0); /* no memory for partials: one thread does it */
   double total = 0.0;
   for (int t = 0; t < (partial && partial != &one ? threads : 1); t++) total += j.partial[t];
   if (partial && partial != &one) free(partial);
-  out[0] = (float)(total / (double)n); /* n == 0: NaN, the mean of nothing */
+  *(float *)out = (float)(total / (double)n); /* n == 0: NaN, the mean of nothing */
 }

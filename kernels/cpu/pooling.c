@@ -1,9 +1,9 @@
-/* kernels/cpu/pool.c: MAX_POOL2D on the CPU, computed directly over each input plane. */
+/* kernels/cpu/par.c: MAX_POOL2D on the CPU, computed directly over each input plane. */
 #include <math.h>
 
 #include "kernels/cpu/cpu_kernels.h"
 
-/* Below this many window reads per chunk the pool is not woken. */
+/* Below this many window reads per chunk the par is not woken. */
 #define KILN_POOL_MIN_READS_PER_CHUNK ((int64_t)1 << 15)
 
 typedef struct pool_job_t {
@@ -16,10 +16,10 @@ typedef struct pool_job_t {
 static void max_pool_task(void *ctx, int64_t begin, int64_t end, int thread) {
   const pool_job_t *job = ctx;
   const kiln_op_t *op = job->op;
-  const int64_t h = op->u.pool2d.h, w = op->u.pool2d.w, p = op->u.pool2d.p, q = op->u.pool2d.q;
-  const int64_t kh = op->u.pool2d.kernel[0], kw = op->u.pool2d.kernel[1];
-  const int64_t st0 = op->u.pool2d.stride[0], st1 = op->u.pool2d.stride[1];
-  const int64_t pad0 = op->u.pool2d.pad[0], pad1 = op->u.pool2d.pad[1];
+  const int64_t h = op->u.pooling.h, w = op->u.pooling.w, p = op->u.pooling.p, q = op->u.pooling.q;
+  const int64_t kh = op->u.pooling.kernel[0], kw = op->u.pooling.kernel[1];
+  const int64_t st0 = op->u.pooling.stride[0], st1 = op->u.pooling.stride[1];
+  const int64_t pad0 = op->u.pooling.pad[0], pad1 = op->u.pooling.pad[1];
   for (int64_t plane = begin; plane < end; plane++) {
     const float *x = job->x + plane * h * w;
     float *y = job->y + plane * p * q;
@@ -49,15 +49,19 @@ static void max_pool_task(void *ctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
-void kiln_cpu_max_pool2d_native(kiln_cpu_pool_t *pool, const kiln_op_t *op, const float *x, float *y) {
-  const int64_t planes = op->u.pool2d.n * op->u.pool2d.c;
-  if (planes <= 0 || op->u.pool2d.p <= 0 || op->u.pool2d.q <= 0) return;
+void kiln_cpu_max_pool2d_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  const float *x = in[0];
+  float *y = out;
+  const int64_t planes = op->u.pooling.n * op->u.pooling.c;
+  if (planes <= 0 || op->u.pooling.p <= 0 || op->u.pooling.q <= 0) return;
   pool_job_t job = {.op = op, .x = x, .y = y};
-  const int64_t reads = op->u.pool2d.p * op->u.pool2d.q * op->u.pool2d.kernel[0] * op->u.pool2d.kernel[1];
-  int64_t grain = reads > 0 ? KILN_POOL_MIN_READS_PER_CHUNK / reads : planes;
+  /* Reads per plane, in double: huge windows would overflow an int64. */
+  const double reads = (double)op->u.pooling.p * (double)op->u.pooling.q * op->u.pooling.kernel[0] *
+                       op->u.pooling.kernel[1];
+  int64_t grain = reads >= 1 ? (int64_t)(KILN_POOL_MIN_READS_PER_CHUNK / reads) : planes;
   if (grain < 1) grain = 1;
-  if (pool && planes > grain) {
-    kiln_cpu_parallel_for(pool, planes, grain, max_pool_task, &job);
+  if (par && planes > grain) {
+    kiln_cpu_parallel_for(par, planes, grain, max_pool_task, &job);
   } else {
     max_pool_task(&job, 0, planes, 0);
   }

@@ -37,9 +37,9 @@ static int64_t numel_of(const kiln_view_t *v) {
   return n;
 }
 
-void kiln_cpu_fill(kiln_cpu_pool_t *pool, const kiln_op_t *op, void *out) {
-  gen_job_t j = {op, out, (float)op->u.fill.value, kiln_cpu_double_to_i32(op->u.fill.value)};
-  kiln_cpu_parallel_for(pool, numel_of(&op->out), KILN_CPU_GRAIN_ELEMENTWISE, fill_task, &j);
+void kiln_cpu_fill(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  gen_job_t j = {op, out, op->u.fill.value.f32, op->u.fill.value.i32};
+  kiln_cpu_parallel_for(par, numel_of(&op->out), KILN_CPU_GRAIN_ELEMENTWISE, fill_task, &j);
 }
 
 /* Computed in double and rounded once, so that long ranges do not drift. */
@@ -55,9 +55,9 @@ static void arange_task(void *ctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
-void kiln_cpu_arange(kiln_cpu_pool_t *pool, const kiln_op_t *op, void *out) {
+void kiln_cpu_arange(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   gen_job_t j = {op, out, 0.0f, 0};
-  kiln_cpu_parallel_for(pool, numel_of(&op->out), KILN_CPU_GRAIN_ELEMENTWISE, arange_task, &j);
+  kiln_cpu_parallel_for(par, numel_of(&op->out), KILN_CPU_GRAIN_ELEMENTWISE, arange_task, &j);
 }
 
 static void random_task(void *ctx, int64_t begin, int64_t end, int thread) {
@@ -72,8 +72,8 @@ static void random_task(void *ctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
-void kiln_cpu_random(kiln_cpu_pool_t *pool, const kiln_op_t *op, void *out) {
+void kiln_cpu_random(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   gen_job_t j = {op, out, 0.0f, 0};
   /* Ten Philox rounds per element: worth splitting early. */
-  kiln_cpu_parallel_for(pool, numel_of(&op->out), KILN_CPU_GRAIN_ELEMENTWISE / 16, random_task, &j);
+  kiln_cpu_parallel_for(par, numel_of(&op->out), KILN_CPU_GRAIN_ELEMENTWISE / 16, random_task, &j);
 }

@@ -173,7 +173,7 @@ static void tiles_task(void *ctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
-/* One long row split over the pool: each chunk writes its partial. */
+/* One long row split over the par: each chunk writes its partial. */
 static void split_task(void *ctx, int64_t begin, int64_t end, int thread) {
   const reduce_job_t *j = ctx;
   const kiln_reduce_op_t r = j->op->u.reduce.op;
@@ -192,27 +192,27 @@ static void split_task(void *ctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
-void kiln_cpu_reduce(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in, void *out) {
+void kiln_cpu_reduce(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   reduce_job_t j = {0};
   j.op = op;
-  j.in = in;
+  j.in = in[0];
   j.out = out;
   j.outer = op->u.reduce.outer;
   j.len = op->u.reduce.len;
   j.inner = op->u.reduce.inner;
   const int64_t outputs = j.outer * j.inner;
   if (outputs == 0) return;
-  const int threads = kiln_cpu_pool_threads(pool);
+  const int threads = kiln_cpu_par_threads(par);
   const int64_t grain_elems = KILN_CPU_GRAIN_ELEMENTWISE;
 
   if (j.inner > 1) {
     j.tiles = (j.inner + TILE - 1) / TILE;
     int64_t per_item = j.len * TILE;
-    kiln_cpu_parallel_for(pool, j.outer * j.tiles, per_item >= grain_elems ? 1 : grain_elems / (per_item + 1) + 1,
+    kiln_cpu_parallel_for(par, j.outer * j.tiles, per_item >= grain_elems ? 1 : grain_elems / (per_item + 1) + 1,
                           tiles_task, &j);
     return;
   }
-  /* Few long rows: split each row over the pool rather than idle threads. */
+  /* Few long rows: split each row over the par rather than idle threads. */
   if (threads > 1 && j.outer < threads && j.len >= 2 * grain_elems) {
     j.partial_f = calloc((size_t)threads, sizeof *j.partial_f);
     j.partial_u = calloc((size_t)threads, sizeof *j.partial_u);
@@ -229,7 +229,7 @@ void kiln_cpu_reduce(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in,
           j.partial_b[t].value = f32 ? -INFINITY : (double)INT32_MIN;
           j.partial_b[t].index = -1;
         }
-        kiln_cpu_parallel_for(pool, j.len, grain_elems, split_task, &j);
+        kiln_cpu_parallel_for(par, j.len, grain_elems, split_task, &j);
         double sum = 0;
         uint32_t isum = 0;
         best_t b = j.partial_b[0];
@@ -255,5 +255,5 @@ void kiln_cpu_reduce(kiln_cpu_pool_t *pool, const kiln_op_t *op, const void *in,
     free(j.partial_b);
   }
   int64_t grain = j.len >= grain_elems ? 1 : grain_elems / (j.len + 1) + 1;
-  kiln_cpu_parallel_for(pool, j.outer, grain, rows_task, &j);
+  kiln_cpu_parallel_for(par, j.outer, grain, rows_task, &j);
 }
