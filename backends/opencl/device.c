@@ -6,10 +6,6 @@
 
 #include "backends/opencl/opencl_backend.h"
 
-kiln_host_t kiln_cl_host;
-size_t kiln_cl_device_count_;
-kiln_backend_device_t *kiln_cl_devices_;
-
 /* Vendor queries the 1.2 headers may lack (values from the Khronos registry). */
 #ifndef CL_DEVICE_UUID_KHR
 #define CL_DEVICE_UUID_KHR 0x106A
@@ -47,10 +43,6 @@ typedef union {
   struct { cl_uint type; cl_char unused[17]; cl_char bus, device, function; } pcie;
 } kiln_cl_topology_amd_t;
 
-static char version_text[512];
-
-/* Appends one key/value pair to a description; drops what does not fit (the
- * list is for people). */
 /* A string query into out (always terminated; "" when the query fails). */
 static void device_string(cl_device_id device, cl_device_info what, char *out, size_t size) {
   out[0] = '\0';
@@ -182,6 +174,9 @@ static void describe(kiln_backend_device_t *d, const char *platform_name, const 
     desc->type = KILN_DEVICE_CPU;
   else
     desc->type = KILN_DEVICE_OTHER;
+  /* A CPU reached through OpenCL (PoCL) is listed and selectable, but the
+   * host's own cpu backend stays the default CPU device. */
+  desc->order = desc->type == KILN_DEVICE_CPU ? 1 : 0;
 
   cl_ulong global = 0;
   (void)device_value(d->device, CL_DEVICE_GLOBAL_MEM_SIZE, &global, sizeof global);
@@ -213,8 +208,8 @@ static void describe(kiln_backend_device_t *d, const char *platform_name, const 
     interesting_extensions(extensions, text, sizeof text);
     kiln_backend_add_property(desc, "extensions", "%s", text);
   }
-  kiln_backend_add_property(desc, "providers", "native%s", kiln_cl_clblast_available() ? ",clblast" : "");
-  kiln_backend_add_property(desc, "clblast", "%s", kiln_cl_clblast_state());
+  kiln_backend_add_property(desc, "providers", "native%s", kiln_cl_clblast_available(d->ctx) ? ",clblast" : "");
+  kiln_backend_add_property(desc, "clblast", "%s", kiln_cl_clblast_state(d->ctx));
   kiln_backend_add_property(desc, "local_memory_type", "%s",
                d->local_mem_is_global ? "global (emulated: tiles in local memory buy nothing)" : "dedicated");
   kiln_backend_add_property(desc, "max_work_item_sizes", "%zux%zux%zu", d->max_work_item_sizes[0],
@@ -304,16 +299,16 @@ static kiln_status_t open_device(kiln_backend_device_t *d, cl_platform_id platfo
   d->context = clCreateContext(properties, 1, &device, NULL, NULL, &err);
   if (err != CL_SUCCESS || !d->context) {
     d->context = NULL;
-    return kiln_cl_check(err != CL_SUCCESS ? err : CL_INVALID_CONTEXT, "clCreateContext for '%s' (platform %s)", name,
-                         platform_name);
+    return kiln_cl_check(d->ctx, err != CL_SUCCESS ? err : CL_INVALID_CONTEXT, "clCreateContext for '%s' (platform %s)",
+                         name, platform_name);
   }
   d->internal_queue = clCreateCommandQueue(d->context, device, 0, &err);
   if (err != CL_SUCCESS || !d->internal_queue) {
     d->internal_queue = NULL;
     clReleaseContext(d->context);
     d->context = NULL;
-    return kiln_cl_check(err != CL_SUCCESS ? err : CL_INVALID_COMMAND_QUEUE, "clCreateCommandQueue for '%s' (platform %s)",
-                         name, platform_name);
+    return kiln_cl_check(d->ctx, err != CL_SUCCESS ? err : CL_INVALID_COMMAND_QUEUE,
+                         "clCreateCommandQueue for '%s' (platform %s)", name, platform_name);
   }
   describe(d, platform_name, platform_version);
   return KILN_OK;
@@ -332,39 +327,43 @@ static void close_device(kiln_backend_device_t *d) {
   pthread_mutex_destroy(&d->launch_lock);
 }
 
-static void cl_deinitialize(void) {
-  kiln_cl_host_release_all();
+static void cl_deinitialize(kiln_backend_context_t *ctx) {
+  if (!ctx) return;
+  kiln_cl_debug_unregister(ctx);
+  kiln_cl_host_release_all(ctx);
   /* CLBlast keeps programs per context: drop them before the contexts go. */
-  kiln_cl_clblast_unload();
-  for (size_t i = 0; i < kiln_cl_device_count_; i++) close_device(&kiln_cl_devices_[i]);
-  free(kiln_cl_devices_);
-  kiln_cl_devices_ = NULL;
-  kiln_cl_device_count_ = 0;
+  kiln_cl_clblast_unload(ctx);
+  for (size_t i = 0; i < ctx->device_count; i++) close_device(&ctx->devices[i]);
+  free(ctx->devices);
+  pthread_mutex_destroy(&ctx->pinned_lock);
+  free(ctx);
 }
 
-static void log_line(kiln_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void log_line(kiln_log_level_t level, const char *fmt, ...) {
-  if (!kiln_cl_host.log || !kiln_cl_host.log_level || kiln_cl_host.log_level() < level) return;
+static void log_line(const kiln_backend_context_t *ctx, kiln_log_level_t level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void log_line(const kiln_backend_context_t *ctx, kiln_log_level_t level, const char *fmt, ...) {
+  if (!ctx->host.log || !ctx->host.log_level || ctx->host.log_level() < level) return;
   char line[1024];
   va_list args;
   va_start(args, fmt);
   vsnprintf(line, sizeof line, fmt, args);
   va_end(args);
-  kiln_cl_host.log(level, "%s", line);
+  ctx->host.log(level, "%s", line);
 }
 
 /* The devices of one platform, or none with a log line when the platform
  * fails: one broken ICD must not hide the others. */
-static cl_uint platform_devices(cl_platform_id platform, const char *platform_name, cl_device_id **out_ids) {
+static cl_uint platform_devices(const kiln_backend_context_t *ctx, cl_platform_id platform, const char *platform_name,
+                                cl_device_id **out_ids) {
   *out_ids = NULL;
   cl_uint count = 0;
   cl_int err = clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 0, NULL, &count);
   if (err == CL_DEVICE_NOT_FOUND || (err == CL_SUCCESS && count == 0)) {
-    log_line(KILN_LOG_INFO, "opencl: platform '%s' has no device", platform_name);
+    log_line(ctx, KILN_LOG_INFO, "opencl: platform '%s' has no device", platform_name);
     return 0;
   }
   if (err != CL_SUCCESS) {
-    log_line(KILN_LOG_WARN, "opencl: platform '%s' skipped: clGetDeviceIDs failed: %s (%d)", platform_name,
+    log_line(ctx, KILN_LOG_WARN, "opencl: platform '%s' skipped: clGetDeviceIDs failed: %s (%d)", platform_name,
              kiln_cl_error_name(err), (int)err);
     return 0;
   }
@@ -372,7 +371,7 @@ static cl_uint platform_devices(cl_platform_id platform, const char *platform_na
   if (!ids) return 0;
   err = clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, count, ids, &count);
   if (err != CL_SUCCESS) {
-    log_line(KILN_LOG_WARN, "opencl: platform '%s' skipped: clGetDeviceIDs failed: %s (%d)", platform_name,
+    log_line(ctx, KILN_LOG_WARN, "opencl: platform '%s' skipped: clGetDeviceIDs failed: %s (%d)", platform_name,
              kiln_cl_error_name(err), (int)err);
     free(ids);
     return 0;
@@ -381,33 +380,34 @@ static cl_uint platform_devices(cl_platform_id platform, const char *platform_na
   return count;
 }
 
-static kiln_status_t cl_initialize(const kiln_host_t *host) {
-  kiln_cl_host = *host;
-  char clblast_reason[256];
-  (void)kiln_cl_clblast_load(clblast_reason, sizeof clblast_reason);
-
+/* Open every device of every platform into ctx->devices. KILN_OK with no
+ * device (and the reason as the thread's message) when there is none. */
+static kiln_status_t open_devices(kiln_backend_context_t *ctx) {
   cl_uint platform_count = 0;
   cl_int err = clGetPlatformIDs(0, NULL, &platform_count);
   if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR: the ICD loader found none */ || (err == CL_SUCCESS && !platform_count)) {
     /* Not an error: the backend works and has nothing to show. The message
      * becomes the reason devinfo gives for "no device". */
     const char *vendors = getenv("OCL_ICD_VENDORS");
-    snprintf(version_text, sizeof version_text, "OpenCL ICD loader, no platform");
-    kiln_cl_error(KILN_UNAVAILABLE,
+    snprintf(ctx->summary, sizeof ctx->summary, "OpenCL ICD loader, no platform");
+    kiln_cl_error(ctx, KILN_UNAVAILABLE,
                   "no OpenCL platform: the ICD loader (libOpenCL.so.1) found no driver registered in %s; install one "
                   "(PoCL for the CPU, or a GPU vendor's OpenCL driver); clinfo shows what the loader finds",
                   vendors && *vendors ? vendors : "/etc/OpenCL/vendors");
     return KILN_OK;
   }
   if (err != CL_SUCCESS)
-    return kiln_cl_error(KILN_UNAVAILABLE, "clGetPlatformIDs failed: %s (%d); check the OpenCL installation with clinfo",
+    return kiln_cl_error(ctx, KILN_UNAVAILABLE,
+                         "clGetPlatformIDs failed: %s (%d); check the OpenCL installation with clinfo",
                          kiln_cl_error_name(err), (int)err);
   cl_platform_id *platforms = calloc(platform_count, sizeof *platforms);
-  if (!platforms) return kiln_cl_error(KILN_OUT_OF_MEMORY, "out of host memory listing %u OpenCL platforms", platform_count);
+  if (!platforms)
+    return kiln_cl_error(ctx, KILN_OUT_OF_MEMORY, "out of host memory listing %u OpenCL platforms", platform_count);
   err = clGetPlatformIDs(platform_count, platforms, &platform_count);
   if (err != CL_SUCCESS) {
     free(platforms);
-    return kiln_cl_error(KILN_UNAVAILABLE, "clGetPlatformIDs failed: %s (%d); check the OpenCL installation with clinfo",
+    return kiln_cl_error(ctx, KILN_UNAVAILABLE,
+                         "clGetPlatformIDs failed: %s (%d); check the OpenCL installation with clinfo",
                          kiln_cl_error_name(err), (int)err);
   }
 
@@ -418,19 +418,20 @@ static kiln_status_t cl_initialize(const kiln_host_t *host) {
     free(platforms);
     free(ids);
     free(counts);
-    return kiln_cl_error(KILN_OUT_OF_MEMORY, "out of host memory listing OpenCL devices");
+    return kiln_cl_error(ctx, KILN_OUT_OF_MEMORY, "out of host memory listing OpenCL devices");
   }
   size_t total = 0;
   for (cl_uint p = 0; p < platform_count; p++) {
     char name[128];
     platform_string(platforms[p], CL_PLATFORM_NAME, name, sizeof name);
-    counts[p] = platform_devices(platforms[p], name, &ids[p]);
+    counts[p] = platform_devices(ctx, platforms[p], name, &ids[p]);
     total += counts[p];
   }
   kiln_status_t status = KILN_OK;
   if (total) {
-    kiln_cl_devices_ = calloc(total, sizeof *kiln_cl_devices_);
-    if (!kiln_cl_devices_) status = kiln_cl_error(KILN_OUT_OF_MEMORY, "out of host memory for %zu OpenCL devices", total);
+    ctx->devices = calloc(total, sizeof *ctx->devices);
+    if (!ctx->devices)
+      status = kiln_cl_error(ctx, KILN_OUT_OF_MEMORY, "out of host memory for %zu OpenCL devices", total);
   }
   size_t opened = 0;
   for (cl_uint p = 0; status == KILN_OK && p < platform_count; p++) {
@@ -439,11 +440,12 @@ static kiln_status_t cl_initialize(const kiln_host_t *host) {
     platform_string(platforms[p], CL_PLATFORM_VENDOR, vendor, sizeof vendor);
     platform_string(platforms[p], CL_PLATFORM_VERSION, version, sizeof version);
     for (cl_uint i = 0; i < counts[p]; i++) {
-      kiln_backend_device_t *d = &kiln_cl_devices_[opened];
+      kiln_backend_device_t *d = &ctx->devices[opened];
+      d->ctx = ctx;
       d->index = opened;
       if (open_device(d, platforms[p], ids[p][i], name, vendor, version) != KILN_OK) {
         /* One device that cannot open must not hide the others. */
-        log_line(KILN_LOG_WARN, "opencl: a device of platform '%s' skipped: %s", name, kiln_cl_last_message());
+        log_line(ctx, KILN_LOG_WARN, "opencl: a device of platform '%s' skipped: %s", name, kiln_cl_last_error(ctx));
         pthread_mutex_destroy(&d->program_lock);
         pthread_mutex_destroy(&d->launch_lock);
         memset(d, 0, sizeof *d);
@@ -456,31 +458,50 @@ static kiln_status_t cl_initialize(const kiln_host_t *host) {
   free(ids);
   free(counts);
   free(platforms);
-  kiln_cl_device_count_ = opened;
-  if (status != KILN_OK) {
-    cl_deinitialize();
-    return status;
-  }
-  snprintf(version_text, sizeof version_text, "%u platform%s, %zu device%s; CLBlast %s", platform_count,
+  ctx->device_count = opened;
+  if (status != KILN_OK) return status;
+  snprintf(ctx->summary, sizeof ctx->summary, "%u platform%s, %zu device%s; CLBlast %s", platform_count,
            platform_count == 1 ? "" : "s", opened, opened == 1 ? "" : "s",
-           kiln_cl_clblast_available() ? "loaded" : "absent");
+           kiln_cl_clblast_available(ctx) ? "loaded" : "absent");
   if (!opened) {
     /* Not an error: platforms without devices. The message is kept for a core
      * that shows the reason of a backend with no device. */
-    kiln_cl_error(KILN_UNAVAILABLE, "%u OpenCL platform%s found, but no usable device (clinfo lists them)",
+    kiln_cl_error(ctx, KILN_UNAVAILABLE, "%u OpenCL platform%s found, but no usable device (clinfo lists them)",
                   platform_count, platform_count == 1 ? "" : "s");
   }
   return KILN_OK;
 }
 
-static size_t cl_device_count(void) { return kiln_cl_device_count_; }
-
-static kiln_status_t cl_device_describe(size_t index, kiln_backend_device_desc_t *out_desc) {
-  *out_desc = kiln_cl_devices_[index].desc;
+static kiln_status_t cl_initialize(const kiln_host_t *host, kiln_backend_context_t **out_ctx) {
+  *out_ctx = NULL;
+  kiln_backend_context_t *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return host->set_error(KILN_OUT_OF_MEMORY, "out of host memory for the OpenCL backend's context");
+  /* The core's table as far as both know it: a longer one's new slots are
+   * not ours to call, a shorter one's missing slots stay NULL. */
+  memcpy(&ctx->host, host, host->size < sizeof ctx->host ? host->size : sizeof ctx->host);
+  pthread_mutex_init(&ctx->pinned_lock, NULL);
+  kiln_status_t status = kiln_cl_clblast_load(ctx);
+  if (status == KILN_OK) status = open_devices(ctx);
+  if (status != KILN_OK) {
+    cl_deinitialize(ctx);
+    return status;
+  }
+  log_line(ctx, KILN_LOG_INFO, "opencl: %s", ctx->summary);
+  kiln_cl_debug_register(ctx);
+  *out_ctx = ctx;
   return KILN_OK;
 }
 
-static kiln_status_t cl_device_memory_free(kiln_backend_device_t *device, uint64_t *out_bytes) {
+static size_t cl_device_count(kiln_backend_context_t *ctx) { return ctx->device_count; }
+
+static kiln_status_t cl_device_describe(kiln_backend_context_t *ctx, size_t index,
+                                        kiln_backend_device_desc_t *out_desc) {
+  *out_desc = ctx->devices[index].desc;
+  return KILN_OK;
+}
+
+static kiln_status_t cl_device_memory_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
+                                           uint64_t *out_bytes) {
   /* AMD's extension answers in KiB (total free, largest free block). */
   size_t free_kib[2] = {0, 0};
   if (device->vendor == KILN_CL_VENDOR_AMD &&
@@ -495,8 +516,12 @@ static kiln_status_t cl_device_memory_free(kiln_backend_device_t *device, uint64
 
 static const kiln_backend_iface_t opencl_iface = {
   .abi_version = KILN_BACKEND_ABI_VERSION,
+  .size = sizeof(kiln_backend_iface_t),
   .name = "opencl",
-  .version = version_text,
+  /* Static: the table is shared by every context. What a context found
+   * (platforms, devices, CLBlast) is logged at initialize and shown per
+   * device (devinfo -v: providers, clblast). */
+  .version = "OpenCL 1.2 host API through the ICD loader; CLBlast when installed",
   .initialize = cl_initialize,
   .deinitialize = cl_deinitialize,
   .device_count = cl_device_count,
@@ -520,8 +545,7 @@ static const kiln_backend_iface_t opencl_iface = {
   .buffer_read = kiln_cl_buffer_read,
   .buffer_copy = kiln_cl_buffer_copy,
   .buffer_fill = kiln_cl_buffer_fill,
-  .op_providers = kiln_cl_op_providers,
-  .op_run = kiln_cl_op_run,
+  .ops = kiln_cl_ops,
 };
 
 KILN_PLUGIN_EXPORT const kiln_backend_iface_t *kiln_backend_entry(void);

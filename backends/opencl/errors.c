@@ -4,18 +4,23 @@
 
 #include "backends/opencl/opencl_backend.h"
 
-static _Thread_local char last_message[2048];
-
-kiln_status_t kiln_cl_error(kiln_status_t status, const char *fmt, ...) {
+/* Messages go to the core (host->set_error), which keeps the calling
+ * thread's; the plugin keeps no copy and reads it back through
+ * host->last_error. */
+kiln_status_t kiln_cl_error(kiln_backend_context_t *ctx, kiln_status_t status, const char *fmt, ...) {
+  char message[2048];
   va_list args;
   va_start(args, fmt);
-  vsnprintf(last_message, sizeof last_message, fmt, args);
+  vsnprintf(message, sizeof message, fmt, args);
   va_end(args);
-  if (kiln_cl_host.set_error) return kiln_cl_host.set_error(status, "%s", last_message);
+  if (ctx && ctx->host.set_error) return ctx->host.set_error(status, "%s", message);
   return status;
 }
 
-const char *kiln_cl_last_message(void) { return last_message; }
+const char *kiln_cl_last_error(const kiln_backend_context_t *ctx) {
+  const char *message = ctx && ctx->host.last_error ? ctx->host.last_error() : NULL;
+  return message ? message : "";
+}
 
 /* Every code of the OpenCL headers up to 3.0 and the extensions an ICD may
  * return, by number: the headers hide the newer ones behind
@@ -127,7 +132,7 @@ static const char *advice_for(kiln_status_t status) {
   }
 }
 
-kiln_status_t kiln_cl_check(cl_int err, const char *call_fmt, ...) {
+kiln_status_t kiln_cl_check(kiln_backend_context_t *ctx, cl_int err, const char *call_fmt, ...) {
   if (err == CL_SUCCESS) return KILN_OK;
   char call[768] = "an OpenCL call";
   if (call_fmt) {
@@ -137,7 +142,8 @@ kiln_status_t kiln_cl_check(cl_int err, const char *call_fmt, ...) {
     va_end(args);
   }
   kiln_status_t status = kiln_cl_status_of(err);
-  return kiln_cl_error(status, "%s failed: %s (%d); %s", call, kiln_cl_error_name(err), (int)err, advice_for(status));
+  return kiln_cl_error(ctx, status, "%s failed: %s (%d); %s", call, kiln_cl_error_name(err), (int)err,
+                       advice_for(status));
 }
 
 /* ---- CLBlast's status codes (clblast_c.h's CLBlastStatusCode) --------------- */
@@ -178,7 +184,7 @@ const char *kiln_cl_clblast_status_name(int status) {
   }
 }
 
-kiln_status_t kiln_cl_clblast_check(int status, const char *call_fmt, ...) {
+kiln_status_t kiln_cl_clblast_check(kiln_backend_context_t *ctx, int status, const char *call_fmt, ...) {
   if (status == 0) return KILN_OK;
   kiln_status_t code;
   if (status > -1000) {
@@ -200,6 +206,6 @@ kiln_status_t kiln_cl_clblast_check(int status, const char *call_fmt, ...) {
     vsnprintf(call, sizeof call, call_fmt, args);
     va_end(args);
   }
-  return kiln_cl_error(code, "%s failed: %s (%d); %s", call, kiln_cl_clblast_status_name(status), status,
+  return kiln_cl_error(ctx, code, "%s failed: %s (%d); %s", call, kiln_cl_clblast_status_name(status), status,
                        code == KILN_UNSUPPORTED ? "the native provider runs these arguments" : advice_for(code));
 }

@@ -10,10 +10,16 @@
  *   program.c  the embedded kernel sources: built per device on first use,
  *              program binaries cached through the host's cache, kernel lookup
  *              and kiln_cl_launch
- *   errors.c   the one translator from cl_int to kiln codes
- *   ops.c      which providers serve each op, and the native provider: argument
- *              packing and launches of the kernels/opencl sources
- *   clblast.c  the clblast provider for matmul, CLBlast loaded with dlopen
+ *   errors.c   the one translator from cl_int and CLBlast codes to kiln codes
+ *   ops.c      the table of operation entries: a `native` row for every op
+ *              kind (argument packing and launches of the kernels/opencl
+ *              sources) and the `clblast` row for matmul
+ *   clblast.c  the clblast rows' functions, CLBlast loaded with dlopen
+ *
+ * State lives in the context initialize() returns (kiln_backend_context_t);
+ * devices point back to it, and queues, buffers and events reach it through
+ * their device. Nothing is kept in process globals but the test exports'
+ * list of live contexts (program.c).
  *
  * OpenCL 1.2 is the baseline on the host side as in the kernels: nothing here
  * calls a 2.0 entry point, so every ICD (PoCL, NVIDIA, AMD, Intel, Oclgrind)
@@ -24,6 +30,7 @@
 #include <CL/cl.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -80,6 +87,7 @@ typedef enum kiln_cl_vendor_t {
 } kiln_cl_vendor_t;
 
 struct kiln_backend_device_t {
+  kiln_backend_context_t *ctx; /* the context the device belongs to */
   size_t index;              /* kiln's index within this backend */
   cl_platform_id platform;
   cl_device_id device;
@@ -132,30 +140,60 @@ struct kiln_backend_event_t {
   cl_event event; /* a marker with profiling information */
 };
 
-/* ---- shared state (device.c) ------------------------------------------------- */
+/* ---- the context (device.c) ------------------------------------------------------ */
 
-extern kiln_host_t kiln_cl_host;
-extern size_t kiln_cl_device_count_;
-extern kiln_backend_device_t *kiln_cl_devices_;
+/* The build's counters, for tests (through the plugin's exported
+ * kiln_cl_debug_counters) and devinfo -v. */
+typedef struct kiln_cl_counters_t {
+  uint64_t builds_from_source;
+  uint64_t builds_from_binary; /* loaded from the cache */
+  uint64_t cache_rejected;     /* a cached binary the driver refused: rebuilt from source */
+} kiln_cl_counters_t;
+
+typedef struct kiln_cl_clblast_t kiln_cl_clblast_t; /* clblast.c */
+typedef struct kiln_cl_pinned_t kiln_cl_pinned_t;   /* memory.c */
+
+struct kiln_backend_context_t {
+  /* The core's table, copied (what the core's `size` covers; the rest zero). */
+  kiln_host_t host;
+  size_t device_count;
+  kiln_backend_device_t *devices; /* device_count of them, in platform order */
+  /* "2 platforms, 3 devices; CLBlast loaded": logged at initialize. */
+  char summary[512];
+  /* CLBlast, loaded once by initialize (never NULL after it; `loaded` says
+   * whether it can run). */
+  kiln_cl_clblast_t *clblast;
+  /* Pinned host staging handed out and not yet freed, so host_free finds the
+   * cl_mem of a pointer and deinitialize frees what is left. */
+  pthread_mutex_t pinned_lock;
+  kiln_cl_pinned_t *pinned;
+  /* Program builds (program.c). */
+  _Atomic uint64_t builds_from_source, builds_from_binary, cache_rejected;
+  /* The list of live contexts the test exports act on (program.c). */
+  kiln_backend_context_t *debug_next;
+};
 
 /* ---- errors (errors.c): the one translator ------------------------------------ */
 
 /* Set the calling thread's kiln error through the host and return status. */
-kiln_status_t kiln_cl_error(kiln_status_t status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The last message kiln_cl_error set on this thread (the plugin's own copy). */
-const char *kiln_cl_last_message(void);
+kiln_status_t kiln_cl_error(kiln_backend_context_t *ctx, kiln_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The calling thread's current message, through the host ("" when none). */
+const char *kiln_cl_last_error(const kiln_backend_context_t *ctx);
 /* KILN_OK for CL_SUCCESS; otherwise sets and returns the kiln code for `err`
  * (CL_OUT_OF_RESOURCES / CL_MEM_OBJECT_ALLOCATION_FAILURE / CL_OUT_OF_HOST_MEMORY
  * -> KILN_OUT_OF_MEMORY or KILN_OUT_OF_RESOURCES, and so on), with a message naming the call
  * (printf-style) and the cl_int's name ("CL_INVALID_WORK_GROUP_SIZE (-54)"). */
-kiln_status_t kiln_cl_check(cl_int err, const char *call_fmt, ...) __attribute__((format(printf, 2, 3)));
+kiln_status_t kiln_cl_check(kiln_backend_context_t *ctx, cl_int err, const char *call_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 kiln_status_t kiln_cl_status_of(cl_int err);
 /* "CL_OUT_OF_RESOURCES"; never NULL. */
 const char *kiln_cl_error_name(cl_int err);
 /* CLBlast's status codes (CLBlastStatusCode, an int): the same translation,
  * with CLBlast's own name for its codes ("CLBlastInvalidLeadDimA"); arguments
  * CLBlast refuses come back as KILN_UNSUPPORTED, so the core runs native. */
-kiln_status_t kiln_cl_clblast_check(int status, const char *call_fmt, ...) __attribute__((format(printf, 2, 3)));
+kiln_status_t kiln_cl_clblast_check(kiln_backend_context_t *ctx, int status, const char *call_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 const char *kiln_cl_clblast_status_name(int status);
 
 /* ---- programs and launches (program.c) ------------------------------------------ */
@@ -216,14 +254,8 @@ kiln_status_t kiln_cl_launch(kiln_backend_queue_t *queue, kiln_cl_program_t prog
                              cl_uint work_dim, const size_t *global, const size_t *local, size_t arg_count,
                              const kiln_cl_arg_t *args);
 
-/* The build's counters, for tests (through the plugin's exported
- * kiln_cl_debug_counters) and devinfo -v. */
-typedef struct kiln_cl_counters_t {
-  uint64_t builds_from_source;
-  uint64_t builds_from_binary; /* loaded from the cache */
-  uint64_t cache_rejected;     /* a cached binary the driver refused: rebuilt from source */
-} kiln_cl_counters_t;
-void kiln_cl_counters_read(kiln_cl_counters_t *out_counters);
+/* The context's build counters. */
+void kiln_cl_counters_read(const kiln_backend_context_t *ctx, kiln_cl_counters_t *out_counters);
 
 /* Release every program and kernel of the device. */
 void kiln_cl_programs_release(kiln_backend_device_t *device);
@@ -233,38 +265,50 @@ void kiln_cl_programs_release(kiln_backend_device_t *device);
  * 0 or 1), then KILN_OPENCL_BUILD_OPTIONS when set. */
 void kiln_cl_build_options(const kiln_backend_device_t *device, char *out, size_t out_size);
 
-/* Exported for the tests (found with dlsym on the loaded plugin):
+/* Exported for the tests (found with dlsym on the loaded plugin), acting on
+ * the context initialized last among those alive:
  *   void kiln_cl_debug_counters(kiln_cl_counters_t *out);
  *   kiln_status_t kiln_cl_debug_program_build(size_t device_index, const char *program_name);
  * the second builds one program ("copy", "gemm", ...) of opencl:<device_index>
- * as the first launch would, so the cache is tested without any op. */
+ * as the first launch would, so the cache is tested without any op.
+ * initialize and deinitialize add the context to and drop it from their list. */
+void kiln_cl_debug_register(kiln_backend_context_t *ctx);
+void kiln_cl_debug_unregister(kiln_backend_context_t *ctx);
 
 /* ---- devices, buffers and queues: the interface's slots (memory.c, queue.c) ---- */
 
-kiln_status_t kiln_cl_buffer_allocate(kiln_backend_device_t *device, size_t size, kiln_backend_buffer_t **out_buffer);
-void kiln_cl_buffer_free(kiln_backend_device_t *device, kiln_backend_buffer_t *buffer);
-kiln_status_t kiln_cl_host_allocate(kiln_backend_device_t *device, size_t size, void **out_ptr);
-void kiln_cl_host_free(kiln_backend_device_t *device, void *ptr);
-kiln_status_t kiln_cl_buffer_write(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                   const void *host, size_t size, bool blocking);
-kiln_status_t kiln_cl_buffer_read(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                  void *host, size_t size, bool blocking);
-kiln_status_t kiln_cl_buffer_copy(kiln_backend_queue_t *queue, kiln_backend_buffer_t *src, size_t src_offset,
-                                  kiln_backend_buffer_t *dst, size_t dst_offset, size_t size);
-kiln_status_t kiln_cl_buffer_fill(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                  size_t size, const void *pattern, size_t pattern_size);
+kiln_status_t kiln_cl_buffer_allocate(kiln_backend_context_t *ctx, kiln_backend_device_t *device, size_t size,
+                                      kiln_backend_buffer_t **out_buffer);
+void kiln_cl_buffer_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_backend_buffer_t *buffer);
+kiln_status_t kiln_cl_host_allocate(kiln_backend_context_t *ctx, kiln_backend_device_t *device, size_t size,
+                                    void **out_ptr);
+void kiln_cl_host_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device, void *ptr);
+kiln_status_t kiln_cl_buffer_write(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                   kiln_backend_buffer_t *buffer, size_t offset, const void *host, size_t size,
+                                   bool blocking);
+kiln_status_t kiln_cl_buffer_read(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  kiln_backend_buffer_t *buffer, size_t offset, void *host, size_t size, bool blocking);
+kiln_status_t kiln_cl_buffer_copy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, kiln_backend_buffer_t *src,
+                                  size_t src_offset, kiln_backend_buffer_t *dst, size_t dst_offset, size_t size);
+kiln_status_t kiln_cl_buffer_fill(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  kiln_backend_buffer_t *buffer, size_t offset, size_t size, const void *pattern,
+                                  size_t pattern_size);
 /* Free what host_allocate handed out and was never freed (deinitialize). */
-void kiln_cl_host_release_all(void);
+void kiln_cl_host_release_all(kiln_backend_context_t *ctx);
 
-kiln_status_t kiln_cl_queue_create(kiln_backend_device_t *device, kiln_backend_queue_t **out_queue);
-void kiln_cl_queue_destroy(kiln_backend_queue_t *queue);
-kiln_status_t kiln_cl_queue_finish(kiln_backend_queue_t *queue);
-kiln_status_t kiln_cl_queue_record(kiln_backend_queue_t *queue, kiln_backend_event_t **out_event);
-kiln_status_t kiln_cl_queue_wait(kiln_backend_queue_t *queue, kiln_backend_event_t *event);
-kiln_status_t kiln_cl_event_wait(kiln_backend_event_t *event);
-kiln_status_t kiln_cl_event_query(kiln_backend_event_t *event);
-kiln_status_t kiln_cl_event_elapsed(kiln_backend_event_t *start, kiln_backend_event_t *end, double *out_ms);
-void kiln_cl_event_release(kiln_backend_event_t *event);
+kiln_status_t kiln_cl_queue_create(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
+                                   kiln_backend_queue_t **out_queue);
+void kiln_cl_queue_destroy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue);
+kiln_status_t kiln_cl_queue_finish(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue);
+kiln_status_t kiln_cl_queue_record(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                   kiln_backend_event_t **out_event);
+kiln_status_t kiln_cl_queue_wait(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                 kiln_backend_event_t *event);
+kiln_status_t kiln_cl_event_wait(kiln_backend_context_t *ctx, kiln_backend_event_t *event);
+kiln_status_t kiln_cl_event_query(kiln_backend_context_t *ctx, kiln_backend_event_t *event);
+kiln_status_t kiln_cl_event_elapsed(kiln_backend_context_t *ctx, kiln_backend_event_t *start,
+                                    kiln_backend_event_t *end, double *out_ms);
+void kiln_cl_event_release(kiln_backend_context_t *ctx, kiln_backend_event_t *event);
 /* Keep the first asynchronous error of a queue for queue_finish. */
 void kiln_cl_queue_note_error(kiln_backend_queue_t *queue, kiln_status_t status, const char *message);
 
@@ -275,22 +319,31 @@ void kiln_cl_queue_note_error(kiln_backend_queue_t *queue, kiln_status_t status,
  * work completes). KILN_OUT_OF_MEMORY with a message when it fails. */
 kiln_status_t kiln_cl_scratch_create(kiln_backend_device_t *device, size_t size, cl_mem *out_mem);
 
-/* ---- ops (ops.c) -------------------------------------------------------------- */
+/* ---- the table of operations (ops.c) ------------------------------------------- */
 
-uint32_t kiln_cl_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype);
-kiln_status_t kiln_cl_op_run(kiln_backend_queue_t *queue, kiln_provider_t provider, const kiln_op_t *op);
+/* A `native` row for every kind of KILN_OP_KINDS, then the `clblast` row for
+ * matmul, ending with KILN_OP_TABLE_END. */
+extern const kiln_op_entry_t kiln_cl_ops[];
 
-/* ---- the clblast provider (clblast.c) ------------------------------------------- */
+/* ---- CLBlast (clblast.c) ----------------------------------------------------------- */
 
-/* dlopen libclblast.so.1 once; false with the loader's message when absent. */
-bool kiln_cl_clblast_load(char *out_reason, size_t reason_size);
-bool kiln_cl_clblast_available(void);
-/* C = op(A) @ op(B) per batch through CLBlastSgemm / CLBlastSgemmStridedBatched
- * on the queue; KILN_UNSUPPORTED for arguments it cannot serve (the core then
- * runs native). */
-kiln_status_t kiln_cl_clblast_matmul(kiln_backend_queue_t *queue, const kiln_op_t *op);
-void kiln_cl_clblast_unload(void);
-/* "CLBlast 1.5.3 (libclblast.so.1)" or "absent: <the loader's message>". */
-const char *kiln_cl_clblast_state(void);
+/* dlopen libclblast.so.1 for the context (initialize): ctx->clblast says
+ * whether it loaded and, if not, the loader's message. KILN_OUT_OF_MEMORY
+ * only when the record cannot be allocated. */
+kiln_status_t kiln_cl_clblast_load(kiln_backend_context_t *ctx);
+bool kiln_cl_clblast_available(const kiln_backend_context_t *ctx);
+/* "libclblast.so.1 loaded (...)" or "absent: <the loader's message>". */
+const char *kiln_cl_clblast_state(const kiln_backend_context_t *ctx);
+/* Empty CLBlast's program cache (it holds our contexts) and free the record. */
+void kiln_cl_clblast_unload(kiln_backend_context_t *ctx);
+/* The `clblast` row of matmul. supports: with op NULL, whether CLBlast
+ * loaded; with an op, whether CLBlast takes it (f32, no empty dimension).
+ * run: C = op(A) @ op(B) per batch through CLBlastSgemm /
+ * CLBlastSgemmStridedBatched on the queue; KILN_UNSUPPORTED for arguments
+ * CLBlast refuses at run time (the core then runs native). */
+bool kiln_cl_clblast_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
+                              const kiln_op_entry_t *entry, const kiln_op_t *op);
+kiln_status_t kiln_cl_clblast_run(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  const kiln_op_entry_t *entry, const kiln_op_t *op);
 
 #endif /* KILN_BACKENDS_OPENCL_BACKEND_H */

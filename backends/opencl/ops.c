@@ -1,4 +1,4 @@
-/* backends/opencl/ops.c: which providers run each op on OpenCL, and the native provider: argument packing and launches of the kernels in kernels/opencl. */
+/* backends/opencl/ops.c: the OpenCL table of operation entries: a native row for every op kind (argument packing and launches of the kernels in kernels/opencl) and the clblast row of matmul. */
 #include <limits.h>
 #include <string.h>
 
@@ -6,7 +6,8 @@
 
 /* ---- kernel names ---------------------------------------------------------------
  * The elementwise kernels of kernels/opencl/elementwise.cl, by op and dtype;
- * NULL: no formula for that dtype. */
+ * NULL where ops.def has no formula for the dtype (the core lets no such op
+ * through). */
 static const char *const unary_f32[KILN_UNARY_COUNT_] = {
 #define KILN_UNARY_F32(NAME, expr) [KILN_UNARY_##NAME] = "unary_f32_" #NAME,
 #include "kernels/ops.def"
@@ -45,50 +46,11 @@ static const char *const binary_scalar_i32[KILN_BINARY_COUNT_] = {
 /* Scratch for packed GEMM panels or im2col columns, per round of batches. */
 #define KILN_CL_SCRATCH_BUDGET ((size_t)256 << 20)
 
-/* ---- what the native provider serves (kiln_backend_native_supports, and a
- * formula for each elementwise op) ----------------------------------------------- */
-static const char *formula_of(const kiln_op_t *op, kiln_dtype_t dtype) {
-  const bool f = dtype == KILN_F32;
-  switch (op->kind) {
-  case KILN_OP_UNARY:
-    if ((unsigned)op->u.unary.op >= KILN_UNARY_COUNT_) return NULL;
-    return f ? unary_f32[op->u.unary.op] : unary_i32[op->u.unary.op];
-  case KILN_OP_BINARY:
-    if ((unsigned)op->u.binary.op >= KILN_BINARY_COUNT_) return NULL;
-    return f ? binary_f32[op->u.binary.op] : binary_i32[op->u.binary.op];
-  case KILN_OP_BINARY_SCALAR:
-    if ((unsigned)op->u.binary.op >= KILN_BINARY_COUNT_) return NULL;
-    return f ? binary_scalar_f32[op->u.binary.op] : binary_scalar_i32[op->u.binary.op];
-  default: return NULL;
-  }
-}
-
-uint32_t kiln_cl_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype) {
-  (void)device;
-  if (!kiln_backend_native_supports(kind, dtype)) return 0;
-  uint32_t mask = 1u << KILN_PROVIDER_NATIVE;
-  if (dtype == KILN_F32 && kind == KILN_OP_MATMUL && kiln_cl_clblast_available()) mask |= 1u << KILN_PROVIDER_CLBLAST;
-  return mask;
-}
-
 /* ---- helpers ---------------------------------------------------------------------- */
 
 static cl_mem mem_of(const kiln_view_t *view) { return view->buffer ? view->buffer->mem : NULL; }
 
-static int64_t numel_of(const kiln_view_t *view) {
-  int64_t n = 1;
-  for (int d = 0; d < view->ndim; d++) n *= view->shape[d];
-  return n;
-}
-
 static bool fits_i32(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
-static int32_t double_to_i32(double v) {
-  if (v != v) return 0;
-  if (v >= 2147483647.0) return 2147483647;
-  if (v <= -2147483648.0) return INT32_MIN;
-  return (int32_t)v;
-}
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -150,136 +112,118 @@ static void scratch_release(kiln_backend_queue_t *queue, cl_mem mem) {
   if (mem) clReleaseMemObject(mem);
 }
 
-/* ---- elementwise ------------------------------------------------------------------ */
+/* ---- generators ------------------------------------------------------------------ */
 
-/* The walk of an elementwise kernel: dims of extent 1 dropped, dims merged
- * where every input is contiguous across them, and ndim 0 when everything is
- * plainly contiguous (the kernels' fast path). */
-typedef struct ew_walk_t {
-  int ndim;
-  int64_t shape[KILN_MAX_DIMS];
-  int64_t s0[KILN_MAX_DIMS];
-  int64_t s1[KILN_MAX_DIMS];
-} ew_walk_t;
-
-static void ew_setup(ew_walk_t *w, const kiln_view_t *out, const kiln_view_t *in0, const kiln_view_t *in1) {
-  memset(w, 0, sizeof *w);
-  int nd = 0;
-  for (int d = 0; d < out->ndim; d++) {
-    if (out->shape[d] == 1) continue;
-    const int64_t t0 = in0 ? in0->strides[d] : 0, t1 = in1 ? in1->strides[d] : 0;
-    if (nd > 0 && w->s0[nd - 1] == t0 * out->shape[d] && w->s1[nd - 1] == t1 * out->shape[d]) {
-      w->shape[nd - 1] *= out->shape[d];
-      w->s0[nd - 1] = t0;
-      w->s1[nd - 1] = t1;
-      continue;
-    }
-    w->shape[nd] = out->shape[d];
-    w->s0[nd] = t0;
-    w->s1[nd] = t1;
-    nd++;
-  }
-  const bool contiguous = nd == 0 || (nd == 1 && (!in0 || w->s0[0] == 1) && (!in1 || w->s1[0] == 1));
-  if (contiguous) {
-    memset(w, 0, sizeof *w);
-    return;
-  }
-  w->ndim = nd;
+static kiln_status_t run_fill(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                              const kiln_op_t *op) {
+  const int64_t n = kiln_backend_view_numel(&op->out);
+  /* f32 and i32 are both one 32-bit pattern: the core converted the value. */
+  uint32_t bits;
+  if (op->out.dtype == KILN_F32)
+    memcpy(&bits, &op->u.fill.value.f32, 4);
+  else
+    memcpy(&bits, &op->u.fill.value.i32, 4);
+  const kiln_cl_arg_t args[] = {
+      KILN_CL_MEM(mem_of(&op->out)), KILN_CL_LONG(op->out.offset), KILN_CL_LONG(n), KILN_CL_UINT(bits),
+  };
+  return launch_flat(queue, KILN_CL_PROGRAM_copy, "fill32", n, sizeof args / sizeof args[0], args);
 }
 
-/* Append ndim and the eight-wide shape and stride arguments. */
-static size_t ew_args(kiln_cl_arg_t *args, size_t at, const ew_walk_t *w, int inputs) {
-  args[at++] = KILN_CL_INT(w->ndim);
-  for (int d = 0; d < KILN_MAX_DIMS; d++) args[at++] = KILN_CL_LONG(w->shape[d]);
-  for (int d = 0; d < KILN_MAX_DIMS; d++) args[at++] = KILN_CL_LONG(w->s0[d]);
-  if (inputs == 2)
-    for (int d = 0; d < KILN_MAX_DIMS; d++) args[at++] = KILN_CL_LONG(w->s1[d]);
-  return at;
+static kiln_status_t run_arange(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                                const kiln_op_t *op) {
+  const int64_t n = kiln_backend_view_numel(&op->out);
+  /* The doubles' bits for devices with fp64, and hi + lo float pairs for
+   * the double-float evaluation of those without. */
+  const double start = op->u.arange.start, step = op->u.arange.step;
+  uint64_t start_bits, step_bits;
+  memcpy(&start_bits, &start, 8);
+  memcpy(&step_bits, &step, 8);
+  const float start_hi = (float)start, step_hi = (float)step;
+  const kiln_cl_arg_t args[] = {
+      KILN_CL_MEM(mem_of(&op->out)),
+      KILN_CL_LONG(op->out.offset),
+      KILN_CL_LONG(n),
+      KILN_CL_ULONG(start_bits),
+      KILN_CL_ULONG(step_bits),
+      KILN_CL_FLOAT(start_hi),
+      KILN_CL_FLOAT((float)(start - (double)start_hi)),
+      KILN_CL_FLOAT(step_hi),
+      KILN_CL_FLOAT((float)(step - (double)step_hi)),
+  };
+  return launch_flat(queue, KILN_CL_PROGRAM_copy, op->out.dtype == KILN_F32 ? "arange_f32" : "arange_i32", n,
+                     sizeof args / sizeof args[0], args);
 }
 
-static kiln_status_t run_generate(kiln_backend_queue_t *queue, const kiln_op_t *op) {
-  const int64_t n = numel_of(&op->out);
-  kiln_cl_arg_t args[12];
-  size_t c = 0;
-  args[c++] = KILN_CL_MEM(mem_of(&op->out));
-  args[c++] = KILN_CL_LONG(op->out.offset);
-  args[c++] = KILN_CL_LONG(n);
-  switch (op->kind) {
-  case KILN_OP_FILL: {
-    uint32_t bits;
-    if (op->out.dtype == KILN_F32) {
-      const float f = (float)op->u.fill.value;
-      memcpy(&bits, &f, 4);
-    } else {
-      const int32_t i = double_to_i32(op->u.fill.value);
-      memcpy(&bits, &i, 4);
-    }
-    args[c++] = KILN_CL_UINT(bits);
-    return launch_flat(queue, KILN_CL_PROGRAM_copy, "fill32", n, c, args);
-  }
-  case KILN_OP_ARANGE: {
-    /* The doubles' bits for devices with fp64, and hi + lo float pairs for
-     * the double-float evaluation of those without. */
-    const double start = op->u.arange.start, step = op->u.arange.step;
-    uint64_t start_bits, step_bits;
-    memcpy(&start_bits, &start, 8);
-    memcpy(&step_bits, &step, 8);
-    const float start_hi = (float)start, step_hi = (float)step;
-    args[c++] = KILN_CL_ULONG(start_bits);
-    args[c++] = KILN_CL_ULONG(step_bits);
-    args[c++] = KILN_CL_FLOAT(start_hi);
-    args[c++] = KILN_CL_FLOAT((float)(start - (double)start_hi));
-    args[c++] = KILN_CL_FLOAT(step_hi);
-    args[c++] = KILN_CL_FLOAT((float)(step - (double)step_hi));
-    return launch_flat(queue, KILN_CL_PROGRAM_copy, op->out.dtype == KILN_F32 ? "arange_f32" : "arange_i32", n, c,
-                       args);
-  }
-  default: /* RANDOM */
-    args[c++] = KILN_CL_ULONG(op->u.random.seed);
-    args[c++] = KILN_CL_FLOAT(op->u.random.a);
-    args[c++] = KILN_CL_FLOAT(op->u.random.b);
-    return launch_flat(queue, KILN_CL_PROGRAM_random, op->u.random.normal ? "random_normal" : "random_uniform", n, c,
-                       args);
-  }
+static kiln_status_t run_random(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                                const kiln_op_t *op) {
+  const int64_t n = kiln_backend_view_numel(&op->out);
+  const kiln_cl_arg_t args[] = {
+      KILN_CL_MEM(mem_of(&op->out)),      KILN_CL_LONG(op->out.offset), KILN_CL_LONG(n),
+      KILN_CL_ULONG(op->u.random.seed),   KILN_CL_FLOAT(op->u.random.a), KILN_CL_FLOAT(op->u.random.b),
+  };
+  return launch_flat(queue, KILN_CL_PROGRAM_random, op->u.random.normal ? "random_normal" : "random_uniform", n,
+                     sizeof args / sizeof args[0], args);
 }
 
-static kiln_status_t run_elementwise(kiln_backend_queue_t *queue, const kiln_op_t *op) {
-  const int64_t n = numel_of(&op->out);
-  const kiln_dtype_t dtype = op->in[0].dtype;
+/* ---- elementwise ------------------------------------------------------------------
+ * The core merged the dimensions (extents of 1 dropped, contiguous runs fused)
+ * and set op->flat when every operand is one contiguous run; the kernels get
+ * the views' walk as it is, and ndim 0 for their contiguous fast path. */
+
+/* out, then each input's buffer and offset, then the scalar (when there is
+ * one), the element count, ndim and the eight-wide shape and input strides. */
+static kiln_status_t launch_elementwise(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                                        const kiln_op_t *op, int inputs, const kiln_cl_arg_t *scalar) {
+  const int64_t n = kiln_backend_view_numel(&op->out);
+  const int ndim = op->flat ? 0 : op->out.ndim;
   kiln_cl_arg_t args[48];
   size_t c = 0;
-  ew_walk_t w;
   args[c++] = KILN_CL_MEM(mem_of(&op->out));
   args[c++] = KILN_CL_LONG(op->out.offset);
-  args[c++] = KILN_CL_MEM(mem_of(&op->in[0]));
-  args[c++] = KILN_CL_LONG(op->in[0].offset);
-  switch (op->kind) {
-  case KILN_OP_COPY:
-    ew_setup(&w, &op->out, &op->in[0], NULL);
-    args[c++] = KILN_CL_LONG(n);
-    c = ew_args(args, c, &w, 1);
-    return launch_flat(queue, KILN_CL_PROGRAM_copy, "copy32", n, c, args);
-  case KILN_OP_UNARY:
-    ew_setup(&w, &op->out, &op->in[0], NULL);
-    args[c++] = KILN_CL_LONG(n);
-    c = ew_args(args, c, &w, 1);
-    break;
-  case KILN_OP_BINARY:
-    ew_setup(&w, &op->out, &op->in[0], &op->in[1]);
-    args[c++] = KILN_CL_MEM(mem_of(&op->in[1]));
-    args[c++] = KILN_CL_LONG(op->in[1].offset);
-    args[c++] = KILN_CL_LONG(n);
-    c = ew_args(args, c, &w, 2);
-    break;
-  default: /* BINARY_SCALAR */
-    ew_setup(&w, &op->out, &op->in[0], NULL);
-    args[c++] = dtype == KILN_F32 ? KILN_CL_FLOAT((float)op->u.binary.scalar)
-                                  : KILN_CL_INT(double_to_i32(op->u.binary.scalar));
-    args[c++] = KILN_CL_LONG(n);
-    c = ew_args(args, c, &w, 1);
-    break;
+  for (int i = 0; i < inputs; i++) {
+    args[c++] = KILN_CL_MEM(mem_of(&op->in[i]));
+    args[c++] = KILN_CL_LONG(op->in[i].offset);
   }
-  return launch_flat(queue, KILN_CL_PROGRAM_elementwise, formula_of(op, dtype), n, c, args);
+  if (scalar) args[c++] = *scalar;
+  args[c++] = KILN_CL_LONG(n);
+  args[c++] = KILN_CL_INT(ndim);
+  for (int d = 0; d < KILN_MAX_DIMS; d++) args[c++] = KILN_CL_LONG(d < ndim ? op->out.shape[d] : 0);
+  for (int i = 0; i < inputs; i++)
+    for (int d = 0; d < KILN_MAX_DIMS; d++) args[c++] = KILN_CL_LONG(d < ndim ? op->in[i].strides[d] : 0);
+  return launch_flat(queue, program, kernel, n, c, args);
+}
+
+static kiln_status_t run_copy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                              const kiln_op_t *op) {
+  return launch_elementwise(queue, KILN_CL_PROGRAM_copy, "copy32", op, 1, NULL);
+}
+
+static kiln_status_t run_cast(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                              const kiln_op_t *op) {
+  const char *kernel = op->in[0].dtype == op->out.dtype ? "copy32"
+                       : op->in[0].dtype == KILN_F32    ? "cast_f32_i32"
+                                                        : "cast_i32_f32";
+  return launch_elementwise(queue, KILN_CL_PROGRAM_copy, kernel, op, 1, NULL);
+}
+
+static kiln_status_t run_unary(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                               const kiln_op_t *op) {
+  const char *kernel = op->in[0].dtype == KILN_F32 ? unary_f32[op->u.unary.op] : unary_i32[op->u.unary.op];
+  return launch_elementwise(queue, KILN_CL_PROGRAM_elementwise, kernel, op, 1, NULL);
+}
+
+static kiln_status_t run_binary(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                                const kiln_op_t *op) {
+  const char *kernel = op->in[0].dtype == KILN_F32 ? binary_f32[op->u.binary.op] : binary_i32[op->u.binary.op];
+  return launch_elementwise(queue, KILN_CL_PROGRAM_elementwise, kernel, op, 2, NULL);
+}
+
+static kiln_status_t run_binary_scalar(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                       const kiln_op_entry_t *entry, const kiln_op_t *op) {
+  const bool f32 = op->in[0].dtype == KILN_F32;
+  const char *kernel = f32 ? binary_scalar_f32[op->u.binary.op] : binary_scalar_i32[op->u.binary.op];
+  const kiln_cl_arg_t scalar = f32 ? KILN_CL_FLOAT(op->u.binary.scalar.f32) : KILN_CL_INT(op->u.binary.scalar.i32);
+  return launch_elementwise(queue, KILN_CL_PROGRAM_elementwise, kernel, op, 1, &scalar);
 }
 
 /* ---- reductions, softmax, cross-entropy ------------------------------------------------ */
@@ -291,9 +235,10 @@ static bool row_runs(kiln_backend_queue_t *queue) {
   return queue->device->is_cpu || queue->device->local_mem_is_global;
 }
 
-static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static kiln_status_t run_reduce(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                const kiln_op_entry_t *entry, const kiln_op_t *op) {
+  /* outer * inner >= 1 (the result is never empty); len may be 0. */
   const int64_t outer = op->u.reduce.outer, len = op->u.reduce.len, inner = op->u.reduce.inner;
-  if (outer * inner == 0) return KILN_OK;
   const bool f32 = op->in[0].dtype == KILN_F32;
   const kiln_reduce_op_t rop = op->u.reduce.op;
   /* f32 sums (and means and norms) have kernels of their own that read eight
@@ -355,9 +300,9 @@ static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op
   return status;
 }
 
-static kiln_status_t run_softmax(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static kiln_status_t run_softmax(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                 const kiln_op_entry_t *entry, const kiln_op_t *op) {
   const int64_t rows = op->u.softmax.rows, cols = op->u.softmax.cols;
-  if (rows * cols == 0) return KILN_OK;
   const kiln_cl_arg_t args[] = {
       KILN_CL_MEM(mem_of(&op->in[0])), KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(mem_of(&op->out)),
       KILN_CL_LONG(op->out.offset),    KILN_CL_LONG(rows),             KILN_CL_LONG(cols),
@@ -366,7 +311,8 @@ static kiln_status_t run_softmax(kiln_backend_queue_t *queue, const kiln_op_t *o
   return launch_rows(queue, KILN_CL_PROGRAM_nn, "softmax_f32", rows, cols, sizeof args / sizeof args[0], args);
 }
 
-static kiln_status_t run_cross_entropy(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static kiln_status_t run_cross_entropy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                       const kiln_op_entry_t *entry, const kiln_op_t *op) {
   const int64_t rows = op->u.cross_entropy.n, cols = op->u.cross_entropy.c;
   cl_mem work = NULL;
   kiln_status_t status = KILN_OK;
@@ -571,14 +517,15 @@ static kiln_status_t gemm_run(kiln_backend_queue_t *queue, const gemm_t *g) {
   if (!fits_i32(g->m) || !fits_i32(g->n) || !fits_i32(g->k) ||
       !fits_i32((g->m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM * KILN_CL_GEMM_RM) ||
       !fits_i32((g->n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN * KILN_CL_GEMM_RN))
-    return kiln_cl_error(KILN_OUT_OF_RESOURCES,
+    return kiln_cl_error(queue->device->ctx, KILN_OUT_OF_RESOURCES,
                          "the native OpenCL matmul takes m, n, k below 2^31, got m=%lld n=%lld k=%lld; split the "
                          "product",
                          (long long)g->m, (long long)g->n, (long long)g->k);
   return gemm_use_tiled(queue) ? gemm_tiled(queue, g) : gemm_packed(queue, g);
 }
 
-static kiln_status_t run_matmul(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static kiln_status_t run_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                const kiln_op_entry_t *entry, const kiln_op_t *op) {
   gemm_t g = {
       .a = mem_of(&op->in[0]),
       .b = mem_of(&op->in[1]),
@@ -604,15 +551,15 @@ static kiln_status_t run_matmul(kiln_backend_queue_t *queue, const kiln_op_t *op
 
 /* ---- convolution and pooling ------------------------------------------------------- */
 
-static kiln_status_t run_conv2d(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static kiln_status_t run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                const kiln_op_entry_t *entry, const kiln_op_t *op) {
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t k = op->u.conv2d.k, r = op->u.conv2d.r, s = op->u.conv2d.s, p = op->u.conv2d.p, q = op->u.conv2d.q;
   const int64_t crs = c * r * s, pq = p * q;
-  if (n * k * pq == 0) return KILN_OK;
   const int64_t nb = (pq + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
   if (!fits_i32(crs) || !fits_i32(nb * KILN_CL_GEMM_RN) || !fits_i32(k) || !fits_i32(c * h * w))
-    return kiln_cl_error(KILN_OUT_OF_RESOURCES,
+    return kiln_cl_error(ctx, KILN_OUT_OF_RESOURCES,
                          "the native OpenCL conv2d needs c*r*s, p*q, k and c*h*w below 2^31, got %lld, %lld, %lld, "
                          "%lld; split the batch or the channels",
                          (long long)crs, (long long)pq, (long long)k, (long long)(c * h * w));
@@ -720,60 +667,32 @@ static kiln_status_t run_conv2d(kiln_backend_queue_t *queue, const kiln_op_t *op
   return status;
 }
 
-static kiln_status_t run_max_pool2d(kiln_backend_queue_t *queue, const kiln_op_t *op) {
-  const int64_t planes = op->u.pool2d.n * op->u.pool2d.c, p = op->u.pool2d.p, q = op->u.pool2d.q;
-  if (planes * p * q == 0) return KILN_OK;
+static kiln_status_t run_max_pool2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                    const kiln_op_entry_t *entry, const kiln_op_t *op) {
+  const int64_t planes = op->u.pooling.n * op->u.pooling.c, p = op->u.pooling.p, q = op->u.pooling.q;
   const kiln_cl_arg_t args[] = {
-      KILN_CL_MEM(mem_of(&op->in[0])),    KILN_CL_LONG(op->in[0].offset),     KILN_CL_MEM(mem_of(&op->out)),
-      KILN_CL_LONG(op->out.offset),       KILN_CL_LONG(planes),               KILN_CL_LONG(op->u.pool2d.h),
-      KILN_CL_LONG(op->u.pool2d.w),       KILN_CL_LONG(p),                    KILN_CL_LONG(q),
-      KILN_CL_INT(op->u.pool2d.kernel[0]), KILN_CL_INT(op->u.pool2d.kernel[1]), KILN_CL_INT(op->u.pool2d.stride[0]),
-      KILN_CL_INT(op->u.pool2d.stride[1]), KILN_CL_INT(op->u.pool2d.pad[0]),    KILN_CL_INT(op->u.pool2d.pad[1]),
+      KILN_CL_MEM(mem_of(&op->in[0])),      KILN_CL_LONG(op->in[0].offset),       KILN_CL_MEM(mem_of(&op->out)),
+      KILN_CL_LONG(op->out.offset),         KILN_CL_LONG(planes),                 KILN_CL_LONG(op->u.pooling.h),
+      KILN_CL_LONG(op->u.pooling.w),        KILN_CL_LONG(p),                      KILN_CL_LONG(q),
+      KILN_CL_INT(op->u.pooling.kernel[0]), KILN_CL_INT(op->u.pooling.kernel[1]), KILN_CL_INT(op->u.pooling.stride[0]),
+      KILN_CL_INT(op->u.pooling.stride[1]), KILN_CL_INT(op->u.pooling.pad[0]),    KILN_CL_INT(op->u.pooling.pad[1]),
   };
   return launch_flat(queue, KILN_CL_PROGRAM_conv, "max_pool2d_f32", planes * p * q, sizeof args / sizeof args[0],
                      args);
 }
 
-/* ---- dispatch ----------------------------------------------------------------------- */
+/* ---- the table ------------------------------------------------------------------------
+ * A native row for every kind, each running kiln's kernels for it (run_<name>
+ * above: a kind added to KILN_OP_KINDS without its function does not
+ * compile), then the clblast row of matmul (clblast.c). The core validated
+ * every op a row sees (dtypes, shapes, formulas), so no row checks again. */
 
-static kiln_status_t run_native(kiln_backend_queue_t *queue, const kiln_op_t *op) {
-  switch (op->kind) {
-  case KILN_OP_FILL:
-  case KILN_OP_ARANGE:
-  case KILN_OP_RANDOM: return numel_of(&op->out) ? run_generate(queue, op) : KILN_OK;
-  case KILN_OP_COPY:
-  case KILN_OP_UNARY:
-  case KILN_OP_BINARY:
-  case KILN_OP_BINARY_SCALAR: return numel_of(&op->out) ? run_elementwise(queue, op) : KILN_OK;
-  case KILN_OP_MATMUL: return run_matmul(queue, op);
-  case KILN_OP_REDUCE: return run_reduce(queue, op);
-  case KILN_OP_SOFTMAX: return run_softmax(queue, op);
-  case KILN_OP_CROSS_ENTROPY: return run_cross_entropy(queue, op);
-  case KILN_OP_CONV2D: return run_conv2d(queue, op);
-  case KILN_OP_MAX_POOL2D: return run_max_pool2d(queue, op);
-  default: return kiln_cl_error(KILN_UNSUPPORTED, "the OpenCL backend does not know op kind %d", (int)op->kind);
-  }
-}
-
-kiln_status_t kiln_cl_op_run(kiln_backend_queue_t *queue, kiln_provider_t provider, const kiln_op_t *op) {
-  if (!kiln_backend_native_supports_op(op))
-    return kiln_cl_error(KILN_UNSUPPORTED,
-                         "the OpenCL backend has no kernel for %s on %s (output %s); convert the operands to a "
-                         "supported dtype (f32, or i32 where the op has an integer formula)",
-                         kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(op->in[0].dtype),
-                         kiln_backend_dtype_name(op->out.dtype));
-  switch (provider) {
-  case KILN_PROVIDER_NATIVE: return run_native(queue, op);
-  case KILN_PROVIDER_CLBLAST:
-    if (op->kind != KILN_OP_MATMUL)
-      return kiln_cl_error(KILN_UNSUPPORTED, "provider 'clblast' runs only matmul (f32) on OpenCL, not %s; use 'native'",
-                           kiln_backend_op_kind_name(op->kind));
-    if (!kiln_cl_clblast_available())
-      return kiln_cl_error(KILN_UNSUPPORTED, "provider 'clblast' is not available (libclblast.so.1 was not loaded); "
-                                             "use 'native'");
-    return kiln_cl_clblast_matmul(queue, op);
-  default:
-    return kiln_cl_error(KILN_UNSUPPORTED, "provider '%s' does not exist on the OpenCL backend; use 'native'%s",
-                         kiln_backend_provider_name(provider), op->kind == KILN_OP_MATMUL ? " or 'clblast'" : "");
-  }
-}
+#define KILN_CL_NATIVE_ROW_(NAME, name) \
+  {.kind = KILN_OP_##NAME, .provider = KILN_PROVIDER_NATIVE_NAME, .supports = NULL, .run = run_##name, .impl = NULL},
+const kiln_op_entry_t kiln_cl_ops[] = {
+    KILN_OP_KINDS(KILN_CL_NATIVE_ROW_)
+    {.kind = KILN_OP_MATMUL, .provider = "clblast", .supports = kiln_cl_clblast_supports, .run = kiln_cl_clblast_run,
+     .impl = NULL},
+    KILN_OP_TABLE_END,
+};
+#undef KILN_CL_NATIVE_ROW_

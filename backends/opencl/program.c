@@ -16,17 +16,43 @@ static const struct {
 #undef KILN_CL_PROGRAM_ENTRY_
 };
 
-static _Atomic uint64_t count_from_source, count_from_binary, count_rejected;
+void kiln_cl_counters_read(const kiln_backend_context_t *ctx, kiln_cl_counters_t *out_counters) {
+  out_counters->builds_from_source = atomic_load(&ctx->builds_from_source);
+  out_counters->builds_from_binary = atomic_load(&ctx->builds_from_binary);
+  out_counters->cache_rejected = atomic_load(&ctx->cache_rejected);
+}
 
-void kiln_cl_counters_read(kiln_cl_counters_t *out_counters) {
-  out_counters->builds_from_source = atomic_load(&count_from_source);
-  out_counters->builds_from_binary = atomic_load(&count_from_binary);
-  out_counters->cache_rejected = atomic_load(&count_rejected);
+/* ---- the test exports ------------------------------------------------------------
+ * The tests reach the plugin by dlsym, without the context the core holds: the
+ * exports act on the context initialized last among those alive. This list is
+ * the plugin's one process global, and nothing but the exports reads it. */
+
+static pthread_mutex_t debug_lock = PTHREAD_MUTEX_INITIALIZER;
+static kiln_backend_context_t *debug_contexts; /* newest first */
+
+void kiln_cl_debug_register(kiln_backend_context_t *ctx) {
+  pthread_mutex_lock(&debug_lock);
+  ctx->debug_next = debug_contexts;
+  debug_contexts = ctx;
+  pthread_mutex_unlock(&debug_lock);
+}
+
+void kiln_cl_debug_unregister(kiln_backend_context_t *ctx) {
+  pthread_mutex_lock(&debug_lock);
+  kiln_backend_context_t **at = &debug_contexts;
+  while (*at && *at != ctx) at = &(*at)->debug_next;
+  if (*at) *at = ctx->debug_next;
+  ctx->debug_next = NULL;
+  pthread_mutex_unlock(&debug_lock);
 }
 
 KILN_PLUGIN_EXPORT void kiln_cl_debug_counters(kiln_cl_counters_t *out);
 KILN_PLUGIN_EXPORT void kiln_cl_debug_counters(kiln_cl_counters_t *out) {
-  if (out) kiln_cl_counters_read(out);
+  if (!out) return;
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&debug_lock);
+  if (debug_contexts) kiln_cl_counters_read(debug_contexts, out);
+  pthread_mutex_unlock(&debug_lock);
 }
 
 /* 64-bit FNV-1a, continued from `hash`. */
@@ -70,32 +96,34 @@ static char *build_log(cl_program program, cl_device_id device) {
 }
 
 /* Keep a failed build (its message) so later launches fail the same way. */
-static kiln_status_t build_failed(kiln_cl_program_state_t *state, kiln_status_t status) {
+static kiln_status_t build_failed(kiln_backend_device_t *device, kiln_cl_program_state_t *state,
+                                  kiln_status_t status) {
   state->build_status = status;
   free(state->build_error);
-  state->build_error = strdup(kiln_cl_last_message());
+  state->build_error = strdup(kiln_cl_last_error(device->ctx));
   return status;
 }
 
 /* The program's binary for the device, into the cache; failures only cost
  * the next process a build. */
-static void store_binary(cl_program program, const char *key) {
-  if (!kiln_cl_host.cache_store) return;
+static void store_binary(const kiln_host_t *host, cl_program program, const char *key) {
+  if (!host->cache_store) return;
   size_t size = 0;
   if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0) return;
   unsigned char *binary = malloc(size);
   if (!binary) return;
   unsigned char *binaries[1] = {binary};
   if (clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binaries, binaries, NULL) == CL_SUCCESS)
-    kiln_cl_host.cache_store(key, binary, size);
+    host->cache_store(key, binary, size);
   free(binary);
 }
 
 /* A cached binary, built; NULL when absent or when the driver refuses it. */
 static cl_program load_binary(kiln_backend_device_t *device, const char *name, const char *key, const char *options) {
+  kiln_backend_context_t *ctx = device->ctx;
   void *data = NULL;
   size_t size = 0;
-  if (!kiln_cl_host.cache_load || kiln_cl_host.cache_load(key, &data, &size) != KILN_OK || !data) return NULL;
+  if (!ctx->host.cache_load || ctx->host.cache_load(key, &data, &size) != KILN_OK || !data) return NULL;
   const unsigned char *binaries[1] = {data};
   cl_int binary_status = CL_SUCCESS, err = CL_SUCCESS;
   cl_program program =
@@ -107,19 +135,22 @@ static cl_program load_binary(kiln_backend_device_t *device, const char *name, c
     err = binary_status != CL_SUCCESS ? binary_status : CL_INVALID_BINARY;
   if (err != CL_SUCCESS) {
     /* A stale or foreign binary that passed the cache's checksum (another
-     * driver build, same version string): rebuilt, never trusted. */
-    atomic_fetch_add(&count_rejected, 1);
-    if (kiln_cl_host.log)
-      kiln_cl_host.log(KILN_LOG_INFO, "opencl:%zu: the cached binary of program '%s' was refused (%s); rebuilding",
-                       device->index, name, kiln_cl_error_name(err));
+     * driver build, same version string): dropped from the cache, rebuilt,
+     * never trusted. */
+    atomic_fetch_add(&ctx->cache_rejected, 1);
+    if (ctx->host.cache_evict) ctx->host.cache_evict(key);
+    if (ctx->host.log)
+      ctx->host.log(KILN_LOG_INFO, "opencl:%zu: the cached binary of program '%s' was refused (%s); rebuilding",
+                    device->index, name, kiln_cl_error_name(err));
     if (program) (void)clReleaseProgram(program);
     return NULL;
   }
-  atomic_fetch_add(&count_from_binary, 1);
+  atomic_fetch_add(&ctx->builds_from_binary, 1);
   return program;
 }
 
 static kiln_status_t program_build_locked(kiln_backend_device_t *device, kiln_cl_program_t which) {
+  kiln_backend_context_t *ctx = device->ctx;
   kiln_cl_program_state_t *state = &device->programs[which];
   const char *name = programs[which].name;
   const char *source = (const char *)programs[which].source;
@@ -131,7 +162,8 @@ static kiln_status_t program_build_locked(kiln_backend_device_t *device, kiln_cl
   hash = fnv1a(hash, "\0", 1);
   hash = fnv1a(hash, options, strlen(options));
   char *key = malloc(strlen(device->cache_identity) + strlen(options) + 128);
-  if (!key) return build_failed(state, kiln_cl_error(KILN_OUT_OF_MEMORY, "out of host memory building a program"));
+  if (!key)
+    return build_failed(device, state, kiln_cl_error(ctx, KILN_OUT_OF_MEMORY, "out of host memory building a program"));
   sprintf(key, "%s|program=%s|source=%016llx|options=%s", device->cache_identity, name, (unsigned long long)hash,
           options);
 
@@ -148,25 +180,25 @@ static kiln_status_t program_build_locked(kiln_backend_device_t *device, kiln_cl
   program = clCreateProgramWithSource(device->context, 1, &source, &length, &err);
   if (err != CL_SUCCESS || !program) {
     free(key);
-    return build_failed(state, kiln_cl_check(err != CL_SUCCESS ? err : CL_INVALID_PROGRAM,
-                                             "clCreateProgramWithSource(program '%s') on opencl:%zu", name,
-                                             device->index));
+    return build_failed(device, state,
+                        kiln_cl_check(ctx, err != CL_SUCCESS ? err : CL_INVALID_PROGRAM,
+                                      "clCreateProgramWithSource(program '%s') on opencl:%zu", name, device->index));
   }
-  atomic_fetch_add(&count_from_source, 1);
+  atomic_fetch_add(&ctx->builds_from_source, 1);
   err = clBuildProgram(program, 1, &device->device, options, NULL, NULL);
   if (err != CL_SUCCESS) {
     char *log = build_log(program, device->device);
     (void)clReleaseProgram(program);
     free(key);
     kiln_status_t status = kiln_cl_error(
-        KILN_BUILD_FAILED,
+        ctx, KILN_BUILD_FAILED,
         "building the OpenCL program '%s' for opencl:%zu (%s, %s) with options \"%s\" failed: %s (%d); build log:\n%s",
         name, device->index, device->desc.name, device->desc.driver_version, options, kiln_cl_error_name(err), (int)err,
         log && log[0] ? log : "(the driver gave no log)");
     free(log);
-    return build_failed(state, status);
+    return build_failed(device, state, status);
   }
-  store_binary(program, key);
+  store_binary(&ctx->host, program, key);
   free(key);
   state->program = program;
   state->build_status = KILN_OK;
@@ -177,7 +209,8 @@ static kiln_status_t program_get_locked(kiln_backend_device_t *device, kiln_cl_p
   kiln_cl_program_state_t *state = &device->programs[which];
   if (state->program) return KILN_OK;
   if (state->build_status != KILN_OK)
-    return kiln_cl_error(state->build_status, "%s", state->build_error ? state->build_error : "an earlier build failed");
+    return kiln_cl_error(device->ctx, state->build_status, "%s",
+                         state->build_error ? state->build_error : "an earlier build failed");
   return program_build_locked(device, which);
 }
 
@@ -209,15 +242,17 @@ kiln_status_t kiln_cl_kernel_get(kiln_backend_device_t *device, kiln_cl_program_
         return KILN_OK;
       }
     if (state->kernel_count == KILN_CL_MAX_KERNELS_PER_PROGRAM) {
-      status = kiln_cl_error(KILN_INTERNAL, "program '%s' on opencl:%zu: more than %d kernels asked for; raise "
-                                            "KILN_CL_MAX_KERNELS_PER_PROGRAM", programs[program].name, device->index,
-                             KILN_CL_MAX_KERNELS_PER_PROGRAM);
+      status = kiln_cl_error(device->ctx, KILN_INTERNAL,
+                             "program '%s' on opencl:%zu: more than %d kernels asked for; raise "
+                             "KILN_CL_MAX_KERNELS_PER_PROGRAM",
+                             programs[program].name, device->index, KILN_CL_MAX_KERNELS_PER_PROGRAM);
     } else {
       cl_int err = CL_SUCCESS;
       cl_kernel kernel = clCreateKernel(state->program, name, &err);
       if (err != CL_SUCCESS || !kernel) {
-        status = kiln_cl_check(err != CL_SUCCESS ? err : CL_INVALID_KERNEL, "clCreateKernel(\"%s\") of program '%s' on opencl:%zu",
-                               name, programs[program].name, device->index);
+        status = kiln_cl_check(device->ctx, err != CL_SUCCESS ? err : CL_INVALID_KERNEL,
+                               "clCreateKernel(\"%s\") of program '%s' on opencl:%zu", name, programs[program].name,
+                               device->index);
       } else {
         kiln_cl_kernel_entry_t *entry = &state->kernels[state->kernel_count];
         entry->name = name;
@@ -270,7 +305,8 @@ kiln_status_t kiln_cl_launch(kiln_backend_queue_t *queue, kiln_cl_program_t prog
   }
   if (err != CL_SUCCESS) {
     pthread_mutex_unlock(&device->launch_lock);
-    return kiln_cl_check(err, "clSetKernelArg(%s, argument %zu) on opencl:%zu", kernel, bad_arg, device->index);
+    return kiln_cl_check(device->ctx, err, "clSetKernelArg(%s, argument %zu) on opencl:%zu", kernel, bad_arg,
+                         device->index);
   }
   err = clEnqueueNDRangeKernel(queue->queue, entry->kernel, work_dim, NULL, global, local, 0, NULL, NULL);
   pthread_mutex_unlock(&device->launch_lock);
@@ -284,7 +320,7 @@ kiln_status_t kiln_cl_launch(kiln_backend_queue_t *queue, kiln_cl_program_t prog
       for (cl_uint d = 1; d < work_dim; d++)
         snprintf(range + strlen(range), sizeof range - strlen(range), "x%zu", local[d]);
     }
-    return kiln_cl_check(err,
+    return kiln_cl_check(device->ctx, err,
                          "clEnqueueNDRangeKernel(%s, %s; kernel work-group limit %zu, device %zu) on opencl:%zu (%s)",
                          kernel, range, entry->work_group_size, device->max_work_group_size, device->index,
                          device->desc.name);
@@ -302,16 +338,22 @@ void kiln_cl_programs_release(kiln_backend_device_t *device) {
   }
 }
 
-/* For the tests: build one program of one device as its first launch would. */
+/* For the tests: build one program of one device as its first launch would.
+ * The context stays alive while the test uses it (the test's kiln holds it),
+ * so the build runs outside debug_lock. */
 KILN_PLUGIN_EXPORT kiln_status_t kiln_cl_debug_program_build(size_t device_index, const char *program_name);
 KILN_PLUGIN_EXPORT kiln_status_t kiln_cl_debug_program_build(size_t device_index, const char *program_name) {
-  if (device_index >= kiln_cl_device_count_)
-    return kiln_cl_error(KILN_NOT_FOUND, "opencl:%zu does not exist (%zu OpenCL devices)", device_index,
-                         kiln_cl_device_count_);
+  pthread_mutex_lock(&debug_lock);
+  kiln_backend_context_t *ctx = debug_contexts;
+  pthread_mutex_unlock(&debug_lock);
+  if (!ctx) return KILN_NOT_FOUND; /* no context to set a message through */
+  if (device_index >= ctx->device_count)
+    return kiln_cl_error(ctx, KILN_NOT_FOUND, "opencl:%zu does not exist (%zu OpenCL devices)", device_index,
+                         ctx->device_count);
   for (int p = 0; p < KILN_CL_PROGRAM_COUNT; p++) {
     if (!program_name || strcmp(programs[p].name, program_name)) continue;
     cl_program program;
-    return kiln_cl_program_get(&kiln_cl_devices_[device_index], (kiln_cl_program_t)p, &program);
+    return kiln_cl_program_get(&ctx->devices[device_index], (kiln_cl_program_t)p, &program);
   }
-  return kiln_cl_error(KILN_NOT_FOUND, "no OpenCL program named '%s'", program_name ? program_name : "(null)");
+  return kiln_cl_error(ctx, KILN_NOT_FOUND, "no OpenCL program named '%s'", program_name ? program_name : "(null)");
 }

@@ -1,4 +1,4 @@
-/* kernels/opencl/copy.cl: FILL, ARANGE and COPY (any strided view into a contiguous tensor). */
+/* kernels/opencl/copy.cl: FILL, ARANGE, COPY and CAST (any strided view into a contiguous tensor). */
 
 /* FILL: f32 and i32 are both one 32-bit pattern. */
 __kernel void fill32(__global uint *out, long out_off, long n, uint value) {
@@ -6,19 +6,30 @@ __kernel void fill32(__global uint *out, long out_off, long n, uint value) {
   KILN_FOR_EACH(i, n) out[i] = value;
 }
 
-/* COPY of a strided view (ndim 0: contiguous) into a contiguous output; f32
- * and i32 alike. */
-__kernel void copy32(__global uint *out, long out_off, __global const uint *in, long in_off, long n, int ndim,
-                     KILN_DIMS_PARAMS(dim_), KILN_DIMS_PARAMS(sa_)) {
-  out += out_off;
-  in += in_off;
-  if (ndim == 0) {
-    KILN_FOR_EACH(i, n) out[i] = in[i];
-    return;
+/* COPY and CAST: a strided view (ndim 0: contiguous) into a contiguous
+ * output, each element converted by CONVERT; one walk for all three. */
+#define KILN_CL_WALK_(NAME, TOUT, TIN, CONVERT)                                                                  \
+  __kernel void NAME(__global TOUT *out, long out_off, __global const TIN *in, long in_off, long n, int ndim,  \
+                     KILN_DIMS_PARAMS(dim_), KILN_DIMS_PARAMS(sa_)) {                                           \
+    out += out_off;                                                                                             \
+    in += in_off;                                                                                               \
+    if (ndim == 0) {                                                                                            \
+      KILN_FOR_EACH(i, n) out[i] = CONVERT(in[i]);                                                              \
+      return;                                                                                                   \
+    }                                                                                                           \
+    const long shape[8] = KILN_DIMS_ARRAY(dim_), stride[8] = KILN_DIMS_ARRAY(sa_);                              \
+    KILN_FOR_EACH(i, n) out[i] = CONVERT(in[kiln_offset1(i, ndim, shape, stride)]);                             \
   }
-  const long shape[8] = KILN_DIMS_ARRAY(dim_), stride[8] = KILN_DIMS_ARRAY(sa_);
-  KILN_FOR_EACH(i, n) out[i] = in[kiln_offset1(i, ndim, shape, stride)];
-}
+
+#define KILN_CL_AS_IS_(x) (x)
+/* i32 -> f32: OpenCL C's conversion to float rounds to nearest even. */
+#define KILN_CL_TO_F32_(x) ((float)(x))
+
+/* COPY: f32 and i32 alike, as 32-bit patterns. */
+KILN_CL_WALK_(copy32, uint, uint, KILN_CL_AS_IS_)
+/* CAST f32 -> i32: toward zero, NaN -> 0, saturating (kiln_float_to_i32). */
+KILN_CL_WALK_(cast_f32_i32, int, float, kiln_float_to_i32)
+KILN_CL_WALK_(cast_i32_f32, float, int, KILN_CL_TO_F32_)
 
 /* ARANGE: out[i] = start + i*step computed in double and rounded once, as the
  * CPU backend does. start and step arrive as the bits of their doubles and,

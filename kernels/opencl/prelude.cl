@@ -64,7 +64,7 @@ KILN_FN float kiln_max_nan(float a, float b) { return ((b > a || b != b) && a ==
 
 /* ---- strided walks ------------------------------------------------------------
  * An elementwise kernel gets its output's shape (dims of extent 1 dropped and
- * mergeable dims merged by the host) and each input's strides, eight of each as
+ * mergeable dims merged by the core) and each input's strides, eight of each as
  * separate `long` arguments; ndim 0 means every operand is plainly contiguous. */
 #define KILN_DIMS_PARAMS(p)                                                                         \
   long p##0, long p##1, long p##2, long p##3, long p##4, long p##5, long p##6, long p##7

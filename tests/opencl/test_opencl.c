@@ -1,6 +1,7 @@
 /* tests/opencl/test_opencl.c: the OpenCL backend's suite: properties, transfers and copies across devices, events, the program cache, build and allocation failures. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <sys/wait.h>
 
@@ -286,7 +287,8 @@ END_TEST
 /* ---- the program cache -------------------------------------------------------
  * Each test runs in its own process (Check forks) with its own cache
  * directory, and restarts kiln to see a second process's view: plugins stay
- * loaded across kiln_deinitialize, and so do their counters. */
+ * loaded across kiln_deinitialize; their counters are the current start's
+ * (the plugin's context's), read before and after each build. */
 
 static void fresh_cache_dir(const char *name, char *out, size_t size) {
   snprintf(out, size, "%s/%s-%d", getenv("KILN_CACHE_DIR"), name, (int)getpid());
@@ -531,6 +533,55 @@ START_TEST(test_add_runs) {
 }
 END_TEST
 
+/* CAST both ways, from a transposed view (the strided walk) and from a
+ * contiguous tensor (the flat path): f32 -> i32 truncates toward zero, NaN
+ * becomes 0, out of range saturates; i32 -> f32 rounds to nearest even. */
+START_TEST(test_cast_runs) {
+  kiln_device_t *devices[16];
+  size_t n = opencl_devices(devices, 16);
+  const float f[8] = {1.5f, -1.5f, NAN, 3e9f, -3e9f, -0.7f, 2147483520.0f, 123456.9f};
+  const int32_t f_as_i[8] = {1, -1, 0, INT32_MAX, INT32_MIN, 0, 2147483520, 123456};
+  /* 16777217 and -16777219 are ties between two floats: the even one wins. */
+  const int32_t i[8] = {16777217, -16777219, INT32_MAX, INT32_MIN, 0, -5, 33554435, 7};
+  const float i_as_f[8] = {16777216.0f, -16777220.0f, 2147483648.0f, -2147483648.0f, 0.0f, -5.0f, 33554436.0f, 7.0f};
+  const int64_t shape[2] = {2, 4};
+  for (size_t d = 0; d < n; d++) {
+    kiln_tensor_t *tf = NULL, *ti = NULL, *tf_t = NULL, *ti_t = NULL, *out = NULL;
+    KT_OK(kiln_tensor_from_host(devices[d], KILN_F32, 2, shape, f, &tf));
+    KT_OK(kiln_tensor_from_host(devices[d], KILN_I32, 2, shape, i, &ti));
+    KT_OK(kiln_tensor_transpose(tf, 0, 1, &tf_t));
+    KT_OK(kiln_tensor_transpose(ti, 0, 1, &ti_t));
+    int32_t got_i[8];
+    float got_f[8];
+    KT_OK(kiln_tensor_cast(tf, KILN_I32, &out));
+    KT_OK(kiln_tensor_read(out, got_i, sizeof got_i));
+    kiln_tensor_release(out);
+    for (int k = 0; k < 8; k++) ck_assert_msg(got_i[k] == f_as_i[k], "%s: (i32)%g is %d, expected %d",
+                                              kiln_device_selector(devices[d]), (double)f[k], got_i[k], f_as_i[k]);
+    KT_OK(kiln_tensor_cast(tf_t, KILN_I32, &out));
+    KT_OK(kiln_tensor_read(out, got_i, sizeof got_i));
+    kiln_tensor_release(out);
+    /* out[r][c] of the [4, 2] transpose is in[c][r]. */
+    for (int k = 0; k < 8; k++) ck_assert_int_eq(got_i[k], f_as_i[(k % 2) * 4 + k / 2]);
+    KT_OK(kiln_tensor_cast(ti, KILN_F32, &out));
+    KT_OK(kiln_tensor_read(out, got_f, sizeof got_f));
+    kiln_tensor_release(out);
+    for (int k = 0; k < 8; k++) ck_assert_msg(got_f[k] == i_as_f[k], "%s: (f32)%d is %.1f, expected %.1f",
+                                              kiln_device_selector(devices[d]), i[k], (double)got_f[k],
+                                              (double)i_as_f[k]);
+    KT_OK(kiln_tensor_cast(ti_t, KILN_F32, &out));
+    KT_OK(kiln_tensor_read(out, got_f, sizeof got_f));
+    kiln_tensor_release(out);
+    for (int k = 0; k < 8; k++) ck_assert_float_eq(got_f[k], i_as_f[(k % 2) * 4 + k / 2]);
+    kiln_tensor_release(tf_t);
+    kiln_tensor_release(ti_t);
+    kiln_tensor_release(tf);
+    kiln_tensor_release(ti);
+  }
+  release_all(devices, n);
+}
+END_TEST
+
 /* ---- the plugin's interface, driven directly ---------------------------------
  * The slots the core reaches only on some machines (pinned staging is for
  * copies between two plugins, e.g. CUDA <-> OpenCL), called through the entry
@@ -540,6 +591,7 @@ static kiln_status_t direct_set_error(kiln_status_t status, const char *fmt, ...
   (void)fmt;
   return status;
 }
+static const char *direct_last_error(void) { return ""; }
 static void direct_log(kiln_log_level_t level, const char *fmt, ...) { (void)level, (void)fmt; }
 static kiln_log_level_t direct_log_level(void) { return KILN_LOG_OFF; }
 
@@ -564,11 +616,22 @@ static const kiln_backend_iface_t *direct_plugin(void) {
 START_TEST(test_interface_direct) {
   const kiln_backend_iface_t *cl = direct_plugin();
   ck_assert_uint_eq(cl->abi_version, KILN_BACKEND_ABI_VERSION);
+  ck_assert_uint_eq(cl->size, sizeof(kiln_backend_iface_t));
   ck_assert_str_eq(cl->name, "opencl");
-  kiln_host_t host = {.abi_version = KILN_BACKEND_ABI_VERSION, .set_error = direct_set_error, .log = direct_log,
-                      .log_level = direct_log_level, .cpu_devices = 1};
-  ck_assert_int_eq(cl->initialize(&host), KILN_OK);
-  const size_t count = cl->device_count();
+  /* The table of operations: a native row for every kind, up to the row
+   * that ends it (run NULL). */
+  for (int kind = 0; kind < KILN_OP_COUNT; kind++) {
+    bool native = false;
+    for (const kiln_op_entry_t *row = cl->ops; row->run; row++)
+      if ((int)row->kind == kind && !strcmp(row->provider, KILN_PROVIDER_NATIVE_NAME)) native = true;
+    ck_assert_msg(native, "no native row for %s", kiln_backend_op_kind_name((kiln_op_kind_t)kind));
+  }
+  kiln_host_t host = {.size = sizeof(kiln_host_t), .set_error = direct_set_error, .last_error = direct_last_error,
+                      .log = direct_log, .log_level = direct_log_level};
+  kiln_backend_context_t *ctx = NULL;
+  ck_assert_int_eq(cl->initialize(&host, &ctx), KILN_OK);
+  ck_assert_ptr_nonnull(ctx);
+  const size_t count = cl->device_count(ctx);
   ck_assert_uint_gt(count, 0);
   kiln_backend_device_desc_t *desc = calloc(count, sizeof *desc);
   kiln_backend_queue_t **queues = calloc(count, sizeof *queues);
@@ -577,49 +640,62 @@ START_TEST(test_interface_direct) {
   unsigned char *expect = malloc(size), *got = malloc(size);
   pattern(expect, size, 5);
   for (size_t i = 0; i < count; i++) {
-    ck_assert_int_eq(cl->device_describe(i, &desc[i]), KILN_OK);
-    ck_assert_int_eq(cl->queue_create(desc[i].impl, &queues[i]), KILN_OK);
-    ck_assert_int_eq(cl->buffer_allocate(desc[i].impl, size, &buffers[i]), KILN_OK);
+    ck_assert_int_eq(cl->device_describe(ctx, i, &desc[i]), KILN_OK);
+    /* An OpenCL CPU device is listed after the host's own cpu backend. */
+    ck_assert_int_eq(desc[i].order, desc[i].type == KILN_DEVICE_CPU ? 1 : 0);
+    /* A vendor row (clblast) serves the device exactly when the device's
+     * "providers" property names it. */
+    const char *providers = "";
+    for (size_t p = 0; p < desc[i].property_count; p++)
+      if (!strcmp(desc[i].properties[p].key, "providers")) providers = desc[i].properties[p].value;
+    for (const kiln_op_entry_t *row = cl->ops; row->run; row++)
+      if (row->supports)
+        ck_assert_msg(row->supports(ctx, desc[i].impl, row, NULL) == (strstr(providers, row->provider) != NULL),
+                      "opencl:%zu: row '%s' of %s against providers '%s'", i, row->provider,
+                      kiln_backend_op_kind_name(row->kind), providers);
+    ck_assert_int_eq(cl->queue_create(ctx, desc[i].impl, &queues[i]), KILN_OK);
+    ck_assert_int_eq(cl->buffer_allocate(ctx, desc[i].impl, size, &buffers[i]), KILN_OK);
     kiln_backend_buffer_t *empty = NULL;
-    ck_assert_int_eq(cl->buffer_allocate(desc[i].impl, 0, &empty), KILN_OK);
-    cl->buffer_free(desc[i].impl, empty);
+    ck_assert_int_eq(cl->buffer_allocate(ctx, desc[i].impl, 0, &empty), KILN_OK);
+    cl->buffer_free(ctx, desc[i].impl, empty);
     /* Pinned staging, written by the host, then sent and read back. */
     unsigned char *pinned = NULL;
-    ck_assert_int_eq(cl->host_allocate(desc[i].impl, size, (void **)&pinned), KILN_OK);
+    ck_assert_int_eq(cl->host_allocate(ctx, desc[i].impl, size, (void **)&pinned), KILN_OK);
     memcpy(pinned, expect, size);
-    ck_assert_int_eq(cl->buffer_write(queues[i], buffers[i], 0, pinned, size, false), KILN_OK);
+    ck_assert_int_eq(cl->buffer_write(ctx, queues[i], buffers[i], 0, pinned, size, false), KILN_OK);
     /* A 4-byte pattern at an offset OpenCL's fill cannot take (2 mod 4). */
     const uint32_t word = 0x01020304u;
-    ck_assert_int_eq(cl->buffer_fill(queues[i], buffers[i], 1002, 400, &word, 4), KILN_OK);
+    ck_assert_int_eq(cl->buffer_fill(ctx, queues[i], buffers[i], 1002, 400, &word, 4), KILN_OK);
     for (size_t j = 0; j < 400; j++) expect[1002 + j] = ((const unsigned char *)&word)[j % 4];
     kiln_backend_event_t *start = NULL, *end = NULL;
-    ck_assert_int_eq(cl->queue_record(queues[i], &start), KILN_OK);
-    ck_assert_int_eq(cl->buffer_read(queues[i], buffers[i], 0, got, size, false), KILN_OK);
-    ck_assert_int_eq(cl->queue_record(queues[i], &end), KILN_OK);
-    ck_assert_int_eq(cl->queue_finish(queues[i]), KILN_OK);
-    ck_assert_int_eq(cl->event_query(end), KILN_OK);
+    ck_assert_int_eq(cl->queue_record(ctx, queues[i], &start), KILN_OK);
+    ck_assert_int_eq(cl->buffer_read(ctx, queues[i], buffers[i], 0, got, size, false), KILN_OK);
+    ck_assert_int_eq(cl->queue_record(ctx, queues[i], &end), KILN_OK);
+    ck_assert_int_eq(cl->queue_finish(ctx, queues[i]), KILN_OK);
+    ck_assert_int_eq(cl->event_query(ctx, end), KILN_OK);
     double ms = -1;
-    ck_assert_int_eq(cl->event_elapsed(start, end, &ms), KILN_OK);
+    ck_assert_int_eq(cl->event_elapsed(ctx, start, end, &ms), KILN_OK);
     ck_assert(ms >= 0);
     ck_assert_msg(memcmp(expect, got, size) == 0, "opencl:%zu: pinned write, fill and read differ", i);
-    cl->event_release(start);
-    cl->event_release(end);
-    cl->host_free(desc[i].impl, pinned);
+    cl->event_release(ctx, start);
+    cl->event_release(ctx, end);
+    cl->host_free(ctx, desc[i].impl, pinned);
     /* Too large for the device: refused up front. */
     kiln_backend_buffer_t *huge = NULL;
-    ck_assert_int_eq(cl->buffer_allocate(desc[i].impl, (size_t)desc[i].max_alloc_bytes + 1, &huge), KILN_OUT_OF_MEMORY);
+    ck_assert_int_eq(cl->buffer_allocate(ctx, desc[i].impl, (size_t)desc[i].max_alloc_bytes + 1, &huge),
+                     KILN_OUT_OF_MEMORY);
   }
   /* Device to device through the plugin's own copy (staged across contexts). */
   for (size_t i = 0; i + 1 < count; i++) {
-    ck_assert_int_eq(cl->buffer_copy(queues[i + 1], buffers[i], 3, buffers[i + 1], 5, size - 8), KILN_OK);
-    ck_assert_int_eq(cl->buffer_read(queues[i + 1], buffers[i + 1], 5, got, size - 8, true), KILN_OK);
+    ck_assert_int_eq(cl->buffer_copy(ctx, queues[i + 1], buffers[i], 3, buffers[i + 1], 5, size - 8), KILN_OK);
+    ck_assert_int_eq(cl->buffer_read(ctx, queues[i + 1], buffers[i + 1], 5, got, size - 8, true), KILN_OK);
     ck_assert_msg(memcmp(expect + 3, got, size - 8) == 0, "opencl:%zu -> opencl:%zu differ", i, i + 1);
   }
   for (size_t i = 0; i < count; i++) {
-    cl->buffer_free(desc[i].impl, buffers[i]);
-    cl->queue_destroy(queues[i]);
+    cl->buffer_free(ctx, desc[i].impl, buffers[i]);
+    cl->queue_destroy(ctx, queues[i]);
   }
-  cl->deinitialize();
+  cl->deinitialize(ctx);
   free(desc);
   free(queues);
   free(buffers);
@@ -701,10 +777,23 @@ static bool opencl_visible(char *why, size_t size) {
 
 /* OCL_ICD_VENDORS naming an empty directory: the loader finds no platform.
  * The backend must load with no device and say so, not fail kiln. */
+/* Without an OpenCL platform: named in KILN_BACKEND, the backend is an error
+ * that says why (running on the CPU instead would be the wrong device);
+ * left to the default, it is skipped quietly with the same reason. */
 static int check_no_platform(void) {
   kiln_status_t status = kiln_ensure_initialized();
+  if (status != KILN_UNAVAILABLE || !strstr(kiln_last_error(), "backend 'opencl' named in KILN_BACKEND cannot be used") ||
+      !strstr(kiln_last_error(), "no OpenCL platform")) {
+    printf("FAIL: KILN_BACKEND=%s without an OpenCL platform gave %s: %s\n", getenv("KILN_BACKEND"),
+           kiln_status_name(status), kiln_last_error());
+    return 1;
+  }
+  printf("ok: named, it is an error: %s\n", kiln_last_error());
+  kiln_deinitialize();
+  unsetenv("KILN_BACKEND");
+  status = kiln_ensure_initialized();
   if (status != KILN_OK) {
-    printf("FAIL: kiln did not start without an OpenCL platform: %s\n", kiln_last_error());
+    printf("FAIL: kiln did not start from the default backends without an OpenCL platform: %s\n", kiln_last_error());
     return 1;
   }
   size_t count = 0;
@@ -713,12 +802,12 @@ static int check_no_platform(void) {
     kiln_backend_info_t info;
     if (kiln_backend_info(i, &info) != KILN_OK || strcmp(info.name, "opencl")) continue;
     const bool ok = info.state == KILN_BACKEND_NO_DEVICE && info.reason && strstr(info.reason, "no OpenCL platform");
-    printf("%s: opencl is %s: %s\n", ok ? "ok" : "FAIL", kiln_backend_state_name(info.state),
+    printf("%s: by default, opencl is %s: %s\n", ok ? "ok" : "FAIL", kiln_backend_state_name(info.state),
            info.reason ? info.reason : "(no reason)");
     kiln_deinitialize();
     return ok ? 0 : 1;
   }
-  printf("FAIL: no opencl backend among kiln's backends (KILN_BACKEND?)\n");
+  printf("FAIL: no opencl backend among kiln's default backends\n");
   return 1;
 }
 
@@ -763,6 +852,7 @@ int main(void) {
   TCase *ops = tcase_create("ops");
   tcase_set_timeout(ops, 300);
   tcase_add_test(ops, test_add_runs);
+  tcase_add_test(ops, test_cast_runs);
   suite_add_tcase(suite, ops);
   return kt_run_suite(suite);
 }
