@@ -25,9 +25,6 @@ struct kiln_cuda_cublas_t {
                                           const float *, float *, int, long long, int);
 };
 
-static kiln_cuda_cublas_t cublas;
-static char cublas_version[64];
-
 /* Where vendor libraries are looked for: the loader's own search first (the
  * usual install), then the toolkit named by CUDA_PATH / CUDA_HOME, then the
  * toolkit kiln was built against. */
@@ -53,11 +50,19 @@ void *kiln_cuda_open_vendor_library(const char *const *names, size_t name_count,
   return NULL;
 }
 
-bool kiln_cuda_cublas_load(char *out_reason, size_t reason_size) {
+bool kiln_cuda_cublas_load(kiln_backend_context_t *ctx, char *out_reason, size_t reason_size) {
   static const char *const names[] = {"libcublas.so.13", "libcublas.so"};
-  memset(&cublas, 0, sizeof cublas);
+  ctx->cublas = NULL;
+  kiln_cuda_cublas_t *cublas = calloc(1, sizeof *cublas);
+  if (!cublas) {
+    snprintf(out_reason, reason_size, "out of host memory");
+    return false;
+  }
   void *library = kiln_cuda_open_vendor_library(names, 2, out_reason, reason_size);
-  if (!library) return false;
+  if (!library) {
+    free(cublas);
+    return false;
+  }
   /* dlsym returns void *; copying the bytes avoids an object-to-function
    * pointer cast, which ISO C leaves undefined. */
 #define KILN_CUBLAS_SYM_(field, symbol)                                                        \
@@ -66,10 +71,10 @@ bool kiln_cuda_cublas_load(char *out_reason, size_t reason_size) {
     if (!p_) {                                                                                 \
       snprintf(out_reason, reason_size, "%s lacks %s (a cuBLAS older than 12?)", names[0], symbol); \
       dlclose(library);                                                                        \
-      memset(&cublas, 0, sizeof cublas);                                                       \
+      free(cublas);                                                                            \
       return false;                                                                            \
     }                                                                                          \
-    memcpy(&cublas.field, &p_, sizeof p_);                                                     \
+    memcpy(&cublas->field, &p_, sizeof p_);                                                    \
   } while (0)
   KILN_CUBLAS_SYM_(create, "cublasCreate_v2");
   KILN_CUBLAS_SYM_(destroy, "cublasDestroy_v2");
@@ -79,48 +84,54 @@ bool kiln_cuda_cublas_load(char *out_reason, size_t reason_size) {
   KILN_CUBLAS_SYM_(sgemm, "cublasSgemm_v2");
   KILN_CUBLAS_SYM_(sgemm_strided_batched, "cublasSgemmStridedBatched");
 #undef KILN_CUBLAS_SYM_
-  cublas.dl = library;
+  cublas->dl = library;
   int major = 0, minor = 0, patch = 0;
-  (void)cublas.get_property(MAJOR_VERSION, &major);
-  (void)cublas.get_property(MINOR_VERSION, &minor);
-  (void)cublas.get_property(PATCH_LEVEL, &patch);
-  snprintf(cublas_version, sizeof cublas_version, "cuBLAS %d.%d.%d", major, minor, patch);
+  (void)cublas->get_property(MAJOR_VERSION, &major);
+  (void)cublas->get_property(MINOR_VERSION, &minor);
+  (void)cublas->get_property(PATCH_LEVEL, &patch);
+  snprintf(ctx->cublas_version, sizeof ctx->cublas_version, "cuBLAS %d.%d.%d", major, minor, patch);
+  ctx->cublas = cublas;
   return true;
 }
 
-bool kiln_cuda_cublas_available(void) { return cublas.dl != NULL; }
-const char *kiln_cuda_cublas_version(void) { return cublas_version; }
-
-void kiln_cuda_cublas_unload(void) {
+void kiln_cuda_cublas_unload(kiln_backend_context_t *ctx) {
   /* The library stays mapped: cuBLAS keeps per-thread state and exit
    * handlers that must not outlive its code. */
-  memset(&cublas, 0, sizeof cublas);
+  free(ctx->cublas);
+  ctx->cublas = NULL;
 }
 
-void kiln_cuda_cublas_queue_release(kiln_backend_queue_t *queue) {
-  if (queue->cublas && cublas.destroy) (void)cublas.destroy((cublasHandle_t)queue->cublas);
+void kiln_cuda_cublas_queue_release(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue) {
+  if (queue->cublas && ctx->cublas) (void)ctx->cublas->destroy((cublasHandle_t)queue->cublas);
   queue->cublas = NULL;
 }
 
 /* The queue's handle, bound to its stream; created on first use with the
- * device's context current. Called with queue->lock held. */
-static kiln_status_t queue_handle(kiln_backend_queue_t *queue, cublasHandle_t *out_handle) {
+ * device's context current. Called with queue->lock held. A handle cuBLAS
+ * cannot make (other than for want of memory) means cuBLAS cannot start on
+ * this device: KILN_UNAVAILABLE, and the core stops offering the row here. */
+static kiln_status_t queue_handle(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  cublasHandle_t *out_handle) {
+  const kiln_cuda_cublas_t *cublas = ctx->cublas;
   if (!queue->cublas) {
     cublasHandle_t handle = NULL;
-    kiln_status_t status = kiln_cuda_cublas_check(cublas.create(&handle), "cublasCreate on cuda:%d",
-                                                  queue->device->ordinal);
-    if (status != KILN_OK) return status;
-    status = kiln_cuda_cublas_check(cublas.set_stream(handle, (cudaStream_t)queue->stream), "cublasSetStream");
-    /* CUBLAS_DEFAULT_MATH keeps f32 products in f32: TF32 only when the
-     * user asked for it (KILN_CUDA_TF32=1). */
-    if (status == KILN_OK)
-      status = kiln_cuda_cublas_check(
-          cublas.set_math_mode(handle, kiln_cuda_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-          "cublasSetMathMode");
-    if (status != KILN_OK) {
-      (void)cublas.destroy(handle);
-      return status;
+    kiln_status_t status =
+        kiln_cuda_cublas_check(ctx, cublas->create(&handle), "cublasCreate on cuda:%d", queue->device->ordinal);
+    if (status == KILN_OK) {
+      status = kiln_cuda_cublas_check(ctx, cublas->set_stream(handle, (cudaStream_t)queue->stream), "cublasSetStream");
+      /* CUBLAS_DEFAULT_MATH keeps f32 products in f32: TF32 only when the
+       * user asked for it (KILN_CUDA_TF32=1). */
+      if (status == KILN_OK)
+        status = kiln_cuda_cublas_check(
+            ctx, cublas->set_math_mode(handle, ctx->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+            "cublasSetMathMode");
+      if (status != KILN_OK) (void)cublas->destroy(handle);
     }
+    if (status == KILN_OUT_OF_MEMORY) return status;
+    if (status != KILN_OK)
+      return kiln_cuda_error(ctx, KILN_UNAVAILABLE, "cuBLAS cannot start on cuda:%d (%s); the native provider runs "
+                                                    "matmul there",
+                             queue->device->ordinal, ctx->host.last_error());
     queue->cublas = handle;
   }
   *out_handle = (cublasHandle_t)queue->cublas;
@@ -129,47 +140,53 @@ static kiln_status_t queue_handle(kiln_backend_queue_t *queue, cublasHandle_t *o
 
 static bool fits_int(int64_t v) { return v >= 1 && v <= INT_MAX; }
 
-kiln_status_t kiln_cuda_cublas_matmul(kiln_backend_queue_t *queue, const kiln_op_t *op) {
-  if (!cublas.dl)
-    return kiln_cuda_error(KILN_UNSUPPORTED, "provider 'cublas' is absent (cuBLAS could not be loaded); use 'native'");
+bool kiln_cuda_cublas_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
+                               const kiln_op_entry_t *entry, const kiln_op_t *op) {
+  if (!ctx->cublas) return false;
+  if (!op) return true;
+  /* k == 0 is an empty sum, written as zeros without cuBLAS. */
+  if (op->u.matmul.k == 0) return true;
+  /* cuBLAS takes int sizes: beyond them the native provider runs. */
+  return fits_int(op->u.matmul.m) && fits_int(op->u.matmul.n) && fits_int(op->u.matmul.k) &&
+         fits_int(op->u.matmul.lda) && fits_int(op->u.matmul.ldb) && fits_int(op->u.matmul.ldc) &&
+         fits_int(op->u.matmul.batch);
+}
+
+kiln_status_t kiln_cuda_cublas_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  const kiln_cuda_cublas_t *cublas = ctx->cublas;
+  if (!cublas)
+    return kiln_cuda_error(ctx, KILN_UNAVAILABLE, "provider 'cublas' is absent (%s); use 'native'", ctx->cublas_state);
   const int64_t m = op->u.matmul.m, n = op->u.matmul.n, k = op->u.matmul.k, batch = op->u.matmul.batch;
   const CUdeviceptr a = kiln_cuda_view_ptr(&op->in[0]), b = kiln_cuda_view_ptr(&op->in[1]);
   const CUdeviceptr c = kiln_cuda_view_ptr(&op->out);
-  if (m == 0 || n == 0 || batch == 0) return KILN_OK;
   if (k == 0)
     /* An empty sum: zeros, without asking cuBLAS about leading dimensions of
      * empty matrices. */
-    return kiln_cuda_check(cuMemsetD32Async(c, 0u, (size_t)(batch * m * n), queue->stream),
+    return kiln_cuda_check(ctx, cuMemsetD32Async(c, 0u, (size_t)(batch * m * n), queue->stream),
                            "cuMemsetD32Async (matmul with k=0) on cuda:%d", queue->device->ordinal);
-  if (!fits_int(m) || !fits_int(n) || !fits_int(k) || !fits_int(op->u.matmul.lda) || !fits_int(op->u.matmul.ldb) ||
-      !fits_int(op->u.matmul.ldc) || !fits_int(batch))
-    return kiln_cuda_error(KILN_UNSUPPORTED,
-                           "provider 'cublas' takes int sizes; matmul batch=%lld m=%lld n=%lld k=%lld lda=%lld "
-                           "ldb=%lld is outside them (the native provider runs it)",
-                           (long long)batch, (long long)m, (long long)n, (long long)k, (long long)op->u.matmul.lda,
-                           (long long)op->u.matmul.ldb);
   /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
    * same memory, so swap the operands and keep each one's transposition. */
   const cublasOperation_t op_a = op->u.matmul.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = op->u.matmul.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const float alpha = 1.0f, beta = 0.0f;
   pthread_mutex_lock(&queue->lock);
-  cublasHandle_t handle;
-  kiln_status_t status = queue_handle(queue, &handle);
+  cublasHandle_t handle = NULL;
+  kiln_status_t status = queue_handle(ctx, queue, &handle);
   if (status == KILN_OK) {
     if (batch == 1) {
       status = kiln_cuda_cublas_check(
-          cublas.sgemm(handle, op_b, op_a, (int)n, (int)m, (int)k, &alpha, (const float *)(uintptr_t)b,
+          ctx, cublas->sgemm(handle, op_b, op_a, (int)n, (int)m, (int)k, &alpha, (const float *)(uintptr_t)b,
                        (int)op->u.matmul.ldb, (const float *)(uintptr_t)a, (int)op->u.matmul.lda, &beta,
                        (float *)(uintptr_t)c, (int)op->u.matmul.ldc),
           "cublasSgemm(m=%lld n=%lld k=%lld) on cuda:%d", (long long)m, (long long)n, (long long)k,
           queue->device->ordinal);
     } else {
       status = kiln_cuda_cublas_check(
-          cublas.sgemm_strided_batched(handle, op_b, op_a, (int)n, (int)m, (int)k, &alpha, (const float *)(uintptr_t)b,
-                                       (int)op->u.matmul.ldb, op->u.matmul.stride_b, (const float *)(uintptr_t)a,
-                                       (int)op->u.matmul.lda, op->u.matmul.stride_a, &beta, (float *)(uintptr_t)c,
-                                       (int)op->u.matmul.ldc, op->u.matmul.stride_c, (int)batch),
+          ctx,
+          cublas->sgemm_strided_batched(handle, op_b, op_a, (int)n, (int)m, (int)k, &alpha, (const float *)(uintptr_t)b,
+                                        (int)op->u.matmul.ldb, op->u.matmul.stride_b, (const float *)(uintptr_t)a,
+                                        (int)op->u.matmul.lda, op->u.matmul.stride_a, &beta, (float *)(uintptr_t)c,
+                                        (int)op->u.matmul.ldc, op->u.matmul.stride_c, (int)batch),
           "cublasSgemmStridedBatched(batch=%lld m=%lld n=%lld k=%lld) on cuda:%d", (long long)batch, (long long)m,
           (long long)n, (long long)k, queue->device->ordinal);
     }

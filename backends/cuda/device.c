@@ -6,17 +6,10 @@
 
 #include "backends/cuda/cuda_backend.h"
 
-kiln_host_t kiln_cuda_host;
-size_t kiln_cuda_device_count_;
-kiln_backend_device_t *kiln_cuda_devices_;
-bool kiln_cuda_tf32;
-
-static char version_text[256];
-static char cublas_state[256], cudnn_state[256];
-
 kiln_status_t kiln_cuda_enter(kiln_backend_device_t *device) {
   CUresult r = cuCtxPushCurrent(device->context);
-  if (r != CUDA_SUCCESS) return kiln_cuda_check(r, "cuCtxPushCurrent (the primary context of cuda:%d)", device->ordinal);
+  if (r != CUDA_SUCCESS)
+    return kiln_cuda_check(device->ctx, r, "cuCtxPushCurrent (the primary context of cuda:%d)", device->ordinal);
   return KILN_OK;
 }
 
@@ -25,8 +18,7 @@ void kiln_cuda_leave(void) {
   (void)cuCtxPopCurrent(&previous);
 }
 
-/* Appends one key/value pair to a description; silently drops what does not
- * fit (the table is for people). */
+/* One attribute of the device; 0 where the driver does not say. */
 static int attribute(CUdevice device, CUdevice_attribute which) {
   int value = 0;
   if (cuDeviceGetAttribute(&value, which, device) != CUDA_SUCCESS) return 0;
@@ -38,19 +30,22 @@ static void format_cuda_version(int version, char *out, size_t size) {
   snprintf(out, size, "%d.%d", version / 1000, (version % 1000) / 10);
 }
 
-/* KILN_CUDA_TF32: unset, "0" or "1"; anything else is refused, not guessed. */
-static kiln_status_t read_tf32_setting(void) {
-  const char *value = getenv("KILN_CUDA_TF32");
-  kiln_cuda_tf32 = false;
+/* KILN_CUDA_TF32: unset, "0" or "1"; anything else is refused, not guessed.
+ * The core's settings come first; a variable only this plugin knows, which
+ * the core does not parse, comes from the environment. */
+static kiln_status_t read_tf32_setting(kiln_backend_context_t *ctx) {
+  const char *value = ctx->host.setting ? ctx->host.setting("KILN_CUDA_TF32") : NULL;
+  if (!value) value = getenv("KILN_CUDA_TF32");
+  ctx->tf32 = false;
   if (!value || !*value || !strcmp(value, "0")) return KILN_OK;
   if (!strcmp(value, "1")) {
-    kiln_cuda_tf32 = true;
+    ctx->tf32 = true;
     return KILN_OK;
   }
-  return kiln_cuda_error(KILN_INVALID_ARGUMENT,
-                                  "KILN_CUDA_TF32='%s' is not valid: use 1 to let cuBLAS and cuDNN use TF32 tensor "
-                                  "cores for f32, or 0 (the default) for full f32 precision",
-                                  value);
+  return kiln_cuda_error(ctx, KILN_INVALID_ARGUMENT,
+                         "KILN_CUDA_TF32='%s' is not valid: use 1 to let cuBLAS and cuDNN use TF32 tensor cores for "
+                         "f32, or 0 (the default) for full f32 precision",
+                         value);
 }
 
 /* The kernel module's version ("580.65.06"), which the driver API does not
@@ -77,7 +72,9 @@ static void nvidia_driver_version(char *out, size_t size) {
 }
 
 /* Describe a device once, at start-up: everything devinfo -v shows. */
-static void describe(kiln_backend_device_t *d, int driver_version) {
+static void describe(kiln_backend_device_t *d) {
+  const kiln_backend_context_t *ctx = d->ctx;
+  const int driver_version = ctx->driver_version;
   kiln_backend_device_desc_t *desc = &d->desc;
   memset(desc, 0, sizeof *desc);
   desc->impl = d;
@@ -115,20 +112,20 @@ static void describe(kiln_backend_device_t *d, int driver_version) {
   desc->fp64 = true;
   desc->memory_free_is_estimate = false;
 
-  kiln_backend_add_property(desc, "compiled_architectures", "%s", kiln_cuda_compiled_architectures());
+  kiln_backend_add_property(desc, "compiled_architectures", "%s", ctx->arch_text);
   char warning[384];
-  kiln_cuda_coverage_warning(d->cc_major, d->cc_minor, warning, sizeof warning);
+  kiln_cuda_coverage_warning(ctx, d->cc_major, d->cc_minor, warning, sizeof warning);
   if (!d->module)
     kiln_backend_add_property(desc, "warning", "kiln's kernels cannot run here: %s", d->module_error);
   else if (warning[0])
     kiln_backend_add_property(desc, "warning", "%s", warning);
-  kiln_backend_add_property(desc, "providers", "native%s%s", kiln_cuda_cublas_available() ? ",cublas" : "",
-               kiln_cuda_cudnn_available() ? ",cudnn" : "");
-  kiln_backend_add_property(desc, "cublas", "%s", cublas_state);
-  kiln_backend_add_property(desc, "cudnn", "%s", cudnn_state);
+  kiln_backend_add_property(desc, "providers", "native%s%s", ctx->cublas ? ",cublas" : "",
+                            ctx->cudnn ? ",cudnn" : "");
+  kiln_backend_add_property(desc, "cublas", "%s", ctx->cublas_state);
+  kiln_backend_add_property(desc, "cudnn", "%s", ctx->cudnn_state);
   kiln_backend_add_property(desc, "tf32", "%s",
-               kiln_cuda_tf32 ? "on (KILN_CUDA_TF32=1): cuBLAS and cuDNN may round f32 inputs to TF32"
-                              : "off: f32 matmul and conv2d keep full precision (KILN_CUDA_TF32=1 allows TF32)");
+               ctx->tf32 ? "on (KILN_CUDA_TF32=1): cuBLAS and cuDNN may round f32 inputs to TF32"
+                         : "off: f32 matmul and conv2d keep full precision (KILN_CUDA_TF32=1 allows TF32)");
   kiln_backend_add_property(desc, "shared_memory_per_block_optin", "%d",
                attribute(d->device, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN));
   kiln_backend_add_property(desc, "l2_cache_bytes", "%d", attribute(d->device, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE));
@@ -149,20 +146,21 @@ static void describe(kiln_backend_device_t *d, int driver_version) {
    * by the driver. */
   char peers[256] = "";
   size_t used = 0;
-  for (size_t j = 0; j < kiln_cuda_device_count_; j++) {
+  for (size_t j = 0; j < ctx->device_count; j++) {
     if ((int)j == d->ordinal) continue;
     int can = 0;
-    if (cuDeviceCanAccessPeer(&can, d->device, kiln_cuda_devices_[j].device) == CUDA_SUCCESS && can && used < sizeof peers)
+    if (cuDeviceCanAccessPeer(&can, d->device, ctx->devices[j].device) == CUDA_SUCCESS && can && used < sizeof peers)
       used += (size_t)snprintf(peers + used, sizeof peers - used, "%scuda:%zu", used ? "," : "", j);
   }
   kiln_backend_add_property(desc, "peer_access", "%s", peers[0] ? peers : "none");
 }
 
 /* Everything a device needs before work reaches it, in its primary context. */
-static kiln_status_t open_device(kiln_backend_device_t *d, int ordinal) {
+static kiln_status_t open_device(kiln_backend_context_t *ctx, kiln_backend_device_t *d, int ordinal) {
+  d->ctx = ctx;
   d->ordinal = ordinal;
   pthread_mutex_init(&d->cudnn_lock, NULL);
-  kiln_status_t status = kiln_cuda_check(cuDeviceGet(&d->device, ordinal), "cuDeviceGet(%d)", ordinal);
+  kiln_status_t status = kiln_cuda_check(ctx, cuDeviceGet(&d->device, ordinal), "cuDeviceGet(%d)", ordinal);
   if (status != KILN_OK) return status;
   d->cc_major = attribute(d->device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
   d->cc_minor = attribute(d->device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
@@ -171,12 +169,12 @@ static kiln_status_t open_device(kiln_backend_device_t *d, int ordinal) {
   /* Enough resident blocks to fill every SM several times over; grid-stride
    * loops cover the rest. */
   d->max_grid = d->sm_count * 32;
-  status = kiln_cuda_check(cuDevicePrimaryCtxRetain(&d->context, d->device), "cuDevicePrimaryCtxRetain(cuda:%d)",
+  status = kiln_cuda_check(ctx, cuDevicePrimaryCtxRetain(&d->context, d->device), "cuDevicePrimaryCtxRetain(cuda:%d)",
                            ordinal);
   if (status != KILN_OK) return status;
   if ((status = kiln_cuda_enter(d)) != KILN_OK) return status;
 
-  status = kiln_cuda_check(cuStreamCreate(&d->alloc_stream, CU_STREAM_NON_BLOCKING),
+  status = kiln_cuda_check(ctx, cuStreamCreate(&d->alloc_stream, CU_STREAM_NON_BLOCKING),
                            "cuStreamCreate (allocation stream of cuda:%d)", ordinal);
   if (status == KILN_OK && attribute(d->device, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) &&
       cuDeviceGetDefaultMemPool(&d->pool, d->device) == CUDA_SUCCESS) {
@@ -191,7 +189,11 @@ static kiln_status_t open_device(kiln_backend_device_t *d, int ordinal) {
 }
 
 static void close_device(kiln_backend_device_t *d) {
-  if (!d->context) return;
+  if (!d->ctx) return; /* never opened */
+  if (!d->context) {
+    pthread_mutex_destroy(&d->cudnn_lock);
+    return;
+  }
   if (kiln_cuda_enter(d) == KILN_OK) {
     kiln_cuda_cudnn_device_release(d);
     kiln_cuda_module_unload(d);
@@ -208,125 +210,141 @@ static void close_device(kiln_backend_device_t *d) {
   pthread_mutex_destroy(&d->cudnn_lock);
 }
 
-static void cuda_deinitialize(void) {
-  for (size_t i = 0; i < kiln_cuda_device_count_; i++) close_device(&kiln_cuda_devices_[i]);
-  free(kiln_cuda_devices_);
-  kiln_cuda_devices_ = NULL;
-  kiln_cuda_device_count_ = 0;
-  kiln_cuda_cublas_unload();
-  kiln_cuda_cudnn_unload();
+static void cuda_deinitialize(kiln_backend_context_t *ctx) {
+  if (!ctx) return;
+  for (size_t i = 0; i < ctx->device_count; i++) close_device(&ctx->devices[i]);
+  free(ctx->devices);
+  kiln_cuda_cublas_unload(ctx);
+  kiln_cuda_cudnn_unload(ctx);
+  free(ctx);
 }
 
 /* Direct peer access where the hardware allows it; cuMemcpyPeerAsync works
  * without it too (staged by the driver), so failures only cost speed. */
-static void enable_peers(void) {
-  for (size_t i = 0; i < kiln_cuda_device_count_; i++) {
-    kiln_backend_device_t *a = &kiln_cuda_devices_[i];
+static void enable_peers(kiln_backend_context_t *ctx) {
+  for (size_t i = 0; i < ctx->device_count; i++) {
+    kiln_backend_device_t *a = &ctx->devices[i];
     if (a->open_status != KILN_OK || kiln_cuda_enter(a) != KILN_OK) continue;
-    for (size_t j = 0; j < kiln_cuda_device_count_; j++) {
+    for (size_t j = 0; j < ctx->device_count; j++) {
       int can = 0;
-      if (i == j || !kiln_cuda_devices_[j].context ||
-          cuDeviceCanAccessPeer(&can, a->device, kiln_cuda_devices_[j].device) != CUDA_SUCCESS || !can)
+      if (i == j || !ctx->devices[j].context ||
+          cuDeviceCanAccessPeer(&can, a->device, ctx->devices[j].device) != CUDA_SUCCESS || !can)
         continue;
-      CUresult r = cuCtxEnablePeerAccess(kiln_cuda_devices_[j].context, 0);
-      if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED && kiln_cuda_host.log)
-        kiln_cuda_host.log(KILN_LOG_DEBUG, "cuda:%zu -> cuda:%zu: cuCtxEnablePeerAccess returned %d; copies are staged",
-                           i, j, (int)r);
+      CUresult r = cuCtxEnablePeerAccess(ctx->devices[j].context, 0);
+      if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED && ctx->host.log)
+        ctx->host.log(KILN_LOG_DEBUG, "cuda:%zu -> cuda:%zu: cuCtxEnablePeerAccess returned %d; copies are staged",
+                      i, j, (int)r);
     }
     kiln_cuda_leave();
   }
 }
 
-static kiln_status_t cuda_initialize(const kiln_host_t *host) {
-  kiln_cuda_host = *host;
-  kiln_status_t status = read_tf32_setting();
+/* Start the driver, load the vendor libraries and open every device. On an
+ * error the caller frees what was made. */
+static kiln_status_t start(kiln_backend_context_t *ctx) {
+  kiln_status_t status = read_tf32_setting(ctx);
   if (status != KILN_OK) return status;
 
   CUresult r = cuInit(0);
-  int driver_version = 0;
-  (void)cuDriverGetVersion(&driver_version);
+  (void)cuDriverGetVersion(&ctx->driver_version);
   char driver_text[32];
-  format_cuda_version(driver_version, driver_text, sizeof driver_text);
+  format_cuda_version(ctx->driver_version, driver_text, sizeof driver_text);
   if (r == CUDA_ERROR_NO_DEVICE) {
     /* The driver is installed but sees no GPU (none present, or hidden by
      * CUDA_VISIBLE_DEVICES): not an error, zero devices and a reason. */
-    snprintf(version_text, sizeof version_text, "CUDA driver %s", driver_text);
-    kiln_cuda_error(KILN_UNAVAILABLE,
-                             "driver present, no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE; check nvidia-smi and "
-                             "CUDA_VISIBLE_DEVICES)");
-    if (kiln_cuda_host.log) kiln_cuda_host.log(KILN_LOG_INFO, "cuda: driver present, no CUDA device");
+    snprintf(ctx->version_text, sizeof ctx->version_text, "CUDA driver %s", driver_text);
+    kiln_cuda_error(ctx, KILN_UNAVAILABLE,
+                    "driver present, no CUDA device (cuInit: CUDA_ERROR_NO_DEVICE; check nvidia-smi and "
+                    "CUDA_VISIBLE_DEVICES)");
+    if (ctx->host.log) ctx->host.log(KILN_LOG_INFO, "cuda: driver present, no CUDA device");
     return KILN_OK;
   }
   if (r == CUDA_ERROR_STUB_LIBRARY)
-    return kiln_cuda_error(KILN_UNAVAILABLE,
+    return kiln_cuda_error(ctx, KILN_UNAVAILABLE,
                            "cuInit failed: CUDA_ERROR_STUB_LIBRARY (34): the libcuda.so.1 that loaded is the CUDA "
                            "toolkit's link stub, not the NVIDIA driver; remove the toolkit's lib64/stubs folder from "
                            "LD_LIBRARY_PATH, or install the driver");
   if (r != CUDA_SUCCESS)
-    return kiln_cuda_error(KILN_UNAVAILABLE,
+    return kiln_cuda_error(ctx, KILN_UNAVAILABLE,
                            "cuInit failed: %s (%d); the NVIDIA driver cannot be used here (check nvidia-smi and the "
                            "kernel module); kiln's other backends still work",
                            kiln_cuda_result_name(r), (int)r);
 
   int count = 0;
-  if ((status = kiln_cuda_check(cuDeviceGetCount(&count), "cuDeviceGetCount")) != KILN_OK)
-    return kiln_cuda_error(KILN_UNAVAILABLE, "cuDeviceGetCount failed after cuInit succeeded; "
-                                                      "check the driver with nvidia-smi");
+  if (kiln_cuda_check(ctx, cuDeviceGetCount(&count), "cuDeviceGetCount") != KILN_OK)
+    return kiln_cuda_error(ctx, KILN_UNAVAILABLE, "%s, after cuInit succeeded; check the driver with nvidia-smi",
+                           ctx->host.last_error());
 
   /* Vendor libraries are optional: their absence disables a provider only. */
   char reason[200];
-  if (kiln_cuda_cublas_load(reason, sizeof reason))
-    snprintf(cublas_state, sizeof cublas_state, "%s", kiln_cuda_cublas_version());
+  if (kiln_cuda_cublas_load(ctx, reason, sizeof reason))
+    snprintf(ctx->cublas_state, sizeof ctx->cublas_state, "%s", ctx->cublas_version);
   else
-    snprintf(cublas_state, sizeof cublas_state, "absent: %s", reason);
-  if (kiln_cuda_cudnn_load(reason, sizeof reason))
-    snprintf(cudnn_state, sizeof cudnn_state, "%s", kiln_cuda_cudnn_version());
+    snprintf(ctx->cublas_state, sizeof ctx->cublas_state, "absent: %s", reason);
+  if (kiln_cuda_cudnn_load(ctx, reason, sizeof reason))
+    snprintf(ctx->cudnn_state, sizeof ctx->cudnn_state, "%s", ctx->cudnn_version);
   else
-    snprintf(cudnn_state, sizeof cudnn_state, "absent: %s", reason);
+    snprintf(ctx->cudnn_state, sizeof ctx->cudnn_state, "absent: %s", reason);
 
   if (count > 0) {
-    kiln_cuda_devices_ = calloc((size_t)count, sizeof *kiln_cuda_devices_);
-    if (!kiln_cuda_devices_)
-      return kiln_cuda_error(KILN_OUT_OF_MEMORY, "out of host memory for %d CUDA devices", count);
+    ctx->devices = calloc((size_t)count, sizeof *ctx->devices);
+    if (!ctx->devices) return kiln_cuda_error(ctx, KILN_OUT_OF_MEMORY, "out of host memory for %d CUDA devices", count);
   }
-  kiln_cuda_device_count_ = (size_t)count;
+  ctx->device_count = (size_t)count;
   for (int i = 0; i < count; i++) {
-    kiln_backend_device_t *d = &kiln_cuda_devices_[i];
-    d->open_status = open_device(d, i);
+    kiln_backend_device_t *d = &ctx->devices[i];
+    d->open_status = open_device(ctx, d, i);
     if (d->open_status != KILN_OK) {
       /* One device that cannot open (exclusive-process mode taken by another
        * program, a fault) must not hide the others: describe reports it. */
-      snprintf(d->open_error, sizeof d->open_error, "%s", kiln_cuda_last_message());
-      if (kiln_cuda_host.log) kiln_cuda_host.log(KILN_LOG_WARN, "cuda:%d cannot be opened: %s", i, d->open_error);
+      snprintf(d->open_error, sizeof d->open_error, "%s", ctx->host.last_error());
+      if (ctx->host.log) ctx->host.log(KILN_LOG_WARN, "cuda:%d cannot be opened: %s", i, d->open_error);
     }
   }
-  enable_peers();
-  for (size_t i = 0; i < kiln_cuda_device_count_; i++)
-    if (kiln_cuda_devices_[i].open_status == KILN_OK) describe(&kiln_cuda_devices_[i], driver_version);
+  enable_peers(ctx);
+  for (size_t i = 0; i < ctx->device_count; i++)
+    if (ctx->devices[i].open_status == KILN_OK) describe(&ctx->devices[i]);
 
-  snprintf(version_text, sizeof version_text, "CUDA driver %s, toolkit %d.%d; %s; %s", driver_text,
-           CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10,
-           kiln_cuda_cublas_available() ? kiln_cuda_cublas_version() : "no cuBLAS",
-           kiln_cuda_cudnn_available() ? kiln_cuda_cudnn_version() : "no cuDNN");
+  snprintf(ctx->version_text, sizeof ctx->version_text, "CUDA driver %s, toolkit %d.%d; %s; %s", driver_text,
+           CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10, ctx->cublas ? ctx->cublas_version : "no cuBLAS",
+           ctx->cudnn ? ctx->cudnn_version : "no cuDNN");
+  if (ctx->host.log) ctx->host.log(KILN_LOG_INFO, "cuda: %s", ctx->version_text);
   return KILN_OK;
 }
 
-static size_t cuda_device_count(void) { return kiln_cuda_device_count_; }
+static kiln_status_t cuda_initialize(const kiln_host_t *host, kiln_backend_context_t **out_ctx) {
+  kiln_backend_context_t *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return host->set_error(KILN_OUT_OF_MEMORY, "out of host memory for the CUDA backend's context");
+  /* The core's table grows at its end: keep what both sides know, and the
+   * slots this plugin knows but an older core lacks stay NULL. */
+  memcpy(&ctx->host, host, host->size < sizeof ctx->host ? host->size : sizeof ctx->host);
+  kiln_cuda_archs_parse(ctx);
+  kiln_status_t status = start(ctx);
+  if (status != KILN_OK) {
+    cuda_deinitialize(ctx);
+    return status;
+  }
+  *out_ctx = ctx;
+  return KILN_OK;
+}
 
-static kiln_status_t cuda_device_describe(size_t index, kiln_backend_device_desc_t *out_desc) {
-  const kiln_backend_device_t *d = &kiln_cuda_devices_[index];
+static size_t cuda_device_count(kiln_backend_context_t *ctx) { return ctx->device_count; }
+
+static kiln_status_t cuda_device_describe(kiln_backend_context_t *ctx, size_t index,
+                                          kiln_backend_device_desc_t *out_desc) {
+  const kiln_backend_device_t *d = &ctx->devices[index];
   if (d->open_status != KILN_OK)
-    return kiln_cuda_error(d->open_status, "cuda:%zu could not be opened at start-up: %s", index,
-                                    d->open_error);
-  *out_desc = kiln_cuda_devices_[index].desc;
+    return kiln_cuda_error(ctx, d->open_status, "cuda:%zu could not be opened at start-up: %s", index, d->open_error);
+  *out_desc = d->desc;
   return KILN_OK;
 }
 
-static kiln_status_t cuda_device_memory_free(kiln_backend_device_t *device, uint64_t *out_bytes) {
+static kiln_status_t cuda_device_memory_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
+                                             uint64_t *out_bytes) {
   kiln_status_t status = kiln_cuda_enter(device);
   if (status != KILN_OK) return status;
   size_t free_bytes = 0, total = 0;
-  status = kiln_cuda_check(cuMemGetInfo(&free_bytes, &total), "cuMemGetInfo (cuda:%d)", device->ordinal);
+  status = kiln_cuda_check(ctx, cuMemGetInfo(&free_bytes, &total), "cuMemGetInfo (cuda:%d)", device->ordinal);
   if (status == KILN_OK) {
     uint64_t bytes = free_bytes;
     /* Memory the pool holds but no buffer uses is free for kiln's purposes. */
@@ -341,33 +359,17 @@ static kiln_status_t cuda_device_memory_free(kiln_backend_device_t *device, uint
   return status;
 }
 
-/* memory.c and queue.c */
-kiln_status_t kiln_cuda_buffer_allocate(kiln_backend_device_t *device, size_t size, kiln_backend_buffer_t **out_buffer);
-void kiln_cuda_buffer_free(kiln_backend_device_t *device, kiln_backend_buffer_t *buffer);
-kiln_status_t kiln_cuda_host_allocate(kiln_backend_device_t *device, size_t size, void **out_ptr);
-void kiln_cuda_host_free(kiln_backend_device_t *device, void *ptr);
-kiln_status_t kiln_cuda_buffer_write(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                     const void *host, size_t size, bool blocking);
-kiln_status_t kiln_cuda_buffer_read(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                    void *host, size_t size, bool blocking);
-kiln_status_t kiln_cuda_buffer_copy(kiln_backend_queue_t *queue, kiln_backend_buffer_t *src, size_t src_offset,
-                                    kiln_backend_buffer_t *dst, size_t dst_offset, size_t size);
-kiln_status_t kiln_cuda_buffer_fill(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                    size_t size, const void *pattern, size_t pattern_size);
-kiln_status_t kiln_cuda_queue_create(kiln_backend_device_t *device, kiln_backend_queue_t **out_queue);
-void kiln_cuda_queue_destroy(kiln_backend_queue_t *queue);
-kiln_status_t kiln_cuda_queue_finish(kiln_backend_queue_t *queue);
-kiln_status_t kiln_cuda_queue_record(kiln_backend_queue_t *queue, kiln_backend_event_t **out_event);
-kiln_status_t kiln_cuda_queue_wait(kiln_backend_queue_t *queue, kiln_backend_event_t *event);
-kiln_status_t kiln_cuda_event_wait(kiln_backend_event_t *event);
-kiln_status_t kiln_cuda_event_query(kiln_backend_event_t *event);
-kiln_status_t kiln_cuda_event_elapsed(kiln_backend_event_t *start, kiln_backend_event_t *end, double *out_ms);
-void kiln_cuda_event_release(kiln_backend_event_t *event);
+/* The driver, toolkit, cuBLAS and cuDNN versions found at start-up. */
+static const char *cuda_version_text(kiln_backend_context_t *ctx) { return ctx->version_text; }
 
 static const kiln_backend_iface_t cuda_iface = {
   .abi_version = KILN_BACKEND_ABI_VERSION,
+  .size = sizeof(kiln_backend_iface_t),
   .name = "cuda",
-  .version = version_text,
+  /* Static, as the table is: the versions of the driver, cuBLAS and cuDNN,
+   * known once started, are each device's properties (devinfo -v) and the
+   * context's version_text, logged at start-up. */
+  .version = "CUDA toolkit " KILN_CUDA_TOOLKIT_VERSION " (driver API; cuBLAS and cuDNN loaded at run time)",
   .initialize = cuda_initialize,
   .deinitialize = cuda_deinitialize,
   .device_count = cuda_device_count,
@@ -391,8 +393,8 @@ static const kiln_backend_iface_t cuda_iface = {
   .buffer_read = kiln_cuda_buffer_read,
   .buffer_copy = kiln_cuda_buffer_copy,
   .buffer_fill = kiln_cuda_buffer_fill,
-  .op_providers = kiln_cuda_op_providers,
-  .op_run = kiln_cuda_op_run,
+  .ops = kiln_cuda_ops,
+  .version_text = cuda_version_text,
 };
 
 KILN_PLUGIN_EXPORT const kiln_backend_iface_t *kiln_backend_entry(void);

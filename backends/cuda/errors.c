@@ -4,17 +4,16 @@
 
 #include "backends/cuda/cuda_backend.h"
 
-static _Thread_local char last_message[1024];
-
-kiln_status_t kiln_cuda_error(kiln_status_t status, const char *fmt, ...) {
+kiln_status_t kiln_cuda_error(kiln_backend_context_t *ctx, kiln_status_t status, const char *fmt, ...) {
+  /* Formatted into storage of our own first: the arguments may include the
+   * thread's current message, which set_error is about to overwrite. */
+  char message[1024];
   va_list args;
   va_start(args, fmt);
-  vsnprintf(last_message, sizeof last_message, fmt, args);
+  vsnprintf(message, sizeof message, fmt, args);
   va_end(args);
-  return kiln_cuda_host.set_error(status, "%s", last_message);
+  return ctx->host.set_error(status, "%s", message);
 }
-
-const char *kiln_cuda_last_message(void) { return last_message; }
 
 const char *kiln_cuda_result_name(CUresult result) {
   /* cuGetErrorName first (it knows codes newer than this file); the table
@@ -203,7 +202,7 @@ static const char *advice_for(kiln_status_t status) {
   }
 }
 
-kiln_status_t kiln_cuda_check(CUresult result, const char *call_fmt, ...) {
+kiln_status_t kiln_cuda_check(kiln_backend_context_t *ctx, CUresult result, const char *call_fmt, ...) {
   if (result == CUDA_SUCCESS) return KILN_OK;
   char call[512];
   va_list args;
@@ -213,8 +212,8 @@ kiln_status_t kiln_cuda_check(CUresult result, const char *call_fmt, ...) {
   const char *name = kiln_cuda_result_name(result), *text = NULL;
   if (cuGetErrorString(result, &text) != CUDA_SUCCESS || !text) text = "no description";
   kiln_status_t status = kiln_cuda_status_of(result);
-  return kiln_cuda_error(status, "%s failed: %s (%d, %s); %s", call, name, (int)result, text,
-                                  advice_for(status));
+  return kiln_cuda_error(ctx, status, "%s failed: %s (%d, %s); %s", call, name, (int)result, text,
+                         advice_for(status));
 }
 
 static const char *cublas_status_name(int status) {
@@ -233,7 +232,7 @@ static const char *cublas_status_name(int status) {
   }
 }
 
-kiln_status_t kiln_cuda_cublas_check(int status, const char *call_fmt, ...) {
+kiln_status_t kiln_cuda_cublas_check(kiln_backend_context_t *ctx, int status, const char *call_fmt, ...) {
   if (status == 0) return KILN_OK;
   kiln_status_t code;
   switch (status) {
@@ -250,12 +249,12 @@ kiln_status_t kiln_cuda_cublas_check(int status, const char *call_fmt, ...) {
   va_start(args, call_fmt);
   vsnprintf(call, sizeof call, call_fmt, args);
   va_end(args);
-  return kiln_cuda_error(code, "%s failed: %s (%d); %s", call, cublas_status_name(status), status,
-                                  code == KILN_UNSUPPORTED ? "the native provider runs these arguments"
-                                                           : advice_for(code));
+  return kiln_cuda_error(ctx, code, "%s failed: %s (%d); %s", call, cublas_status_name(status), status,
+                         code == KILN_UNSUPPORTED ? "the native provider runs these arguments" : advice_for(code));
 }
 
-kiln_status_t kiln_cuda_cudnn_check(int status, const char *name, const char *call_fmt, ...) {
+kiln_status_t kiln_cuda_cudnn_check(kiln_backend_context_t *ctx, int status, const char *name, const char *call_fmt,
+                                    ...) {
   if (status == 0) return KILN_OK;
   /* cuDNN 9 groups its codes by thousands: 1xxx not initialised / library
    * problems, 2xxx bad parameters, 3xxx not supported, 4xxx internal
@@ -276,7 +275,6 @@ kiln_status_t kiln_cuda_cudnn_check(int status, const char *name, const char *ca
   va_start(args, call_fmt);
   vsnprintf(call, sizeof call, call_fmt, args);
   va_end(args);
-  return kiln_cuda_error(code, "%s failed: %s (%d); %s", call, name ? name : "unknown cudnnStatus_t", status,
-                                  code == KILN_UNSUPPORTED ? "the native provider runs these arguments"
-                                                           : advice_for(code));
+  return kiln_cuda_error(ctx, code, "%s failed: %s (%d); %s", call, name ? name : "unknown cudnnStatus_t", status,
+                         code == KILN_UNSUPPORTED ? "the native provider runs these arguments" : advice_for(code));
 }

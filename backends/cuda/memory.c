@@ -17,9 +17,10 @@ static CUresult pool_alloc(kiln_backend_device_t *device, size_t size, CUstream 
   return r;
 }
 
-kiln_status_t kiln_cuda_buffer_allocate(kiln_backend_device_t *device, size_t size, kiln_backend_buffer_t **out_buffer) {
+kiln_status_t kiln_cuda_buffer_allocate(kiln_backend_context_t *ctx, kiln_backend_device_t *device, size_t size,
+                                        kiln_backend_buffer_t **out_buffer) {
   kiln_backend_buffer_t *buffer = calloc(1, sizeof *buffer);
-  if (!buffer) return kiln_cuda_error(KILN_OUT_OF_MEMORY, "out of host memory for a CUDA buffer record");
+  if (!buffer) return kiln_cuda_error(ctx, KILN_OUT_OF_MEMORY, "out of host memory for a CUDA buffer record");
   buffer->device = device;
   buffer->size = size;
   if (size == 0) {
@@ -47,7 +48,7 @@ kiln_status_t kiln_cuda_buffer_allocate(kiln_backend_device_t *device, size_t si
     size_t free_bytes = 0, total = 0;
     (void)cuMemGetInfo(&free_bytes, &total);
     kiln_cuda_leave();
-    status = kiln_cuda_check(r, "allocating %zu bytes on cuda:%d (%zu of %zu bytes free)", size, device->ordinal,
+    status = kiln_cuda_check(ctx, r, "allocating %zu bytes on cuda:%d (%zu of %zu bytes free)", size, device->ordinal,
                              free_bytes, total);
     free(buffer);
     return status;
@@ -57,7 +58,7 @@ kiln_status_t kiln_cuda_buffer_allocate(kiln_backend_device_t *device, size_t si
   return KILN_OK;
 }
 
-void kiln_cuda_buffer_free(kiln_backend_device_t *device, kiln_backend_buffer_t *buffer) {
+void kiln_cuda_buffer_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_backend_buffer_t *buffer) {
   if (!buffer) return;
   if (buffer->ptr && kiln_cuda_enter(device) == KILN_OK) {
     /* The core guarantees no pending work uses the buffer, so the free needs
@@ -71,64 +72,70 @@ void kiln_cuda_buffer_free(kiln_backend_device_t *device, kiln_backend_buffer_t 
   free(buffer);
 }
 
-kiln_status_t kiln_cuda_host_allocate(kiln_backend_device_t *device, size_t size, void **out_ptr) {
+kiln_status_t kiln_cuda_host_allocate(kiln_backend_context_t *ctx, kiln_backend_device_t *device, size_t size,
+                                      void **out_ptr) {
   kiln_status_t status = kiln_cuda_enter(device);
   if (status != KILN_OK) return status;
   void *ptr = NULL;
   /* Portable: staging memory serves copies to every device, not just this one. */
-  status = kiln_cuda_check(cuMemHostAlloc(&ptr, size ? size : 1, CU_MEMHOSTALLOC_PORTABLE),
+  status = kiln_cuda_check(ctx, cuMemHostAlloc(&ptr, size ? size : 1, CU_MEMHOSTALLOC_PORTABLE),
                            "cuMemHostAlloc(%zu bytes of pinned host memory) for cuda:%d", size, device->ordinal);
   kiln_cuda_leave();
   if (status == KILN_OK) *out_ptr = ptr;
   return status;
 }
 
-void kiln_cuda_host_free(kiln_backend_device_t *device, void *ptr) {
+void kiln_cuda_host_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device, void *ptr) {
   if (!ptr || kiln_cuda_enter(device) != KILN_OK) return;
   (void)cuMemFreeHost(ptr);
   kiln_cuda_leave();
 }
 
-kiln_status_t kiln_cuda_buffer_write(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                     const void *host, size_t size, bool blocking) {
+kiln_status_t kiln_cuda_buffer_write(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                     kiln_backend_buffer_t *buffer, size_t offset, const void *host, size_t size,
+                                     bool blocking) {
   if (size == 0) return KILN_OK;
   kiln_status_t status = kiln_cuda_enter(queue->device);
   if (status != KILN_OK) return status;
-  status = kiln_cuda_check(cuMemcpyHtoDAsync(buffer->ptr + offset, host, size, queue->stream),
-                           "cuMemcpyHtoDAsync(%zu bytes at offset %zu) on cuda:%d", size, offset, queue->device->ordinal);
+  status =
+      kiln_cuda_check(ctx, cuMemcpyHtoDAsync(buffer->ptr + offset, host, size, queue->stream),
+                      "cuMemcpyHtoDAsync(%zu bytes at offset %zu) on cuda:%d", size, offset, queue->device->ordinal);
   if (status == KILN_OK && blocking)
-    status = kiln_cuda_check(cuStreamSynchronize(queue->stream), "cuStreamSynchronize after writing %zu bytes to cuda:%d",
-                             size, queue->device->ordinal);
+    status = kiln_cuda_check(ctx, cuStreamSynchronize(queue->stream),
+                             "cuStreamSynchronize after writing %zu bytes to cuda:%d", size, queue->device->ordinal);
   kiln_cuda_leave();
   return status;
 }
 
-kiln_status_t kiln_cuda_buffer_read(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                    void *host, size_t size, bool blocking) {
+kiln_status_t kiln_cuda_buffer_read(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                    kiln_backend_buffer_t *buffer, size_t offset, void *host, size_t size,
+                                    bool blocking) {
   if (size == 0) return KILN_OK;
   kiln_status_t status = kiln_cuda_enter(queue->device);
   if (status != KILN_OK) return status;
-  status = kiln_cuda_check(cuMemcpyDtoHAsync(host, buffer->ptr + offset, size, queue->stream),
-                           "cuMemcpyDtoHAsync(%zu bytes at offset %zu) on cuda:%d", size, offset, queue->device->ordinal);
+  status =
+      kiln_cuda_check(ctx, cuMemcpyDtoHAsync(host, buffer->ptr + offset, size, queue->stream),
+                      "cuMemcpyDtoHAsync(%zu bytes at offset %zu) on cuda:%d", size, offset, queue->device->ordinal);
   if (status == KILN_OK && blocking)
-    status = kiln_cuda_check(cuStreamSynchronize(queue->stream),
+    status = kiln_cuda_check(ctx, cuStreamSynchronize(queue->stream),
                              "cuStreamSynchronize after reading %zu bytes from cuda:%d", size, queue->device->ordinal);
   kiln_cuda_leave();
   return status;
 }
 
-kiln_status_t kiln_cuda_buffer_copy(kiln_backend_queue_t *queue, kiln_backend_buffer_t *src, size_t src_offset,
-                                    kiln_backend_buffer_t *dst, size_t dst_offset, size_t size) {
+kiln_status_t kiln_cuda_buffer_copy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                    kiln_backend_buffer_t *src, size_t src_offset, kiln_backend_buffer_t *dst,
+                                    size_t dst_offset, size_t size) {
   if (size == 0) return KILN_OK;
   kiln_status_t status = kiln_cuda_enter(queue->device);
   if (status != KILN_OK) return status;
   if (src->device == dst->device) {
-    status = kiln_cuda_check(cuMemcpyDtoDAsync(dst->ptr + dst_offset, src->ptr + src_offset, size, queue->stream),
+    status = kiln_cuda_check(ctx, cuMemcpyDtoDAsync(dst->ptr + dst_offset, src->ptr + src_offset, size, queue->stream),
                              "cuMemcpyDtoDAsync(%zu bytes) on cuda:%d", size, queue->device->ordinal);
   } else {
     /* Direct over NVLink/PCIe where peer access is on, staged by the driver
      * otherwise; either way ordered on the destination's queue. */
-    status = kiln_cuda_check(cuMemcpyPeerAsync(dst->ptr + dst_offset, dst->device->context, src->ptr + src_offset,
+    status = kiln_cuda_check(ctx, cuMemcpyPeerAsync(dst->ptr + dst_offset, dst->device->context, src->ptr + src_offset,
                                                src->device->context, size, queue->stream),
                              "cuMemcpyPeerAsync(%zu bytes, cuda:%d -> cuda:%d)", size, src->device->ordinal,
                              dst->device->ordinal);
@@ -137,8 +144,9 @@ kiln_status_t kiln_cuda_buffer_copy(kiln_backend_queue_t *queue, kiln_backend_bu
   return status;
 }
 
-kiln_status_t kiln_cuda_buffer_fill(kiln_backend_queue_t *queue, kiln_backend_buffer_t *buffer, size_t offset,
-                                    size_t size, const void *pattern, size_t pattern_size) {
+kiln_status_t kiln_cuda_buffer_fill(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                    kiln_backend_buffer_t *buffer, size_t offset, size_t size, const void *pattern,
+                                    size_t pattern_size) {
   if (size == 0) return KILN_OK;
   kiln_status_t status = kiln_cuda_enter(queue->device);
   if (status != KILN_OK) return status;
@@ -162,7 +170,7 @@ kiln_status_t kiln_cuda_buffer_fill(kiln_backend_queue_t *queue, kiln_backend_bu
     for (size_t b = 0; b < pattern_size && r == CUDA_SUCCESS; b++)
       r = cuMemsetD2D8Async(at + b, pattern_size, bytes[b], 1, size / pattern_size, queue->stream);
   }
-  status = kiln_cuda_check(r, "filling %zu bytes of cuda:%d with a %zu-byte pattern", size, queue->device->ordinal,
+  status = kiln_cuda_check(ctx, r, "filling %zu bytes of cuda:%d with a %zu-byte pattern", size, queue->device->ordinal,
                            pattern_size);
   kiln_cuda_leave();
   return status;
@@ -179,7 +187,7 @@ kiln_status_t kiln_cuda_scratch_alloc(kiln_backend_queue_t *queue, size_t size, 
   } else {
     r = cuMemAlloc(out_ptr, size);
   }
-  return kiln_cuda_check(r, "allocating %zu bytes of scratch memory on cuda:%d", size, device->ordinal);
+  return kiln_cuda_check(device->ctx, r, "allocating %zu bytes of scratch memory on cuda:%d", size, device->ordinal);
 }
 
 void kiln_cuda_scratch_free(kiln_backend_queue_t *queue, CUdeviceptr ptr) {

@@ -26,35 +26,29 @@ static const char *const kernel_names[KILN_CUDA_KERNEL_COUNT] = {
 #include "kernels/ops.def"
 };
 
-/* The architectures as numbers, parsed once from KILN_CUDA_ARCHS. */
-static int archs[16];
-static int arch_count;
-static char arch_text[256];
-
-static void parse_archs(void) {
-  if (arch_count) return;
+void kiln_cuda_archs_parse(kiln_backend_context_t *ctx) {
   const char *s = KILN_CUDA_ARCHS;
-  while (*s && arch_count < (int)(sizeof archs / sizeof archs[0])) {
+  ctx->arch_count = 0;
+  while (*s && ctx->arch_count < KILN_CUDA_MAX_ARCHS) {
     char *end;
     long v = strtol(s, &end, 10);
     if (end == s) break;
-    archs[arch_count++] = (int)v;
+    ctx->archs[ctx->arch_count++] = (int)v;
     s = *end ? end + 1 : end;
   }
   size_t used = 0;
-  for (int i = 0; i < arch_count && used < sizeof arch_text; i++)
-    used += (size_t)snprintf(arch_text + used, sizeof arch_text - used, "%ssm_%d", i ? "," : "", archs[i]);
-  if (arch_count && used < sizeof arch_text)
-    snprintf(arch_text + used, sizeof arch_text - used, " + compute_%d PTX", archs[arch_count - 1]);
+  ctx->arch_text[0] = '\0';
+  for (int i = 0; i < ctx->arch_count && used < sizeof ctx->arch_text; i++)
+    used += (size_t)snprintf(ctx->arch_text + used, sizeof ctx->arch_text - used, "%ssm_%d", i ? "," : "",
+                             ctx->archs[i]);
+  if (ctx->arch_count && used < sizeof ctx->arch_text)
+    snprintf(ctx->arch_text + used, sizeof ctx->arch_text - used, " + compute_%d PTX",
+             ctx->archs[ctx->arch_count - 1]);
 }
 
-const char *kiln_cuda_compiled_architectures(void) {
-  parse_archs();
-  return arch_text;
-}
-
-void kiln_cuda_coverage_warning(int major, int minor, char *out, size_t out_size) {
-  parse_archs();
+void kiln_cuda_coverage_warning(const kiln_backend_context_t *ctx, int major, int minor, char *out, size_t out_size) {
+  const int *archs = ctx->archs;
+  const int arch_count = ctx->arch_count;
   out[0] = '\0';
   const int cc = major * 10 + minor;
   /* SASS for sm_XY runs on X.Z with Z >= Y (same major); PTX for compute_XY
@@ -71,25 +65,25 @@ void kiln_cuda_coverage_warning(int major, int minor, char *out, size_t out_size
     snprintf(out, out_size,
              "compute capability %d.%d is not covered by the kernels compiled in (%s): kiln's native kernels cannot "
              "run; rebuild with nvcc_archs including %d (CUDA 13 supports 75 and newer)",
-             major, minor, arch_text, cc);
+             major, minor, ctx->arch_text, cc);
 }
 
 void kiln_cuda_module_load(kiln_backend_device_t *device) {
+  kiln_backend_context_t *ctx = device->ctx;
   /* The caller made the device's context current. */
   CUresult r = cuModuleLoadData(&device->module, kiln_cuda_fatbin);
   if (r != CUDA_SUCCESS) {
     device->module = NULL;
-    kiln_cuda_check(r, "cuModuleLoadData (kiln's fatbin, %zu bytes, %s) on cuda:%d (compute capability %d.%d)",
-                    kiln_cuda_fatbin_size, kiln_cuda_compiled_architectures(), device->ordinal, device->cc_major,
-                    device->cc_minor);
-    snprintf(device->module_error, sizeof device->module_error, "%s", kiln_cuda_last_message());
+    kiln_cuda_check(ctx, r, "cuModuleLoadData (kiln's fatbin, %zu bytes, %s) on cuda:%d (compute capability %d.%d)",
+                    kiln_cuda_fatbin_size, ctx->arch_text, device->ordinal, device->cc_major, device->cc_minor);
+    snprintf(device->module_error, sizeof device->module_error, "%s", ctx->host.last_error());
     return;
   }
   for (int k = 0; k < KILN_CUDA_KERNEL_COUNT; k++) {
     r = cuModuleGetFunction(&device->kernels[k], device->module, kernel_names[k]);
     if (r != CUDA_SUCCESS) {
-      kiln_cuda_check(r, "cuModuleGetFunction(%s) on cuda:%d", kernel_names[k], device->ordinal);
-      snprintf(device->module_error, sizeof device->module_error, "%s", kiln_cuda_last_message());
+      kiln_cuda_check(ctx, r, "cuModuleGetFunction(%s) on cuda:%d", kernel_names[k], device->ordinal);
+      snprintf(device->module_error, sizeof device->module_error, "%s", ctx->host.last_error());
       (void)cuModuleUnload(device->module);
       device->module = NULL;
       return;
@@ -116,7 +110,7 @@ kiln_status_t kiln_cuda_launch(kiln_backend_queue_t *queue, kiln_cuda_kernel_t k
   CUresult r = cuLaunchKernel(queue->device->kernels[kernel], grid_x, grid_y, grid_z, block, 1, 1, 0, queue->stream,
                               params, NULL);
   if (r != CUDA_SUCCESS)
-    return kiln_cuda_check(r, "cuLaunchKernel(%s, grid %ux%ux%u, block %u) on cuda:%d", kernel_names[kernel], grid_x,
-                           grid_y, grid_z, block, queue->device->ordinal);
+    return kiln_cuda_check(queue->device->ctx, r, "cuLaunchKernel(%s, grid %ux%ux%u, block %u) on cuda:%d",
+                           kernel_names[kernel], grid_x, grid_y, grid_z, block, queue->device->ordinal);
   return KILN_OK;
 }

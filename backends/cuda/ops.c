@@ -1,4 +1,5 @@
-/* backends/cuda/ops.c: which providers run each op on CUDA, and the native provider: argument packing and launches of kiln's kernels. */
+/* backends/cuda/ops.c: the CUDA op table (native, cublas and cudnn rows) and the native provider: argument packing and launches of kiln's kernels. */
+#include <assert.h>
 #include <limits.h>
 #include <string.h>
 
@@ -30,29 +31,18 @@ static const int binary_scalar_i32[KILN_BINARY_COUNT_] = {
 #include "kernels/ops.def"
 };
 
-static int formula_of(const kiln_op_t *op, kiln_dtype_t dtype) {
+/* The kernel of an elementwise op's formula for dtype; the core has checked
+ * that the formula exists for it. */
+static kiln_cuda_kernel_t formula_of(const kiln_op_t *op, kiln_dtype_t dtype) {
   const bool f = dtype == KILN_F32;
+  int k;
   switch (op->kind) {
-  case KILN_OP_UNARY:
-    if ((unsigned)op->u.unary.op >= KILN_UNARY_COUNT_) return 0;
-    return f ? unary_f32[op->u.unary.op] : unary_i32[op->u.unary.op];
-  case KILN_OP_BINARY:
-    if ((unsigned)op->u.binary.op >= KILN_BINARY_COUNT_) return 0;
-    return f ? binary_f32[op->u.binary.op] : binary_i32[op->u.binary.op];
-  case KILN_OP_BINARY_SCALAR:
-    if ((unsigned)op->u.binary.op >= KILN_BINARY_COUNT_) return 0;
-    return f ? binary_scalar_f32[op->u.binary.op] : binary_scalar_i32[op->u.binary.op];
-  default: return 0;
+  case KILN_OP_UNARY: k = f ? unary_f32[op->u.unary.op] : unary_i32[op->u.unary.op]; break;
+  case KILN_OP_BINARY: k = f ? binary_f32[op->u.binary.op] : binary_i32[op->u.binary.op]; break;
+  default: k = f ? binary_scalar_f32[op->u.binary.op] : binary_scalar_i32[op->u.binary.op]; break;
   }
-}
-
-uint32_t kiln_cuda_op_providers(kiln_backend_device_t *device, kiln_op_kind_t kind, kiln_dtype_t dtype) {
-  if (!kiln_backend_native_supports(kind, dtype)) return 0;
-  uint32_t mask = 1u << KILN_PROVIDER_NATIVE;
-  if (dtype == KILN_F32 && kind == KILN_OP_MATMUL && kiln_cuda_cublas_available()) mask |= 1u << KILN_PROVIDER_CUBLAS;
-  if (dtype == KILN_F32 && (kind == KILN_OP_CONV2D || kind == KILN_OP_MAX_POOL2D) && kiln_cuda_cudnn_available())
-    mask |= 1u << KILN_PROVIDER_CUDNN;
-  return mask;
+  assert(k > 0 && "an elementwise op without a formula for its dtype reached the CUDA backend");
+  return (kiln_cuda_kernel_t)(k - 1);
 }
 
 CUdeviceptr kiln_cuda_view_ptr(const kiln_view_t *view) {
@@ -60,43 +50,21 @@ CUdeviceptr kiln_cuda_view_ptr(const kiln_view_t *view) {
   return view->buffer->ptr + (CUdeviceptr)view->offset * 4u;
 }
 
-static int64_t numel_of(const kiln_view_t *view) {
-  int64_t n = 1;
-  for (int d = 0; d < view->ndim; d++) n *= view->shape[d];
-  return n;
-}
-
-/* Fill the walk of an elementwise kernel: dims of extent 1 dropped, dims
- * merged where both inputs are contiguous across them, and ndim 0 when
- * everything is plainly contiguous (the kernels' fast path). */
-static void ew_setup(kiln_cuda_ew_args_t *a, const kiln_view_t *out, const kiln_view_t *in0, const kiln_view_t *in1) {
-  int64_t shape[KILN_CUDA_MAX_DIMS], s0[KILN_CUDA_MAX_DIMS], s1[KILN_CUDA_MAX_DIMS];
-  int nd = 0;
-  for (int d = 0; d < out->ndim; d++) {
-    if (out->shape[d] == 1) continue;
-    const int64_t t0 = in0 ? in0->strides[d] : 0, t1 = in1 ? in1->strides[d] : 0;
-    if (nd > 0 && s0[nd - 1] == t0 * out->shape[d] && s1[nd - 1] == t1 * out->shape[d]) {
-      shape[nd - 1] *= out->shape[d];
-      s0[nd - 1] = t0;
-      s1[nd - 1] = t1;
-      continue;
-    }
-    shape[nd] = out->shape[d];
-    s0[nd] = t0;
-    s1[nd] = t1;
-    nd++;
-  }
-  a->n = numel_of(out);
-  const bool contiguous = nd == 0 || (nd == 1 && (!in0 || s0[0] == 1) && (!in1 || s1[0] == 1));
-  if (contiguous) {
+/* The walk of an elementwise kernel: ndim 0 when every operand is one
+ * contiguous run (the core's `flat`, the kernels' fast path), else the
+ * dimensions the core merged, copied as they are: out contiguous of its
+ * shape, the inputs by their strides (0 where broadcast). */
+static void ew_setup(kiln_cuda_ew_args_t *a, const kiln_op_t *op, const kiln_view_t *in0, const kiln_view_t *in1) {
+  a->n = kiln_backend_view_numel(&op->out);
+  if (op->flat) {
     a->ndim = 0;
     return;
   }
-  a->ndim = nd;
-  for (int d = 0; d < nd; d++) {
-    a->shape[d] = shape[d];
-    a->stride0[d] = s0[d];
-    a->stride1[d] = s1[d];
+  a->ndim = op->out.ndim;
+  for (int32_t d = 0; d < op->out.ndim; d++) {
+    a->shape[d] = op->out.shape[d];
+    a->stride0[d] = in0->strides[d];
+    a->stride1[d] = in1 ? in1->strides[d] : 0;
   }
 }
 
@@ -111,26 +79,19 @@ static unsigned grid_rows(int64_t items) {
   return (unsigned)(items < cap ? items : cap);
 }
 
-static int32_t double_to_i32(double v) {
-  if (v != v) return 0;
-  if (v >= 2147483647.0) return 2147483647;
-  if (v <= -2147483648.0) return INT32_MIN;
-  return (int32_t)v;
-}
-
-static kiln_status_t run_generate(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+/* FILL, ARANGE, RANDOM. */
+static kiln_status_t run_generate(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_ew_args_t a;
   memset(&a, 0, offsetof(kiln_cuda_ew_args_t, shape));
   a.out = kiln_cuda_view_ptr(&op->out);
-  a.n = numel_of(&op->out);
+  a.n = kiln_backend_view_numel(&op->out);
   switch (op->kind) {
   case KILN_OP_FILL:
-    if (op->out.dtype == KILN_F32) {
-      float f = (float)op->u.fill.value;
-      memcpy(&a.scalar_i, &f, 4);
-    } else {
-      a.scalar_i = double_to_i32(op->u.fill.value);
-    }
+    /* The kernel writes one 32-bit pattern: the f32's bits or the i32. */
+    if (op->out.dtype == KILN_F32)
+      memcpy(&a.scalar_i, &op->u.fill.value.f32, 4);
+    else
+      a.scalar_i = op->u.fill.value.i32;
     return launch_flat(queue, KILN_CUDA_K_fill32, a.n, &a);
   case KILN_OP_ARANGE:
     a.start = op->u.arange.start;
@@ -144,39 +105,49 @@ static kiln_status_t run_generate(kiln_backend_queue_t *queue, const kiln_op_t *
   }
 }
 
-static kiln_status_t run_elementwise(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+/* COPY, CAST, UNARY, BINARY, BINARY_SCALAR. */
+static kiln_status_t run_elementwise(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_ew_args_t a;
   memset(&a, 0, offsetof(kiln_cuda_ew_args_t, shape));
   a.out = kiln_cuda_view_ptr(&op->out);
   a.in0 = kiln_cuda_view_ptr(&op->in[0]);
   const kiln_dtype_t dtype = op->in[0].dtype;
+  kiln_cuda_kernel_t kernel;
   switch (op->kind) {
   case KILN_OP_COPY:
-    ew_setup(&a, &op->out, &op->in[0], NULL);
+    ew_setup(&a, op, &op->in[0], NULL);
     if (a.ndim == 0)
-      return kiln_cuda_check(cuMemcpyDtoDAsync(a.out, a.in0, (size_t)a.n * 4u, queue->stream),
+      return kiln_cuda_check(ctx, cuMemcpyDtoDAsync(a.out, a.in0, (size_t)a.n * 4u, queue->stream),
                              "cuMemcpyDtoDAsync (COPY of %lld elements) on cuda:%d", (long long)a.n,
                              queue->device->ordinal);
-    return launch_flat(queue, KILN_CUDA_K_copy32_strided, a.n, &a);
+    kernel = KILN_CUDA_K_copy32_strided;
+    break;
+  case KILN_OP_CAST:
+    ew_setup(&a, op, &op->in[0], NULL);
+    kernel = dtype == KILN_F32 ? KILN_CUDA_K_cast_f32_to_i32 : KILN_CUDA_K_cast_i32_to_f32;
+    break;
   case KILN_OP_UNARY:
-    ew_setup(&a, &op->out, &op->in[0], NULL);
+    ew_setup(&a, op, &op->in[0], NULL);
+    kernel = formula_of(op, dtype);
     break;
   case KILN_OP_BINARY:
     a.in1 = kiln_cuda_view_ptr(&op->in[1]);
-    ew_setup(&a, &op->out, &op->in[0], &op->in[1]);
+    ew_setup(&a, op, &op->in[0], &op->in[1]);
+    kernel = formula_of(op, dtype);
     break;
-  default: /* BINARY_SCALAR */
+  default: /* BINARY_SCALAR: the scalar comes converted to the operand's dtype */
     if (dtype == KILN_F32)
-      a.scalar_f = (float)op->u.binary.scalar;
+      a.scalar_f = op->u.binary.scalar.f32;
     else
-      a.scalar_i = double_to_i32(op->u.binary.scalar);
-    ew_setup(&a, &op->out, &op->in[0], NULL);
+      a.scalar_i = op->u.binary.scalar.i32;
+    ew_setup(&a, op, &op->in[0], NULL);
+    kernel = formula_of(op, dtype);
     break;
   }
-  return launch_flat(queue, (kiln_cuda_kernel_t)(formula_of(op, dtype) - 1), a.n, &a);
+  return launch_flat(queue, kernel, a.n, &a);
 }
 
-static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static kiln_status_t run_reduce(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_reduce_args_t a;
   memset(&a, 0, sizeof a);
   a.in = kiln_cuda_view_ptr(&op->in[0]);
@@ -218,7 +189,7 @@ static kiln_status_t run_reduce(kiln_backend_queue_t *queue, const kiln_op_t *op
   return status;
 }
 
-static kiln_status_t run_softmax(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static kiln_status_t run_softmax(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_rows_args_t a;
   memset(&a, 0, sizeof a);
   a.in = kiln_cuda_view_ptr(&op->in[0]);
@@ -230,7 +201,8 @@ static kiln_status_t run_softmax(kiln_backend_queue_t *queue, const kiln_op_t *o
   return kiln_cuda_launch(queue, KILN_CUDA_K_softmax_f32, grid_rows(a.rows), 1, 1, KILN_CUDA_BLOCK, &a);
 }
 
-static kiln_status_t run_cross_entropy(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static kiln_status_t run_cross_entropy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                       const kiln_op_t *op) {
   kiln_cuda_rows_args_t a;
   memset(&a, 0, sizeof a);
   a.in = kiln_cuda_view_ptr(&op->in[0]);
@@ -261,7 +233,7 @@ kiln_status_t kiln_cuda_gemm_native(kiln_backend_queue_t *queue, const kiln_cuda
   const int64_t grid_x = ((int64_t)a.n + KILN_CUDA_GEMM_TILE - 1) / KILN_CUDA_GEMM_TILE;
   const int64_t grid_y = ((int64_t)a.m + KILN_CUDA_GEMM_TILE - 1) / KILN_CUDA_GEMM_TILE;
   if (grid_y > 65535)
-    return kiln_cuda_error(KILN_OUT_OF_RESOURCES,
+    return kiln_cuda_error(queue->device->ctx, KILN_OUT_OF_RESOURCES,
                            "the native CUDA matmul handles m up to %d rows, got m=%d; split the product along m",
                            65535 * KILN_CUDA_GEMM_TILE, a.m);
   const bool vec = a.a % 16 == 0 && a.b % 16 == 0 && a.lda % 4 == 0 && a.ldb % 4 == 0 && a.stride_a % 4 == 0 &&
@@ -277,10 +249,10 @@ kiln_status_t kiln_cuda_gemm_native(kiln_backend_queue_t *queue, const kiln_cuda
                           KILN_CUDA_GEMM_THREADS, &a);
 }
 
-static kiln_status_t run_matmul(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static kiln_status_t run_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   const int64_t m = op->u.matmul.m, n = op->u.matmul.n, k = op->u.matmul.k;
   if (!fits_i32(m) || !fits_i32(n) || !fits_i32(k))
-    return kiln_cuda_error(KILN_OUT_OF_RESOURCES,
+    return kiln_cuda_error(ctx, KILN_OUT_OF_RESOURCES,
                            "the native CUDA matmul takes m, n, k below 2^31, got m=%lld n=%lld k=%lld; split the "
                            "product",
                            (long long)m, (long long)n, (long long)k);
@@ -323,12 +295,12 @@ static void conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op) {
 /* Scratch for the columns of this many images at most per GEMM. */
 #define KILN_CUDA_IM2COL_BYTES ((size_t)256 << 20)
 
-static kiln_status_t run_conv2d(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static kiln_status_t run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_conv_args_t a;
   conv_args(&a, op);
   const int64_t crs = a.c * a.r * a.s, pq = a.p * a.q;
   if (!fits_i32(crs) || !fits_i32(pq) || !fits_i32(a.k))
-    return kiln_cuda_error(KILN_OUT_OF_RESOURCES,
+    return kiln_cuda_error(ctx, KILN_OUT_OF_RESOURCES,
                            "the native CUDA conv2d needs c*r*s, p*q and k below 2^31, got %lld, %lld, %lld",
                            (long long)crs, (long long)pq, (long long)a.k);
   const CUdeviceptr x = kiln_cuda_view_ptr(&op->in[0]), w = kiln_cuda_view_ptr(&op->in[1]);
@@ -399,86 +371,78 @@ kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *
   return launch_flat(queue, KILN_CUDA_K_bias_nchw_f32, a.n * a.k * a.p * a.q, &a);
 }
 
-static kiln_status_t run_max_pool2d(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static kiln_status_t run_max_pool2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_conv_args_t a;
   memset(&a, 0, sizeof a);
   a.in = kiln_cuda_view_ptr(&op->in[0]);
   a.out = kiln_cuda_view_ptr(&op->out);
-  a.n = op->u.pool2d.n;
-  a.c = op->u.pool2d.c;
-  a.h = op->u.pool2d.h;
-  a.w = op->u.pool2d.w;
-  a.p = op->u.pool2d.p;
-  a.q = op->u.pool2d.q;
+  a.n = op->u.pooling.n;
+  a.c = op->u.pooling.c;
+  a.h = op->u.pooling.h;
+  a.w = op->u.pooling.w;
+  a.p = op->u.pooling.p;
+  a.q = op->u.pooling.q;
   for (int i = 0; i < 2; i++) {
-    a.kernel[i] = op->u.pool2d.kernel[i];
-    a.stride[i] = op->u.pool2d.stride[i];
-    a.pad[i] = op->u.pool2d.pad[i];
+    a.kernel[i] = op->u.pooling.kernel[i];
+    a.stride[i] = op->u.pooling.stride[i];
+    a.pad[i] = op->u.pooling.pad[i];
   }
   const int64_t n = a.n * a.c * a.p * a.q;
   if (n == 0) return KILN_OK;
   return launch_flat(queue, KILN_CUDA_K_max_pool2d_f32, n, &a);
 }
 
-static kiln_status_t run_native(kiln_backend_queue_t *queue, const kiln_op_t *op) {
-  switch (op->kind) {
-  case KILN_OP_FILL:
-  case KILN_OP_ARANGE:
-  case KILN_OP_RANDOM: return numel_of(&op->out) ? run_generate(queue, op) : KILN_OK;
-  case KILN_OP_COPY:
-  case KILN_OP_UNARY:
-  case KILN_OP_BINARY:
-  case KILN_OP_BINARY_SCALAR: return numel_of(&op->out) ? run_elementwise(queue, op) : KILN_OK;
-  case KILN_OP_MATMUL: return run_matmul(queue, op);
-  case KILN_OP_REDUCE: return run_reduce(queue, op);
-  case KILN_OP_SOFTMAX: return run_softmax(queue, op);
-  case KILN_OP_CROSS_ENTROPY: return run_cross_entropy(queue, op);
-  case KILN_OP_CONV2D: return run_conv2d(queue, op);
-  case KILN_OP_MAX_POOL2D: return run_max_pool2d(queue, op);
-  default:
-    return kiln_cuda_error(KILN_UNSUPPORTED, "the CUDA backend does not know op kind %d", (int)op->kind);
-  }
-}
+/* ---- the table ------------------------------------------------------------- */
 
-kiln_status_t kiln_cuda_op_run(kiln_backend_queue_t *queue, kiln_provider_t provider, const kiln_op_t *op) {
+/* Every row's run: the device's context made current around the row's
+ * routine. The cuBLAS and cuDNN rows need the fatbin as much as the native
+ * ones (cuDNN's conv2d adds its bias with kiln's kernel). */
+static kiln_status_t run_row(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                             const kiln_op_t *op) {
   kiln_backend_device_t *device = queue->device;
-  if (!kiln_backend_native_supports_op(op))
-    return kiln_cuda_error(KILN_UNSUPPORTED,
-                           "the CUDA backend has no kernel for %s on %s (output %s); convert the operands to a "
-                           "supported dtype (f32, or i32 where the op has an integer formula)",
-                           kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(op->in[0].dtype),
-                           kiln_backend_dtype_name(op->out.dtype));
   if (!device->module)
-    return kiln_cuda_error(KILN_UNAVAILABLE, "cuda:%d cannot run kiln's kernels: %s", device->ordinal,
+    return kiln_cuda_error(ctx, KILN_UNAVAILABLE, "cuda:%d cannot run kiln's kernels: %s", device->ordinal,
                            device->module_error);
   kiln_status_t status = kiln_cuda_enter(device);
   if (status != KILN_OK) return status;
-  switch (provider) {
-  case KILN_PROVIDER_NATIVE: status = run_native(queue, op); break;
-  case KILN_PROVIDER_CUBLAS:
-    status = op->kind == KILN_OP_MATMUL && op->in[0].dtype == KILN_F32
-                 ? kiln_cuda_cublas_matmul(queue, op)
-                 : kiln_cuda_error(KILN_UNSUPPORTED, "provider 'cublas' runs only matmul (f32) on CUDA, not %s on %s; "
-                                                     "use 'native'",
-                                   kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(op->in[0].dtype));
-    break;
-  case KILN_PROVIDER_CUDNN:
-    if (op->kind == KILN_OP_CONV2D)
-      status = kiln_cuda_cudnn_conv2d(queue, op);
-    else if (op->kind == KILN_OP_MAX_POOL2D)
-      status = kiln_cuda_cudnn_max_pool2d(queue, op);
-    else
-      status = kiln_cuda_error(KILN_UNSUPPORTED, "provider 'cudnn' runs only conv2d and max_pool2d on CUDA, not %s; "
-                                                 "use 'native'",
-                               kiln_backend_op_kind_name(op->kind));
-    break;
-  default:
-    status = kiln_cuda_error(KILN_UNSUPPORTED, "provider '%s' does not exist on the CUDA backend; use 'native'%s",
-                             kiln_backend_provider_name(provider),
-                             op->kind == KILN_OP_MATMUL ? " or 'cublas'"
-                             : op->kind == KILN_OP_CONV2D || op->kind == KILN_OP_MAX_POOL2D ? " or 'cudnn'" : "");
-    break;
-  }
+  const kiln_cuda_op_impl_t *impl = entry->impl;
+  status = impl->run(ctx, queue, op);
   kiln_cuda_leave();
   return status;
 }
+
+/* The native routine of each kind, named native_<kind> so that the table
+ * below, expanded from KILN_OP_KINDS, fails to compile for a kind without
+ * one. */
+static const kiln_cuda_op_impl_t native_fill = {run_generate};
+static const kiln_cuda_op_impl_t native_arange = {run_generate};
+static const kiln_cuda_op_impl_t native_random = {run_generate};
+static const kiln_cuda_op_impl_t native_copy = {run_elementwise};
+static const kiln_cuda_op_impl_t native_unary = {run_elementwise};
+static const kiln_cuda_op_impl_t native_binary = {run_elementwise};
+static const kiln_cuda_op_impl_t native_binary_scalar = {run_elementwise};
+static const kiln_cuda_op_impl_t native_matmul = {run_matmul};
+static const kiln_cuda_op_impl_t native_reduce = {run_reduce};
+static const kiln_cuda_op_impl_t native_softmax = {run_softmax};
+static const kiln_cuda_op_impl_t native_cross_entropy = {run_cross_entropy};
+static const kiln_cuda_op_impl_t native_conv2d = {run_conv2d};
+static const kiln_cuda_op_impl_t native_max_pool2d = {run_max_pool2d};
+static const kiln_cuda_op_impl_t native_cast = {run_elementwise};
+static const kiln_cuda_op_impl_t cublas_matmul = {kiln_cuda_cublas_matmul};
+static const kiln_cuda_op_impl_t cudnn_conv2d = {kiln_cuda_cudnn_conv2d};
+static const kiln_cuda_op_impl_t cudnn_max_pool2d = {kiln_cuda_cudnn_max_pool2d};
+
+/* Native rows first: listings show providers in this order. */
+const kiln_op_entry_t kiln_cuda_ops[] = {
+#define KILN_CUDA_NATIVE_ROW_(NAME, name) \
+  {.kind = KILN_OP_##NAME, .provider = KILN_PROVIDER_NATIVE_NAME, .run = run_row, .impl = &native_##name},
+  KILN_OP_KINDS(KILN_CUDA_NATIVE_ROW_)
+#undef KILN_CUDA_NATIVE_ROW_
+  {.kind = KILN_OP_MATMUL, .provider = "cublas", .supports = kiln_cuda_cublas_supports, .run = run_row,
+   .impl = &cublas_matmul},
+  {.kind = KILN_OP_CONV2D, .provider = "cudnn", .supports = kiln_cuda_cudnn_supports, .run = run_row,
+   .impl = &cudnn_conv2d},
+  {.kind = KILN_OP_MAX_POOL2D, .provider = "cudnn", .supports = kiln_cuda_cudnn_supports, .run = run_row,
+   .impl = &cudnn_max_pool2d},
+  KILN_OP_TABLE_END,
+};

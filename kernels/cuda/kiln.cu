@@ -121,7 +121,7 @@ template <> __device__ __forceinline__ int kiln_scalar_of<int>(const kiln_cuda_e
 #define KILN_BINARY_I32(NAME, expr) KILN_BINARY_KERNEL_(int, i32, NAME, expr)
 #include "ops.def"
 
-/* ---- generators and COPY ---------------------------------------------------- */
+/* ---- generators, COPY and CAST ----------------------------------------------- */
 
 /* FILL: f32 and i32 are both one 32-bit pattern. */
 KILN_KERNEL kiln_fill32(const kiln_cuda_ew_args_t p) {
@@ -166,6 +166,46 @@ KILN_KERNEL kiln_copy32_strided(const kiln_cuda_ew_args_t p) {
     int64_t o0, o1;
     kiln_offsets(p, i, &o0, &o1);
     out[i] = in[o0];
+  }
+}
+
+/* CAST f32 -> i32: toward zero, NaN -> 0, saturating at the i32 limits (the
+ * rule of every kiln backend, as for scalars). */
+__device__ __forceinline__ int kiln_f32_to_i32(float v) {
+  if (v != v) return 0;
+  if (v >= 2147483648.0f) return 2147483647;
+  if (v <= -2147483648.0f) return (-2147483647 - 1);
+  return (int)v; /* C's conversion truncates toward zero */
+}
+
+/* CAST: a strided view (or, ndim 0, a contiguous run) into a contiguous
+ * output of the other dtype. */
+KILN_KERNEL kiln_cast_f32_to_i32(const kiln_cuda_ew_args_t p) {
+  const float *__restrict__ in = (const float *)p.in0;
+  int *__restrict__ out = (int *)p.out;
+  if (p.ndim == 0) {
+    KILN_FOR_EACH(i, p.n) out[i] = kiln_f32_to_i32(in[i]);
+  } else {
+    KILN_FOR_EACH(i, p.n) {
+      int64_t o0, o1;
+      kiln_offsets(p, i, &o0, &o1);
+      out[i] = kiln_f32_to_i32(in[o0]);
+    }
+  }
+}
+
+/* i32 -> f32 rounds to the nearest float, ties to even. */
+KILN_KERNEL kiln_cast_i32_to_f32(const kiln_cuda_ew_args_t p) {
+  const int *__restrict__ in = (const int *)p.in0;
+  float *__restrict__ out = (float *)p.out;
+  if (p.ndim == 0) {
+    KILN_FOR_EACH(i, p.n) out[i] = __int2float_rn(in[i]);
+  } else {
+    KILN_FOR_EACH(i, p.n) {
+      int64_t o0, o1;
+      kiln_offsets(p, i, &o0, &o1);
+      out[i] = __int2float_rn(in[o0]);
+    }
   }
 }
 

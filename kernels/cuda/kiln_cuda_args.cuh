@@ -18,9 +18,9 @@
 #define KILN_CUDA_GEMM_TILE 128
 #define KILN_CUDA_GEMM_THREADS 256
 
-/* Elementwise, COPY, FILL, ARANGE, RANDOM. ndim == 0 means every operand is
- * contiguous (element i of each at index i); otherwise the output is
- * contiguous of `shape` and the inputs are walked by their strides
+/* Elementwise, COPY, CAST, FILL, ARANGE, RANDOM. ndim == 0 means every
+ * operand is contiguous (element i of each at index i); otherwise the output
+ * is contiguous of `shape` and the inputs are walked by their strides
  * (elements; 0 where broadcast). */
 typedef struct kiln_cuda_ew_args_t {
   uint64_t out, in0, in1;

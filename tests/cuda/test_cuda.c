@@ -1,4 +1,4 @@
-/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, events, provider choice, TF32 off by default; skipped (77) without one. */
+/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, events, provider choice, TF32 off by default, CAST; skipped (77) without one. */
 #include <math.h>
 #include <stdint.h>
 
@@ -284,6 +284,52 @@ START_TEST(test_cudnn_and_native_agree) {
 }
 END_TEST
 
+/* CAST both ways (kernels new with the op table), from a contiguous tensor
+ * (the flat path) and from a transposed view (the strided walk): f32 -> i32
+ * truncates toward zero, NaN becomes 0, out of range saturates; i32 -> f32
+ * rounds to nearest even. */
+START_TEST(test_cast_runs) {
+  const char *providers = kiln_device_providers(gpu, "cast");
+  ck_assert_msg(providers && !strncmp(providers, "native", 6), "cast providers '%s'", providers ? providers : "");
+  const float f[8] = {1.5f, -1.5f, NAN, 3e9f, -3e9f, -0.7f, 2147483520.0f, 123456.9f};
+  const int32_t f_as_i[8] = {1, -1, 0, INT32_MAX, INT32_MIN, 0, 2147483520, 123456};
+  /* 16777217 and -16777219 are ties between two floats: the even one wins. */
+  const int32_t i[8] = {16777217, -16777219, INT32_MAX, INT32_MIN, 0, -5, 33554435, 7};
+  const float i_as_f[8] = {16777216.0f, -16777220.0f, 2147483648.0f, -2147483648.0f, 0.0f, -5.0f, 33554436.0f, 7.0f};
+  const int64_t shape[2] = {2, 4};
+  kiln_tensor_t *tf, *ti, *tf_t, *ti_t, *out;
+  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 2, shape, f, &tf));
+  KT_OK(kiln_tensor_from_host(gpu, KILN_I32, 2, shape, i, &ti));
+  KT_OK(kiln_tensor_transpose(tf, 0, 1, &tf_t));
+  KT_OK(kiln_tensor_transpose(ti, 0, 1, &ti_t));
+  int32_t got_i[8];
+  float got_f[8];
+  KT_OK(kiln_tensor_cast(tf, KILN_I32, &out));
+  KT_OK(kiln_tensor_read(out, got_i, sizeof got_i));
+  kiln_tensor_release(out);
+  for (int k = 0; k < 8; k++)
+    ck_assert_msg(got_i[k] == f_as_i[k], "(i32)%g is %d, expected %d", (double)f[k], got_i[k], f_as_i[k]);
+  KT_OK(kiln_tensor_cast(tf_t, KILN_I32, &out));
+  KT_OK(kiln_tensor_read(out, got_i, sizeof got_i));
+  kiln_tensor_release(out);
+  /* out[r][c] of the [4, 2] transpose is in[c][r]. */
+  for (int k = 0; k < 8; k++) ck_assert_int_eq(got_i[k], f_as_i[(k % 2) * 4 + k / 2]);
+  KT_OK(kiln_tensor_cast(ti, KILN_F32, &out));
+  KT_OK(kiln_tensor_read(out, got_f, sizeof got_f));
+  kiln_tensor_release(out);
+  for (int k = 0; k < 8; k++)
+    ck_assert_msg(got_f[k] == i_as_f[k], "(f32)%d is %.1f, expected %.1f", i[k], (double)got_f[k], (double)i_as_f[k]);
+  KT_OK(kiln_tensor_cast(ti_t, KILN_F32, &out));
+  KT_OK(kiln_tensor_read(out, got_f, sizeof got_f));
+  kiln_tensor_release(out);
+  for (int k = 0; k < 8; k++) ck_assert_float_eq(got_f[k], i_as_f[(k % 2) * 4 + k / 2]);
+  kiln_tensor_release(tf_t);
+  kiln_tensor_release(ti_t);
+  kiln_tensor_release(tf);
+  kiln_tensor_release(ti);
+}
+END_TEST
+
 int main(void) {
   kt_private_cache_dir();
   size_t backends = 0;
@@ -326,6 +372,7 @@ int main(void) {
   tcase_add_test(tc, test_cublas_and_native_matmul_agree);
   tcase_add_test(tc, test_tf32_off_by_default);
   tcase_add_test(tc, test_cudnn_and_native_agree);
+  tcase_add_test(tc, test_cast_runs);
   suite_add_tcase(suite, tc);
   SRunner *runner = srunner_create(suite);
   /* CUDA cannot be used in a child forked after it started: run in-process. */
