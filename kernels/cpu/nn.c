@@ -45,8 +45,10 @@ static void softmax_task(void *ctx, int64_t begin, int64_t end, int thread) {
       sum += e;
     }
     if (log_out) {
-      const float shift = m + (float)log(sum);
-      for (int64_t i = 0; i < cols; i++) y[i] = x[i] - shift;
+      /* (x - max) - log(sum), in that order: x - (max + log(sum)) loses the
+       * low bits of log(sum) to a large max (1e-3 relative at 103). */
+      const float lse = (float)log(sum);
+      for (int64_t i = 0; i < cols; i++) y[i] = (x[i] - m) - lse;
     } else {
       const float inv = (float)(1.0 / sum);
       for (int64_t i = 0; i < cols; i++) y[i] *= inv;

@@ -102,10 +102,12 @@ void kiln_cpu_softmax_row_avx2(const float *x, float *y, int64_t cols, bool log_
   }
   i = 0;
   if (log_out) {
-    const float shift = m + (float)log(sum);
-    const __m256 vs = _mm256_set1_ps(shift);
-    for (; i + 8 <= cols; i += 8) _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
-    for (; i < cols; i++) y[i] = x[i] - shift;
+    /* (x - max) - log(sum): see nn.c. */
+    const float lse = (float)log(sum);
+    const __m256 vmax = _mm256_set1_ps(m), vl = _mm256_set1_ps(lse);
+    for (; i + 8 <= cols; i += 8)
+      _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax), vl));
+    for (; i < cols; i++) y[i] = (x[i] - m) - lse;
   } else {
     const float inv = (float)(1.0 / sum);
     const __m256 vi = _mm256_set1_ps(inv);

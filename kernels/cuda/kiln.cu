@@ -405,8 +405,9 @@ KILN_KERNEL kiln_softmax_f32(const kiln_cuda_rows_args_t p) {
     for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) sum += (double)expf(x[i] - m);
     sum = kiln_block_sum(sum);
     if (p.log) {
-      const float shift = m + (float)log(sum);
-      for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) y[i] = x[i] - shift;
+      /* (x - max) - log(sum), in that order: see kernels/cpu/nn.c. */
+      const float lse = (float)log(sum);
+      for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) y[i] = __fsub_rn(__fsub_rn(x[i], m), lse);
     } else {
       const float inv = (float)(1.0 / sum);
       for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) y[i] = expf(x[i] - m) * inv;

@@ -97,8 +97,9 @@ __kernel void softmax_f32(__global const float *in, long in_off, __global float 
     __global float *y = out + out_off + r * cols;
     const float2 ms = kiln_row_max_sumexp(x, log_out ? (__global float *)0 : y, sh, scratch);
     if (log_out) {
-      const float shift = ms.x + log(ms.y);
-      for (long i = sh.begin; i < sh.end; i += sh.step) y[i] = x[i] - shift;
+      /* (x - max) - log(sum), in that order: see kernels/cpu/nn.c. */
+      const float lse = log(ms.y);
+      for (long i = sh.begin; i < sh.end; i += sh.step) y[i] = (x[i] - ms.x) - lse;
     } else {
       const float inv = 1.0f / ms.y;
       for (long i = sh.begin; i < sh.end; i += sh.step) y[i] *= inv;
