@@ -72,6 +72,7 @@ typedef struct kiln_cl_program_state_t {
   cl_program program;  /* NULL until built */
   kiln_status_t build_status; /* KILN_OK, or the failure kept (with build_error) so it is not retried */
   char *build_error;   /* malloc'ed message with the build log, when build_status != OK */
+  char *cache_key;     /* malloc'ed: the program's key in the cache, when it came from there */
   size_t kernel_count;
   kiln_cl_kernel_entry_t kernels[KILN_CL_MAX_KERNELS_PER_PROGRAM];
 } kiln_cl_program_state_t;
@@ -138,6 +139,9 @@ struct kiln_backend_queue_t {
 struct kiln_backend_event_t {
   kiln_backend_device_t *device;
   cl_event event; /* a marker with profiling information */
+  /* The queue the marker was enqueued on, retained: a wait must flush it,
+   * and the application may release the kiln queue before the event. */
+  cl_command_queue queue;
 };
 
 /* ---- the context (device.c) ------------------------------------------------------ */

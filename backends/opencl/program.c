@@ -149,7 +149,9 @@ static cl_program load_binary(kiln_backend_device_t *device, const char *name, c
   return program;
 }
 
-static kiln_status_t program_build_locked(kiln_backend_device_t *device, kiln_cl_program_t which) {
+/* Build the program: from the cache's binary when `use_cache` and there is
+ * one the driver takes, else from source (storing the binary). */
+static kiln_status_t program_build_locked(kiln_backend_device_t *device, kiln_cl_program_t which, bool use_cache) {
   kiln_backend_context_t *ctx = device->ctx;
   kiln_cl_program_state_t *state = &device->programs[which];
   const char *name = programs[which].name;
@@ -167,11 +169,12 @@ static kiln_status_t program_build_locked(kiln_backend_device_t *device, kiln_cl
   sprintf(key, "%s|program=%s|source=%016llx|options=%s", device->cache_identity, name, (unsigned long long)hash,
           options);
 
-  cl_program program = load_binary(device, name, key, options);
+  cl_program program = use_cache ? load_binary(device, name, key, options) : NULL;
   if (program) {
     state->program = program;
     state->build_status = KILN_OK;
-    free(key);
+    free(state->cache_key);
+    state->cache_key = key;
     return KILN_OK;
   }
 
@@ -211,7 +214,26 @@ static kiln_status_t program_get_locked(kiln_backend_device_t *device, kiln_cl_p
   if (state->build_status != KILN_OK)
     return kiln_cl_error(device->ctx, state->build_status, "%s",
                          state->build_error ? state->build_error : "an earlier build failed");
-  return program_build_locked(device, which);
+  return program_build_locked(device, which, true);
+}
+
+/* A binary the driver accepted but that lacks a kernel kiln asks for (a
+ * damaged or foreign entry that passed every check): evicted, and the program
+ * built once from source. Kernels created from the old program keep it alive
+ * through their own reference. */
+static kiln_status_t program_rebuild_from_source_locked(kiln_backend_device_t *device, kiln_cl_program_t which) {
+  kiln_backend_context_t *ctx = device->ctx;
+  kiln_cl_program_state_t *state = &device->programs[which];
+  atomic_fetch_add(&ctx->cache_rejected, 1);
+  if (ctx->host.cache_evict) ctx->host.cache_evict(state->cache_key);
+  if (ctx->host.log)
+    ctx->host.log(KILN_LOG_INFO, "opencl:%zu: the cached binary of program '%s' lacks a kernel; evicted, rebuilding "
+                  "from source", device->index, programs[which].name);
+  free(state->cache_key);
+  state->cache_key = NULL;
+  (void)clReleaseProgram(state->program);
+  state->program = NULL;
+  return program_build_locked(device, which, false);
 }
 
 kiln_status_t kiln_cl_program_get(kiln_backend_device_t *device, kiln_cl_program_t program, cl_program *out_program) {
@@ -249,7 +271,15 @@ kiln_status_t kiln_cl_kernel_get(kiln_backend_device_t *device, kiln_cl_program_
     } else {
       cl_int err = CL_SUCCESS;
       cl_kernel kernel = clCreateKernel(state->program, name, &err);
-      if (err != CL_SUCCESS || !kernel) {
+      if ((err == CL_INVALID_KERNEL_NAME || err == CL_INVALID_PROGRAM_EXECUTABLE) && state->cache_key) {
+        kernel = NULL;
+        status = program_rebuild_from_source_locked(device, program);
+        err = status == KILN_OK ? CL_SUCCESS : err;
+        if (status == KILN_OK) kernel = clCreateKernel(state->program, name, &err);
+      }
+      if (status != KILN_OK) {
+        /* The rebuild's own message stands. */
+      } else if (err != CL_SUCCESS || !kernel) {
         status = kiln_cl_check(device->ctx, err != CL_SUCCESS ? err : CL_INVALID_KERNEL,
                                "clCreateKernel(\"%s\") of program '%s' on opencl:%zu", name, programs[program].name,
                                device->index);
@@ -334,6 +364,7 @@ void kiln_cl_programs_release(kiln_backend_device_t *device) {
     for (size_t i = 0; i < state->kernel_count; i++) (void)clReleaseKernel(state->kernels[i].kernel);
     if (state->program) (void)clReleaseProgram(state->program);
     free(state->build_error);
+    free(state->cache_key);
     memset(state, 0, sizeof *state);
   }
 }

@@ -69,22 +69,35 @@ kiln_status_t kiln_cl_queue_record(kiln_backend_context_t *ctx, kiln_backend_que
     free(event);
     return status;
   }
+  if (clRetainCommandQueue(queue->queue) == CL_SUCCESS) {
+    event->queue = queue->queue;
+  } else {
+    (void)clReleaseEvent(event->event);
+    free(event);
+    return kiln_cl_error(ctx, KILN_INTERNAL, "clRetainCommandQueue failed for a queue of opencl:%zu",
+                         queue->device->index);
+  }
   *out_event = event;
   return KILN_OK;
 }
 
 /* Commands of another queue run only once that queue is flushed: whoever
- * waits for an event must flush its queue first, or wait forever. */
-static void flush_queue_of(cl_event event) {
-  cl_command_queue owner = NULL;
-  if (clGetEventInfo(event, CL_EVENT_COMMAND_QUEUE, sizeof owner, &owner, NULL) == CL_SUCCESS && owner)
-    (void)clFlush(owner);
+ * waits for an event must flush its queue first, or wait forever. The event
+ * holds its own reference to that queue (asking the event for its queue is
+ * not enough: the queue may have been released since, and flushing it would
+ * touch freed memory); an event already complete needs no flush. */
+static void flush_queue_of(const kiln_backend_event_t *event) {
+  cl_int state = CL_QUEUED;
+  if (clGetEventInfo(event->event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof state, &state, NULL) == CL_SUCCESS &&
+      state == CL_COMPLETE)
+    return;
+  if (event->queue) (void)clFlush(event->queue);
 }
 
 kiln_status_t kiln_cl_queue_wait(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                  kiln_backend_event_t *event) {
   if (event->device->context == queue->device->context) {
-    flush_queue_of(event->event);
+    flush_queue_of(event);
     return kiln_cl_check(ctx, clEnqueueBarrierWithWaitList(queue->queue, 1, &event->event, NULL),
                          "clEnqueueBarrierWithWaitList (a queue of opencl:%zu waiting for an event of the same device)",
                          queue->device->index);
@@ -114,7 +127,7 @@ kiln_status_t kiln_cl_event_query(kiln_backend_context_t *ctx, kiln_backend_even
     return kiln_cl_check(ctx, state, "work before an event of opencl:%zu (the command's execution status)",
                          event->device->index);
   /* A caller polling must see progress even if nothing else flushes. */
-  flush_queue_of(event->event);
+  flush_queue_of(event);
   return KILN_NOT_READY;
 }
 
@@ -159,5 +172,6 @@ void kiln_cl_event_release(kiln_backend_context_t *ctx, kiln_backend_event_t *ev
   if (!event) return;
   /* Safe while pending: OpenCL frees the event once its command completes. */
   (void)clReleaseEvent(event->event);
+  if (event->queue) (void)clReleaseCommandQueue(event->queue);
   free(event);
 }

@@ -421,6 +421,150 @@ END_TEST
 START_TEST(test_cache_corrupt_entry) { check_damaged_entry_rebuilt(false); }
 END_TEST
 
+/* ---- a cached binary without the kernels it should have ---------------------- */
+
+typedef struct blob_t {
+  char *key;
+  unsigned char *payload;
+  uint64_t size;
+} blob_t;
+
+static uint64_t blob_fnv1a(const void *data, size_t size) {
+  const unsigned char *p = data;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < size; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/* The cache's blob layout (runtime/cache.c): magic, version, key length, key,
+ * payload size, FNV-1a of the payload, payload. */
+static bool blob_read(const char *path, blob_t *out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  char magic[8];
+  uint32_t version = 0, key_len = 0;
+  uint64_t checksum = 0;
+  bool ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, "KILNBLOB", 8) && fread(&version, 4, 1, f) == 1 &&
+            fread(&key_len, 4, 1, f) == 1 && key_len < 65536;
+  out->key = ok ? calloc(1, key_len + 1) : NULL;
+  ok = ok && out->key && fread(out->key, 1, key_len, f) == key_len && fread(&out->size, 8, 1, f) == 1 &&
+       fread(&checksum, 8, 1, f) == 1 && out->size < ((uint64_t)1 << 30);
+  out->payload = ok ? malloc(out->size ? out->size : 1) : NULL;
+  ok = ok && out->payload && fread(out->payload, 1, out->size, f) == out->size;
+  fclose(f);
+  return ok;
+}
+
+static void blob_write(const char *path, const char *key, const unsigned char *payload, uint64_t size) {
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  const uint32_t version = 1, key_len = (uint32_t)strlen(key);
+  const uint64_t checksum = blob_fnv1a(payload, size);
+  fwrite("KILNBLOB", 1, 8, f);
+  fwrite(&version, 4, 1, f);
+  fwrite(&key_len, 4, 1, f);
+  fwrite(key, 1, key_len, f);
+  fwrite(&size, 8, 1, f);
+  fwrite(&checksum, 8, 1, f);
+  fwrite(payload, 1, size, f);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+/* The entry of `program` in the cache's kernels folder: its path. */
+static bool find_entry(const char *dir, const char *program, char *out_path, size_t size) {
+  char kernels[4200], needle[64];
+  snprintf(kernels, sizeof kernels, "%s/kernels", dir);
+  snprintf(needle, sizeof needle, "|program=%s|", program);
+  DIR *d = opendir(kernels);
+  if (!d) return false;
+  bool found = false;
+  struct dirent *e;
+  while (!found && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    if (snprintf(out_path, size, "%s/%s", kernels, e->d_name) >= (int)size) continue;
+    blob_t b = {0};
+    found = blob_read(out_path, &b) && strstr(b.key, needle);
+    free(b.key);
+    free(b.payload);
+  }
+  closedir(d);
+  return found;
+}
+
+/* A binary the driver accepts but that lacks the kernels its program should
+ * have (here: the elementwise program's binary under the copy program's key,
+ * with a valid checksum) is evicted and rebuilt from source once: it used to
+ * fail every later run with CL_INVALID_KERNEL_NAME. */
+START_TEST(test_cache_binary_without_kernel) {
+  char dir[4096];
+  fresh_cache_dir("nokernel", dir, sizeof dir);
+  cl_counters_t delta;
+  KT_OK(build_once("copy", &delta, NULL));
+  KT_OK(build_once("elementwise", &delta, NULL));
+  kiln_deinitialize();
+  char copy_path[4400], other_path[4400];
+  ck_assert(find_entry(dir, "copy", copy_path, sizeof copy_path));
+  ck_assert(find_entry(dir, "elementwise", other_path, sizeof other_path));
+  blob_t copy = {0}, other = {0};
+  ck_assert(blob_read(copy_path, &copy));
+  ck_assert(blob_read(other_path, &other));
+  blob_write(copy_path, copy.key, other.payload, other.size);
+
+  kiln_device_t *devices[16];
+  size_t n = opencl_devices(devices, 16);
+  ck_assert_uint_gt(n, 0);
+  kiln_tensor_t *t = NULL;
+  KT_OK(kiln_tensor_full(devices[0], KILN_F32, 1, (const int64_t[]){5}, 2.5, &t));
+  float host[5] = {0};
+  KT_OK(kiln_tensor_read(t, host, sizeof host));
+  for (int i = 0; i < 5; i++) ck_assert_float_eq(host[i], 2.5f);
+  kiln_tensor_release(t);
+  release_all(devices, n);
+  /* Rebuilt and stored again: the next start takes the good binary. */
+  blob_t fixed = {0};
+  ck_assert(blob_read(copy_path, &fixed));
+  ck_assert_str_eq(fixed.key, copy.key);
+  ck_assert(fixed.size != other.size || memcmp(fixed.payload, other.payload, other.size) != 0);
+  KT_OK(build_once("copy", &delta, NULL));
+  ck_assert_uint_eq(delta.builds_from_source, 0);
+  ck_assert_uint_eq(delta.builds_from_binary, 1);
+  kiln_deinitialize();
+  free(copy.key);
+  free(copy.payload);
+  free(other.key);
+  free(other.payload);
+  free(fixed.key);
+  free(fixed.payload);
+}
+END_TEST
+
+/* An event outlives its queue: waiting on it after the queue was released is
+ * legal (the wait used to flush the freed queue: SEGV in clFlush). */
+START_TEST(test_event_outlives_queue) {
+  kiln_device_t *devices[16];
+  size_t n = opencl_devices(devices, 16);
+  ck_assert_uint_gt(n, 0);
+  for (size_t d = 0; d < n; d++) {
+    kiln_queue_t *q = NULL;
+    KT_OK(kiln_queue_create(devices[d], &q));
+    kiln_event_t *event = NULL;
+    KT_OK(kiln_queue_record(q, &event));
+    kiln_queue_release(q);
+    /* Waited on by another queue of the same device and of every other. */
+    for (size_t w = 0; w < n; w++) KT_OK(kiln_queue_wait(kiln_device_default_queue(devices[w]), event));
+    KT_OK(kiln_event_wait(event));
+    ck_assert_int_eq(kiln_event_query(event), KILN_OK);
+    for (size_t w = 0; w < n; w++) KT_OK(kiln_queue_finish(kiln_device_default_queue(devices[w])));
+    kiln_event_release(event);
+  }
+  release_all(devices, n);
+  kiln_deinitialize();
+}
+END_TEST
+
 START_TEST(test_cache_read_only) {
   char dir[4096];
   fresh_cache_dir("readonly", dir, sizeof dir);
@@ -836,6 +980,7 @@ int main(void) {
   tcase_add_test(devices, test_events);
   tcase_add_test(devices, test_allocation_too_large);
   tcase_add_test(devices, test_interface_direct);
+  tcase_add_test(devices, test_event_outlives_queue);
   suite_add_tcase(suite, devices);
   TCase *platforms = tcase_create("platforms");
   tcase_add_test(platforms, test_broken_platform_skipped);
@@ -848,6 +993,7 @@ int main(void) {
   tcase_add_test(cache, test_cache_read_only);
   tcase_add_test(cache, test_cache_two_processes);
   tcase_add_test(cache, test_build_failure_has_log);
+  tcase_add_test(cache, test_cache_binary_without_kernel);
   suite_add_tcase(suite, cache);
   TCase *ops = tcase_create("ops");
   tcase_set_timeout(ops, 300);
