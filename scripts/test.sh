@@ -15,6 +15,30 @@ kiln_build build
 kiln_section "Tests (build)"
 meson test -C build --print-errorlogs --timeout-multiplier 3
 
+# Hermetic: with KILN_CACHE_DIR set, as the README suggests to users, the
+# unit suites pass twice in a row and write nothing into that folder.
+kiln_section "Unit suites twice with KILN_CACHE_DIR set (nothing may be written there)"
+user_cache="$(mktemp -d "${TMPDIR:-/tmp}/kiln-user-cache-XXXXXX")"
+for round in 1 2; do
+  KILN_CACHE_DIR="$user_cache" meson test -C build --suite unit --print-errorlogs --timeout-multiplier 3 ||
+    kiln_die "the unit suites failed with KILN_CACHE_DIR set (round $round)"
+done
+if [ -n "$(ls -A "$user_cache")" ]; then
+  ls -lA "$user_cache"
+  kiln_die "the tests wrote into KILN_CACHE_DIR ($user_cache); every test must use its own temporary folder"
+fi
+rmdir "$user_cache"
+
+# ThreadSanitizer on the code that is all threads: the CPU queues (a worker
+# each, futex waits, rings) and the thread pool.
+kiln_configure build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled -Dopencl=disabled \
+  -Dbench=false -Dexamples=false -Dbuildtype=debugoptimized -Dwerror=true
+ninja -C "$KILN_ROOT/build-tsan" tests/test_queue tests/test_thread_pool tests/test_multidevice ||
+  kiln_die "the ThreadSanitizer build failed (see the compiler output above)"
+kiln_section "Tests (build-tsan: queues, thread pool, two CPU devices)"
+TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
+  meson test -C build-tsan --no-rebuild --print-errorlogs --timeout-multiplier 10 queue thread_pool multidevice
+
 # The sanitizer build: address + undefined. The CUDA backend was built and
 # linked above; without a GPU its tests skip, so it is left out here to save
 # time. b_lundef=false: sanitized shared objects (libkiln, the plugins) leave
