@@ -136,9 +136,9 @@ typedef struct kiln_nn_batch_t {
   uint64_t epoch;        /* the epoch it belongs to, from 0 */
 } kiln_nn_batch_t;
 
-/* A loader for `dataset` (which must outlive it) on `device`. Allocates two
- * batches on the device and their staging memory; with prefetch, a second
- * queue on the device. NULL options mean the defaults. The caller owns the
+/* A loader for `dataset` (which must outlive it) on `device`. Allocates on
+ * the device two batches with prefetch (one without), their staging memory
+ * (kiln_host_allocate) and, with prefetch, a second queue. NULL options mean the defaults. The caller owns the
  * loader. KILN_INVALID_ARGUMENT for a batch size of 0, an empty data set or
  * a bad layout; KILN_OUT_OF_MEMORY. Does not block on queued work. */
 kiln_status_t kiln_nn_loader_create(const kiln_nn_dataset_t *dataset, kiln_device_t *device,
@@ -245,10 +245,11 @@ const char *kiln_nn_safetensors_metadata_value(const kiln_nn_safetensors_t *file
  * on their devices). Every name must be in the file with the same dtype and
  * shape, else KILN_NOT_FOUND / KILN_DTYPE_MISMATCH / KILN_SHAPE_MISMATCH
  * naming the tensor and both values; with `strict`, a tensor of the file that
- * was not asked for is KILN_INVALID_ARGUMENT naming it. Everything is checked
- * before anything is written, so on failure no tensor changed. The tensors
- * must be contiguous. Blocks until the data reached the devices. File errors
- * as for load. */
+ * was not asked for is KILN_INVALID_ARGUMENT naming it. Every name, dtype
+ * and shape is checked before anything is written, so such a failure changes
+ * no tensor (a read or device error part-way can leave earlier tensors
+ * written). The tensors must be contiguous. Blocks until the data reached the
+ * devices. File errors as for load. */
 kiln_status_t kiln_nn_safetensors_load_into(const char *path, const kiln_nn_named_tensor_t *tensors, size_t count,
                                             bool strict);
 
