@@ -208,6 +208,41 @@ static void stage_free(stage_t *stage) {
   stage->ptr = NULL;
 }
 
+/* ---- public host staging memory ------------------------------------------------ */
+
+/* The backend's page-locked memory when it has the pair of slots, malloc
+ * otherwise: the choice depends only on the device, so kiln_host_free makes
+ * the same one without a record of each pointer. */
+kiln_status_t kiln_host_allocate(kiln_device_t *device, size_t size, void **out_ptr) {
+  kiln_status_t status = kiln__ensure();
+  if (status != KILN_OK) return status;
+  if (!device || !out_ptr)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "kiln_host_allocate: %s is NULL; pass a device from kiln_device_get and the address of a "
+                           "void *",
+                           !device ? "device" : "out_ptr");
+  void *ptr = NULL;
+  if (device->iface->host_allocate && device->iface->host_free) {
+    status = device->iface->host_allocate(device->ctx, device->impl, size ? size : 1, &ptr);
+    if (status != KILN_OK)
+      return kiln__wrap_error(status, "kiln_host_allocate of %zu bytes of page-locked memory for %s", size,
+                              device->display_name);
+  } else {
+    ptr = malloc(size ? size : 1);
+    if (!ptr)
+      return kiln__set_error(KILN_OUT_OF_MEMORY, "kiln_host_allocate: cannot allocate %zu bytes of host memory for %s",
+                             size, device->display_name);
+  }
+  *out_ptr = ptr;
+  return KILN_OK;
+}
+
+void kiln_host_free(kiln_device_t *device, void *ptr) {
+  if (!ptr || !device) return;
+  if (device->iface->host_allocate && device->iface->host_free) device->iface->host_free(device->ctx, device->impl, ptr);
+  else free(ptr);
+}
+
 /* Through host memory: read chunk i+1 on the source while chunk i is written
  * to the destination. Blocks until done. */
 static kiln_status_t copy_staged(kiln_queue_t *src_queue, kiln_buffer_t *src, size_t src_offset,

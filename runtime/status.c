@@ -1,5 +1,6 @@
 /* runtime/status.c: status names and the per-thread error message every failing call leaves behind. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,27 +35,30 @@ const char *kiln_status_describe(kiln_status_t status) {
   return "unknown status code";
 }
 
-kiln_status_t kiln__set_error(kiln_status_t status, const char *fmt, ...) {
-  va_list args;
-  va_start(args, fmt);
+static bool status_known(kiln_status_t status) {
+  switch (status) {
+#define KILN_STATUS_KNOWN_(name, value, text) case KILN_##name:
+    KILN_STATUS_MAP(KILN_STATUS_KNOWN_)
+#undef KILN_STATUS_KNOWN_
+    return true;
+  }
+  return false;
+}
+
+static kiln_status_t set_error_v(kiln_status_t status, const char *fmt, va_list args) {
   vsnprintf(error_message, sizeof error_message, fmt, args);
-  va_end(args);
   error_status = status;
   return status;
 }
 
-kiln_status_t kiln__wrap_error(kiln_status_t status, const char *fmt, ...) {
-  /* Format the context into a scratch buffer first: the old message is the
-   * tail of the new one, so it cannot be written in place. */
+/* The old message is the tail of the new one, so the context is formatted
+ * into a scratch buffer first; a message too long is cut at its end. */
+static kiln_status_t wrap_error_v(kiln_status_t status, const char *fmt, va_list args) {
   char old[KILN_ERROR_CAPACITY];
   memcpy(old, error_message, sizeof old);
   old[sizeof old - 1] = '\0';
   char context[KILN_ERROR_CAPACITY];
-  va_list args;
-  va_start(args, fmt);
   vsnprintf(context, sizeof context, fmt, args);
-  va_end(args);
-  /* Joined by hand: a message too long for the buffer is cut at its end. */
   size_t used = 0;
   const char *parts[3] = {context, old[0] ? ": " : "", old};
   for (int i = 0; i < 3; i++) {
@@ -65,6 +69,44 @@ kiln_status_t kiln__wrap_error(kiln_status_t status, const char *fmt, ...) {
   }
   error_message[used] = '\0';
   error_status = status;
+  return status;
+}
+
+kiln_status_t kiln__set_error(kiln_status_t status, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  set_error_v(status, fmt, args);
+  va_end(args);
+  return status;
+}
+
+kiln_status_t kiln__wrap_error(kiln_status_t status, const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  wrap_error_v(status, fmt, args);
+  va_end(args);
+  return status;
+}
+
+/* The public pair: the same, with codes from outside the table (a caller's
+ * cast) recorded as KILN_INTERNAL so kiln_last_status stays a known code. */
+kiln_status_t kiln_set_error(kiln_status_t status, const char *fmt, ...) {
+  if (!status_known(status)) status = KILN_INTERNAL;
+  if (!fmt) fmt = "";
+  va_list args;
+  va_start(args, fmt);
+  set_error_v(status, fmt, args);
+  va_end(args);
+  return status;
+}
+
+kiln_status_t kiln_wrap_error(kiln_status_t status, const char *fmt, ...) {
+  if (!status_known(status)) status = KILN_INTERNAL;
+  if (!fmt) fmt = "";
+  va_list args;
+  va_start(args, fmt);
+  wrap_error_v(status, fmt, args);
+  va_end(args);
   return status;
 }
 

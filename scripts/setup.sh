@@ -6,10 +6,12 @@ KILN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # Everything kiln builds and tests against on Debian 12. The CUDA toolkit is
 # optional and not installed here: the build says when nvcc is missing.
+# libkiln-nn needs zlib and json-c; its tests read Debian's Fashion-MNIST.
 KILN_PACKAGES=(
   build-essential meson ninja-build pkg-config check libopenblas-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd oclgrind libclblast-dev
   clinfo python3 valgrind
+  zlib1g-dev libjson-c-dev dataset-fashion-mnist
 )
 
 kiln_section() {

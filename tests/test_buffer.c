@@ -184,6 +184,36 @@ START_TEST(test_out_of_memory) {
 }
 END_TEST
 
+START_TEST(test_host_staging_memory) {
+  /* Staging memory from kiln_host_allocate feeds a non-blocking write and
+   * receives a non-blocking read, as a batch loader uses it. */
+  kiln_device_t *d = kt_cpu();
+  kiln_queue_t *q = kiln_device_current_queue(d);
+  enum { N = 65536 };
+  unsigned char *in = NULL, *out = NULL, *empty = NULL;
+  KT_OK(kiln_host_allocate(d, N, (void **)&in));
+  KT_OK(kiln_host_allocate(d, N, (void **)&out));
+  KT_OK(kiln_host_allocate(d, 0, (void **)&empty));
+  ck_assert_ptr_nonnull(empty);
+  ck_assert_ptr_ne(empty, in);
+  kt_pattern(in, N, 3);
+  kiln_buffer_t *b = NULL;
+  KT_OK(kiln_buffer_create(d, N, &b));
+  KT_OK(kiln_buffer_write(q, b, 0, in, N, false, 0, NULL, NULL));
+  KT_OK(kiln_buffer_read(q, b, 0, out, N, false, 0, NULL, NULL));
+  KT_OK(kiln_queue_finish(q));
+  ck_assert_mem_eq(in, out, N);
+  kiln_buffer_release(b);
+  kiln_host_free(d, in);
+  kiln_host_free(d, out);
+  kiln_host_free(d, empty);
+  kiln_host_free(d, NULL);
+  void *p = NULL;
+  KT_FAILS(kiln_host_allocate(NULL, 16, &p), KILN_INVALID_ARGUMENT, "device is NULL");
+  KT_FAILS(kiln_host_allocate(d, 16, NULL), KILN_INVALID_ARGUMENT, "out_ptr is NULL");
+}
+END_TEST
+
 START_TEST(test_size_zero) {
   kiln_device_t *d = kt_cpu();
   kiln_queue_t *q = kiln_device_current_queue(d);
@@ -288,6 +318,7 @@ int main(void) {
   tcase_add_test(tc, test_copy_same_device);
   tcase_add_test(tc, test_pool_reuse);
   tcase_add_test(tc, test_out_of_memory);
+  tcase_add_test(tc, test_host_staging_memory);
   tcase_add_test(tc, test_size_zero);
   tcase_add_test(tc, test_bad_arguments);
   tcase_add_test(tc, test_copy_across_backends);

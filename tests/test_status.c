@@ -56,6 +56,24 @@ START_TEST(test_wrap) {
 }
 END_TEST
 
+START_TEST(test_public_set_and_wrap) {
+  /* The pair libraries on kiln's public API (libkiln-nn) report through. */
+  kiln_clear_error();
+  ck_assert_int_eq(kiln_set_error(KILN_IO, "cannot open %s", "a.safetensors"), KILN_IO);
+  ck_assert_str_eq(kiln_last_error(), "cannot open a.safetensors");
+  ck_assert_int_eq(kiln_last_status(), KILN_IO);
+  ck_assert_int_eq(kiln_wrap_error(KILN_NOT_FOUND, "kiln_nn_%s", "load"), KILN_NOT_FOUND);
+  ck_assert_str_eq(kiln_last_error(), "kiln_nn_load: cannot open a.safetensors");
+  ck_assert_int_eq(kiln_last_status(), KILN_NOT_FOUND);
+  /* A code outside the table is recorded as INTERNAL, never as itself. */
+  ck_assert_int_eq(kiln_set_error((kiln_status_t)999, "odd"), KILN_INTERNAL);
+  ck_assert_int_eq(kiln_last_status(), KILN_INTERNAL);
+  ck_assert_int_eq(kiln_wrap_error((kiln_status_t)-3, "outer"), KILN_INTERNAL);
+  ck_assert_str_eq(kiln_last_error(), "outer: odd");
+  kiln_clear_error();
+}
+END_TEST
+
 START_TEST(test_long_message_is_cut) {
   char big[5000];
   memset(big, 'x', sizeof big - 1);
@@ -138,6 +156,7 @@ static Suite *status_suite(void) {
   Suite *s = suite_create("status");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_names);
+  tcase_add_test(tc, test_public_set_and_wrap);
   tcase_add_test(tc, test_describe);
   tcase_add_test(tc, test_set_and_clear);
   tcase_add_test(tc, test_wrap);

@@ -124,6 +124,23 @@ kiln_status_t kiln_buffer_fill(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
                                uint32_t wait_count, kiln_event_t *const *wait_events,
                                kiln_event_t **out_event);
 
+/* ---- host staging memory -------------------------------------------------
+ * Host memory that `device` transfers from and to at full speed and, for
+ * non-blocking writes and reads, truly in the background: page-locked memory
+ * on CUDA (cuMemHostAlloc), a mapped CL_MEM_ALLOC_HOST_PTR buffer on OpenCL,
+ * ordinary memory on the CPU backend. Page-locked memory is scarce: use it to
+ * stage transfers (a batch, a chunk), not to hold a whole data set. */
+
+/* Allocate `size` bytes (size 0 gives a valid, distinct pointer). The caller
+ * owns the memory and frees it with kiln_host_free on the same device, after
+ * the transfers that use it completed and before kiln_deinitialize.
+ * KILN_OUT_OF_MEMORY with the size when it cannot be had. Thread-safe; does
+ * not wait for queued work. */
+kiln_status_t kiln_host_allocate(kiln_device_t *device, size_t size, void **out_ptr);
+
+/* Free memory from kiln_host_allocate(device, ...). NULL is a no-op. */
+void kiln_host_free(kiln_device_t *device, void *ptr);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -67,6 +67,24 @@ kiln_status_t kiln_last_status(void);
 void kiln_clear_error(void);
 
 #if defined(__GNUC__)
+#define KILN_PRINTF_(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define KILN_PRINTF_(fmt, args)
+#endif
+
+/* Set the calling thread's message (printf-style, cut at 2047 bytes) and
+ * status, as kiln's own calls do, and return `status`. For libraries built on
+ * kiln's public API (libkiln-nn) and for applications, so that their errors
+ * reach the caller through the same kiln_last_error(). A status outside
+ * KILN_STATUS_MAP is recorded as KILN_INTERNAL. Never blocks. */
+kiln_status_t kiln_set_error(kiln_status_t status, const char *fmt, ...) KILN_PRINTF_(2, 3);
+
+/* Prefix the calling thread's message with "context: " (the context printf-
+ * style) and set its status; returns `status`. Use it to add what the caller
+ * was doing to the message of a kiln call that failed. Never blocks. */
+kiln_status_t kiln_wrap_error(kiln_status_t status, const char *fmt, ...) KILN_PRINTF_(2, 3);
+
+#if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif
 
