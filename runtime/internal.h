@@ -360,8 +360,10 @@ void kiln__tensor_view(const kiln_tensor_t *tensor, kiln_view_t *out_view);
 /* Validate ndim/shape and compute numel and bytes without overflow. */
 kiln_status_t kiln__shape_check(const char *call, int ndim, const int64_t *shape, kiln_dtype_t dtype,
                                 int64_t *out_numel, size_t *out_bytes);
-/* Free the calling thread's cache of tensor structs (on deinitialize). */
+/* Free the calling thread's cache of tensor structs (on deinitialize); how
+ * many it holds (tests). */
 void kiln__tensor_cache_drop(void);
+int kiln__tensor_cache_count(void);
 
 /* ---- dispatch.c ----------------------------------------------------------------- */
 

@@ -45,6 +45,8 @@ static void tensor_cache_exit(void *unused) {
 
 void kiln__tensor_cache_drop(void) { tensor_cache_exit(NULL); }
 
+int kiln__tensor_cache_count(void) { return tensor_cached; }
+
 static void tensor_cache_key_create(void) {
   tensor_cache_key_ok = pthread_key_create(&tensor_cache_key, tensor_cache_exit) == 0;
 }

@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "common.h"
+#include "runtime/internal.h"
 
 static kiln_device_t *kt_cpu(void) {
   kiln_device_t *device = NULL;
@@ -536,6 +537,23 @@ START_TEST(test_dtype_helpers) {
 }
 END_TEST
 
+/* kiln_deinitialize leaves nothing of kiln's allocated on the calling thread:
+ * its cache of recycled tensor structs went unfreed (1,920 bytes still
+ * reachable after two start/stop rounds under valgrind). */
+START_TEST(test_deinitialize_frees_everything) {
+  for (int round = 0; round < 2; round++) {
+    kiln_device_t *cpu = NULL;
+    KT_OK(kiln_device_find("cpu:0", &cpu));
+    kiln_tensor_t *t[40];
+    for (int i = 0; i < 40; i++) KT_OK(kiln_tensor_zeros(cpu, KILN_F32, 1, (const int64_t[]){4}, &t[i]));
+    for (int i = 0; i < 40; i++) kiln_tensor_release(t[i]);
+    ck_assert_int_gt(kiln__tensor_cache_count(), 0);
+    kiln_deinitialize();
+    ck_assert_int_eq(kiln__tensor_cache_count(), 0);
+  }
+}
+END_TEST
+
 int main(void) {
   kt_private_cache_dir();
   setenv("KILN_BACKEND", "cpu", 1);
@@ -554,6 +572,7 @@ int main(void) {
   tcase_add_test(tc, test_reductions);
   tcase_add_test(tc, test_nn_ops);
   tcase_add_test(tc, test_dtype_helpers);
+  tcase_add_test(tc, test_deinitialize_frees_everything);
   suite_add_tcase(s, tc);
   return kt_run_suite(s);
 }
