@@ -80,7 +80,11 @@ typedef struct kiln_backend_event_t kiln_backend_event_t;
   X(FILL, fill) X(ARANGE, arange) X(RANDOM, random) X(COPY, copy) X(UNARY, unary)           \
   X(BINARY, binary) X(BINARY_SCALAR, binary_scalar) X(MATMUL, matmul) X(REDUCE, reduce)      \
   X(SOFTMAX, softmax) X(CROSS_ENTROPY, cross_entropy) X(CONV2D, conv2d)                      \
-  X(MAX_POOL2D, max_pool2d) X(CAST, cast)
+  X(MAX_POOL2D, max_pool2d) X(CAST, cast) X(UNARY_BACKWARD, unary_backward)                 \
+  X(SOFTMAX_BACKWARD, softmax_backward) X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward)     \
+  X(CONV2D_BACKWARD_INPUT, conv2d_backward_input) X(CONV2D_BACKWARD_WEIGHT, conv2d_backward_weight) \
+  X(MAX_POOL2D_BACKWARD, max_pool2d_backward) X(ACCUMULATE, accumulate) X(SGD_UPDATE, sgd_update) \
+  X(ADAM_UPDATE, adam_update)
 typedef enum kiln_op_kind_t {
 #define KILN_OP_KIND_ENUM_(NAME, name) KILN_OP_##NAME,
   KILN_OP_KINDS(KILN_OP_KIND_ENUM_)
@@ -96,9 +100,20 @@ static inline bool kiln_backend_op_is_elementwise(kiln_op_kind_t kind) {
   case KILN_OP_CAST:
   case KILN_OP_UNARY:
   case KILN_OP_BINARY:
-  case KILN_OP_BINARY_SCALAR: return true;
+  case KILN_OP_BINARY_SCALAR:
+  case KILN_OP_UNARY_BACKWARD:
+  case KILN_OP_ACCUMULATE:
+  case KILN_OP_SGD_UPDATE:
+  case KILN_OP_ADAM_UPDATE: return true;
   default: return false;
   }
+}
+
+/* The update kinds write into existing tensors: `out` is read and written
+ * (and SGD's momentum in[1], Adam's m in[1] and v in[2] too), and every
+ * operand is contiguous, so they always come `flat`. */
+static inline bool kiln_backend_op_is_update(kiln_op_kind_t kind) {
+  return kind == KILN_OP_ACCUMULATE || kind == KILN_OP_SGD_UPDATE || kind == KILN_OP_ADAM_UPDATE;
 }
 
 typedef enum kiln_reduce_op_t {
@@ -159,7 +174,9 @@ typedef struct kiln_op_t {
     /* COPY: in[0] of out's dtype. CAST: in[0] of the other dtype (f32 <->
      * i32): f32 -> i32 truncates toward zero with NaN -> 0 and saturation,
      * i32 -> f32 rounds to nearest even. */
-    struct { kiln_unary_op_t op; } unary;        /* in[0] of out's dtype */
+    /* UNARY: in[0] of out's dtype. UNARY_BACKWARD (f32): in[0] x, in[1] dy;
+     * out = dy * f'(x), the derivative formula of kernels/ops.def. */
+    struct { kiln_unary_op_t op; } unary;
     struct {                                     /* BINARY: in[0], in[1] of out's dtype.
                                                   * BINARY_SCALAR: in[0] (op) scalar. */
       kiln_binary_op_t op;
@@ -181,17 +198,48 @@ typedef struct kiln_op_t {
       kiln_reduce_op_t op;
       int64_t outer, len, inner;
     } reduce;
-    struct { int64_t rows, cols; bool log; } softmax; /* in[0] contiguous [rows, cols], over cols */
-    struct { int64_t n, c; } cross_entropy; /* in[0] f32 [n, c], in[1] i32 [n]; out 0-d f32 mean loss */
-    struct {  /* in[0] x [n,c,h,w], in[1] w [k,c,r,s], in[2] bias [k] when has_bias; out [n,k,p,q] */
+    /* SOFTMAX: in[0] contiguous [rows, cols], over cols. SOFTMAX_BACKWARD:
+     * in[0] the forward's result y, in[1] dy, both [rows, cols]; out dx:
+     * softmax dx = y * (dy - sum(dy * y)), log dx = dy - exp(y) * sum(dy). */
+    struct { int64_t rows, cols; bool log; } softmax;
+    /* CROSS_ENTROPY: in[0] f32 [n, c], in[1] i32 [n]; out 0-d f32 mean loss.
+     * CROSS_ENTROPY_BACKWARD: the same inputs, and in[2] a one-element f32
+     * dloss when n_in is 3; out [n, c] = (softmax(in[0]) - onehot(in[1])) / n
+     * (* dloss); a label outside [0, c) makes its row NaN. */
+    struct { int64_t n, c; } cross_entropy;
+    /* The sizes of one convolution (x [n,c,h,w], w [k,c,r,s], y [n,k,p,q])
+     * for all three kinds: CONV2D: in[0] x, in[1] w, in[2] bias [k] when
+     * has_bias; out y. CONV2D_BACKWARD_INPUT: in[0] dy [n,k,p,q], in[1] w;
+     * out dx [n,c,h,w]. CONV2D_BACKWARD_WEIGHT: in[0] x, in[1] dy; out dw
+     * [k,c,r,s]. has_bias is false for the backward kinds. */
+    struct {
       int64_t n, c, h, w, k, r, s, p, q;
       int32_t stride[2], pad[2], dil[2];
       bool has_bias;
     } conv2d;
-    struct {  /* in[0] x [n,c,h,w]; out [n,c,p,q]; padded cells never win */
+    /* MAX_POOL2D: in[0] x [n,c,h,w]; out [n,c,p,q]; padded cells never win.
+     * MAX_POOL2D_BACKWARD: in[0] x, in[1] dy [n,c,p,q]; out dx [n,c,h,w]:
+     * each window's dy goes to its first maximum in row-major order (NaN
+     * wins, as in the forward), summed where windows overlap. */
+    struct {
       int64_t n, c, h, w, p, q;
       int32_t kernel[2], stride[2], pad[2];
     } pooling;
+    /* The update kinds (f32, flat; see kiln_backend_op_is_update):
+     * ACCUMULATE: out += alpha * in[0].
+     * SGD_UPDATE: in[0] grad, in[1] momentum buffer when n_in is 2:
+     *   g = grad + weight_decay * out; buf = momentum * buf + (1 - dampening) * g
+     *   (buf = g when n_in is 1); out -= lr * (nesterov ? g + momentum * buf : buf).
+     * ADAM_UPDATE: in[0] grad, in[1] m, in[2] v: g = grad + weight_decay * out;
+     *   m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
+     *   out -= lr * (m / bias1) / (sqrt(v / bias2) + eps), bias1 and bias2 the
+     *   corrections 1 - beta^step the core computed. */
+    struct {
+      float alpha;
+      float lr, momentum, dampening, weight_decay;
+      bool nesterov;
+      float beta1, beta2, eps, bias1, bias2;
+    } update;
   } u;
 } kiln_op_t;
 

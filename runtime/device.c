@@ -330,6 +330,29 @@ const char *kiln_device_providers(const kiln_device_t *device, const char *op) {
   return device->providers_text[kind];
 }
 
+kiln_status_t kiln_device_memory_stats(const kiln_device_t *device, kiln_memory_stats_t *out_stats) {
+  kiln_status_t status = device_check_arg("kiln_device_memory_stats", device);
+  if (status != KILN_OK) return status;
+  if (!out_stats) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_device_memory_stats: out_stats is NULL");
+  kiln__pool_t *pool = (kiln__pool_t *)&device->pool;
+  pthread_mutex_lock(&pool->lock);
+  out_stats->in_use_bytes = pool->live_bytes;
+  out_stats->pooled_bytes = pool->pooled_bytes;
+  out_stats->peak_bytes = pool->peak_bytes;
+  out_stats->allocations = pool->allocations;
+  pthread_mutex_unlock(&pool->lock);
+  return KILN_OK;
+}
+
+kiln_status_t kiln_device_memory_reset_peak(kiln_device_t *device) {
+  kiln_status_t status = device_check_arg("kiln_device_memory_reset_peak", device);
+  if (status != KILN_OK) return status;
+  pthread_mutex_lock(&device->pool.lock);
+  device->pool.peak_bytes = device->pool.live_bytes;
+  pthread_mutex_unlock(&device->pool.lock);
+  return KILN_OK;
+}
+
 const char *kiln_device_type_name(kiln_device_type_t type) {
   switch (type) {
     case KILN_DEVICE_CPU: return "cpu";

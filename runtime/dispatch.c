@@ -356,6 +356,33 @@ static kiln_status_t run_row(kiln_queue_t *queue, kiln_op_t *op, int row, const 
 
 /* ---- the one path ------------------------------------------------------------------ */
 
+/* Complete the op for its output view, choose and run the row, tag the
+ * buffers. `out` is the tensor behind op->out. */
+static kiln_status_t op_run(kiln_queue_t *queue, kiln_op_t *op, kiln_tensor_t *out, const kiln_tensor_t *const *inputs) {
+  kiln_device_t *device = queue->device;
+  kiln__tensor_view(out, &op->out);
+  op->flat = false;
+  if (kiln_backend_op_is_elementwise(op->kind)) merge_dims(op);
+  int row = 0;
+  const char *why = NULL, *provider = NULL;
+  kiln_status_t status = choose(queue, op, &row, &why);
+  if (status == KILN_OK) status = run_row(queue, op, row, &provider);
+  if (status != KILN_OK) return status;
+  last_provider = provider;
+  kiln__buffer_touch(out->buffer, queue);
+  for (int i = 0; i < op->n_in; i++)
+    if (inputs && inputs[i]) kiln__buffer_touch(inputs[i]->buffer, queue);
+  if (kiln__log_enabled(KILN_LOG_DEBUG)) {
+    char signature[160];
+    op_signature(op, false, signature, sizeof signature);
+    kiln_policy_t policy = (kiln_policy_t)atomic_load_explicit(&kiln__rt.policy, memory_order_relaxed);
+    kiln__log(KILN_LOG_DEBUG, "%s %s [%s] on %s -> %s (%s%s)", kiln__op_kind_name(op->kind),
+              kiln_dtype_name(op_dtype(op)), signature, device->selector, provider, why ? why : "policy ",
+              why ? "" : kiln_policy_name(policy));
+  }
+  return KILN_OK;
+}
+
 kiln_status_t kiln__op_enqueue(const char *call, kiln_device_t *device, kiln_op_t *op, kiln_dtype_t dtype, int ndim,
                                const int64_t *shape, const kiln_tensor_t *const *inputs, kiln_tensor_t **out) {
   kiln_queue_t *queue = kiln_device_current_queue(device);
@@ -363,30 +390,20 @@ kiln_status_t kiln__op_enqueue(const char *call, kiln_device_t *device, kiln_op_
   kiln_status_t status = kiln__tensor_alloc(device, queue, dtype, ndim, shape, &t);
   if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
   if (kiln_tensor_numel(t) > 0) {
-    kiln__tensor_view(t, &op->out);
-    op->flat = false;
-    if (kiln_backend_op_is_elementwise(op->kind)) merge_dims(op);
-    int row = 0;
-    const char *why = NULL, *provider = NULL;
-    status = choose(queue, op, &row, &why);
-    if (status == KILN_OK) status = run_row(queue, op, row, &provider);
+    status = op_run(queue, op, t, inputs);
     if (status != KILN_OK) {
       kiln_tensor_release(t);
       return kiln__wrap_error(status, "%s", call);
     }
-    last_provider = provider;
-    kiln__buffer_touch(t->buffer, queue);
-    for (int i = 0; i < op->n_in; i++)
-      if (inputs && inputs[i]) kiln__buffer_touch(inputs[i]->buffer, queue);
-    if (kiln__log_enabled(KILN_LOG_DEBUG)) {
-      char signature[160];
-      op_signature(op, false, signature, sizeof signature);
-      kiln_policy_t policy = (kiln_policy_t)atomic_load_explicit(&kiln__rt.policy, memory_order_relaxed);
-      kiln__log(KILN_LOG_DEBUG, "%s %s [%s] on %s -> %s (%s%s)", kiln__op_kind_name(op->kind),
-                kiln_dtype_name(op_dtype(op)), signature, device->selector, provider, why ? why : "policy ",
-                why ? "" : kiln_policy_name(policy));
-    }
   }
   *out = t;
   return KILN_OK;
+}
+
+kiln_status_t kiln__op_enqueue_into(const char *call, kiln_op_t *op, kiln_tensor_t *target,
+                                    const kiln_tensor_t *const *inputs) {
+  if (kiln_tensor_numel(target) == 0) return KILN_OK;
+  kiln_queue_t *queue = kiln_device_current_queue(target->buffer->device);
+  kiln_status_t status = op_run(queue, op, target, inputs);
+  return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "%s", call);
 }

@@ -184,7 +184,8 @@ typedef struct kiln__pool_t {
   kiln__pool_block_t *free_lists[KILN__POOL_CLASSES]; /* by size class */
   size_t pooled_bytes;  /* held for reuse */
   size_t live_bytes;    /* in buffers in use */
-  size_t peak_bytes;    /* the most live_bytes has been */
+  size_t peak_bytes;    /* the most live_bytes has been (since start or a reset) */
+  uint64_t allocations; /* buffer_allocate calls that succeeded (pool misses) */
   size_t limit;         /* pooled bytes kept at most */
 } kiln__pool_t;
 
@@ -365,6 +366,26 @@ kiln_status_t kiln__shape_check(const char *call, int ndim, const int64_t *shape
 void kiln__tensor_cache_drop(void);
 int kiln__tensor_cache_count(void);
 
+/* ---- ops.c: the checks and layouts every operation shares ------------------------- */
+
+/* "[2, 3]" into out. */
+void kiln__shape_text(int ndim, const int64_t *shape, char *out, size_t size);
+/* `name` is not NULL (KILN_INVALID_ARGUMENT naming it otherwise). */
+kiln_status_t kiln__op_need(const char *call, const char *name, const kiln_tensor_t *t);
+kiln_status_t kiln__op_need_out(const char *call, kiln_tensor_t **out);
+/* a and b on one device (KILN_DEVICE_MISMATCH naming both and the fix). */
+kiln_status_t kiln__op_same_device(const char *call, const char *na, const kiln_tensor_t *a, const char *nb,
+                                   const kiln_tensor_t *b);
+/* t is f32 (or i32 when i32_ok); KILN_DTYPE_MISMATCH naming `what` otherwise. */
+kiln_status_t kiln__op_need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
+                                  bool i32_ok);
+/* A contiguous version of t: itself (retained) when it is. */
+kiln_status_t kiln__op_dense(const char *call, const kiln_tensor_t *t, kiln_tensor_t **out);
+/* View t as ndim dims of shape, stride 0 where it broadcasts (NumPy's rule). */
+void kiln__broadcast_view(const kiln_tensor_t *t, int ndim, const int64_t *shape, kiln_view_t *view);
+/* Output size of a window sweep; -1 when no window fits. */
+int64_t kiln__window_out(int64_t in, int64_t pad, int64_t dil, int64_t kernel, int64_t stride);
+
 /* ---- dispatch.c ----------------------------------------------------------------- */
 
 /* The one path of every operation after validation: allocate the result
@@ -376,6 +397,10 @@ int kiln__tensor_cache_count(void);
  * Messages are prefixed with `call`. */
 kiln_status_t kiln__op_enqueue(const char *call, kiln_device_t *device, kiln_op_t *op, kiln_dtype_t dtype, int ndim,
                                const int64_t *shape, const kiln_tensor_t *const *inputs, kiln_tensor_t **out);
+/* The same path for the update kinds: `target` (contiguous) is the op's out,
+ * read and written; nothing is allocated. */
+kiln_status_t kiln__op_enqueue_into(const char *call, kiln_op_t *op, kiln_tensor_t *target,
+                                    const kiln_tensor_t *const *inputs);
 /* A scalar in every dtype kernels use (the conversion rule of kiln_scalar_t). */
 kiln_scalar_t kiln__scalar(double value);
 

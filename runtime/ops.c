@@ -47,25 +47,25 @@ static const char *const binary_names[KILN_BINARY_COUNT_] = {
 
 /* ---- shared checks ---------------------------------------------------------------- */
 
-static void shape_text(int ndim, const int64_t *shape, char *out, size_t size) {
+void kiln__shape_text(int ndim, const int64_t *shape, char *out, size_t size) {
   size_t used = (size_t)snprintf(out, size, "[");
   for (int i = 0; i < ndim && used < size; i++)
     used += (size_t)snprintf(out + used, size - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
   if (used < size) snprintf(out + used, size - used, "]");
 }
 
-static kiln_status_t need(const char *call, const char *name, const kiln_tensor_t *t) {
+kiln_status_t kiln__op_need(const char *call, const char *name, const kiln_tensor_t *t) {
   if (!t)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s is NULL; pass a tensor from a kiln_tensor_* call", call, name);
   return KILN_OK;
 }
 
-static kiln_status_t need_out(const char *call, kiln_tensor_t **out) {
+kiln_status_t kiln__op_need_out(const char *call, kiln_tensor_t **out) {
   if (!out) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kiln_tensor_t *", call);
   return KILN_OK;
 }
 
-static kiln_status_t same_device(const char *call, const char *na, const kiln_tensor_t *a, const char *nb,
+kiln_status_t kiln__op_same_device(const char *call, const char *na, const kiln_tensor_t *a, const char *nb,
                                       const kiln_tensor_t *b) {
   kiln_device_t *da = a->buffer->device, *db = b->buffer->device;
   if (da == db) return KILN_OK;
@@ -75,7 +75,7 @@ static kiln_status_t same_device(const char *call, const char *na, const kiln_te
                          call, na, da->display_name, nb, db->display_name, nb, na, nb);
 }
 
-static kiln_status_t need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
+kiln_status_t kiln__op_need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
                                      bool i32_ok) {
   if (t->dtype == KILN_F32 || (i32_ok && t->dtype == KILN_I32)) return KILN_OK;
   return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: %s does not support dtype %s (%s); use %s", call, what,
@@ -83,7 +83,7 @@ static kiln_status_t need_dtype(const char *call, const char *what, const char *
 }
 
 /* A contiguous version of t (itself retained when it already is). */
-static kiln_status_t dense_of(const char *call, const kiln_tensor_t *t, kiln_tensor_t **out) {
+kiln_status_t kiln__op_dense(const char *call, const kiln_tensor_t *t, kiln_tensor_t **out) {
   kiln_status_t status = kiln_tensor_contiguous((kiln_tensor_t *)t, out);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "%s", call);
 }
@@ -93,13 +93,13 @@ static int64_t numel_of(int ndim, const int64_t *shape) { return kiln__numel(ndi
 /* ---- elementwise ----------------------------------------------------------------------- */
 
 static kiln_status_t unary(const char *call, kiln_unary_op_t uop, const kiln_tensor_t *a, kiln_tensor_t **out) {
-  kiln_status_t status = need(call, "a", a);
-  if (status == KILN_OK) status = need_out(call, out);
+  kiln_status_t status = kiln__op_need(call, "a", a);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
   if (status != KILN_OK) return status;
   if ((unsigned)uop >= KILN_UNARY_COUNT_)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: op %d is not a kiln_unary_op_t; use KILN_UNARY_NEG ... KILN_UNARY_TANH",
                            call, (int)uop);
-  status = need_dtype(call, unary_names[uop], "a", a, unary_i32[uop]);
+  status = kiln__op_need_dtype(call, unary_names[uop], "a", a, unary_i32[uop]);
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_UNARY;
@@ -111,7 +111,7 @@ static kiln_status_t unary(const char *call, kiln_unary_op_t uop, const kiln_ten
 }
 
 /* View `t` as `ndim` dims of `shape`, stride 0 where it broadcasts. */
-static void broadcast_view(const kiln_tensor_t *t, int ndim, const int64_t *shape, kiln_view_t *view) {
+void kiln__broadcast_view(const kiln_tensor_t *t, int ndim, const int64_t *shape, kiln_view_t *view) {
   kiln__tensor_view(t, view);
   int lead = ndim - t->ndim;
   for (int i = ndim - 1; i >= 0; i--) {
@@ -124,20 +124,20 @@ static void broadcast_view(const kiln_tensor_t *t, int ndim, const int64_t *shap
 
 static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_tensor_t *a, const kiln_tensor_t *b,
                                  kiln_tensor_t **out) {
-  kiln_status_t status = need(call, "a", a);
-  if (status == KILN_OK) status = need(call, "b", b);
-  if (status == KILN_OK) status = need_out(call, out);
+  kiln_status_t status = kiln__op_need(call, "a", a);
+  if (status == KILN_OK) status = kiln__op_need(call, "b", b);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
   if (status != KILN_OK) return status;
   if ((unsigned)bop >= KILN_BINARY_COUNT_)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "%s: op %d is not a kiln_binary_op_t; use KILN_BINARY_ADD ... KILN_BINARY_MINIMUM", call,
                            (int)bop);
-  status = same_device(call, "a", a, "b", b);
+  status = kiln__op_same_device(call, "a", a, "b", b);
   if (status != KILN_OK) return status;
   if (a->dtype != b->dtype)
     return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: a is %s but b is %s; convert one so both have one dtype", call,
                            kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
-  status = need_dtype(call, binary_names[bop], "a and b", a, binary_i32[bop]);
+  status = kiln__op_need_dtype(call, binary_names[bop], "a and b", a, binary_i32[bop]);
   if (status != KILN_OK) return status;
   int ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
   int64_t shape[KILN_MAX_DIMS];
@@ -146,8 +146,8 @@ static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_t
     int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
     if (sa != sb && sa != 1 && sb != 1) {
       char ta[128], tb[128];
-      shape_text(a->ndim, a->shape, ta, sizeof ta);
-      shape_text(b->ndim, b->shape, tb, sizeof tb);
+      kiln__shape_text(a->ndim, a->shape, ta, sizeof ta);
+      kiln__shape_text(b->ndim, b->shape, tb, sizeof tb);
       return kiln__set_error(KILN_SHAPE_MISMATCH,
                              "%s: shapes %s and %s do not broadcast (dimension %d: %lld vs %lld); sizes must match "
                              "or be 1",
@@ -160,22 +160,22 @@ static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_t
   op.n_in = 2;
   op.u.binary.op = bop;
   
-  broadcast_view(a, ndim, shape, &op.in[0]);
-  broadcast_view(b, ndim, shape, &op.in[1]);
+  kiln__broadcast_view(a, ndim, shape, &op.in[0]);
+  kiln__broadcast_view(b, ndim, shape, &op.in[1]);
   const kiln_tensor_t *inputs[2] = {a, b};
   return kiln__op_enqueue(call, a->buffer->device, &op, a->dtype, ndim, shape, inputs, out);
 }
 
 static kiln_status_t binary_scalar(const char *call, kiln_binary_op_t bop, const kiln_tensor_t *a, double scalar,
                                         kiln_tensor_t **out) {
-  kiln_status_t status = need(call, "a", a);
-  if (status == KILN_OK) status = need_out(call, out);
+  kiln_status_t status = kiln__op_need(call, "a", a);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
   if (status != KILN_OK) return status;
   if ((unsigned)bop >= KILN_BINARY_COUNT_)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "%s: op %d is not a kiln_binary_op_t; use KILN_BINARY_ADD ... KILN_BINARY_MINIMUM", call,
                            (int)bop);
-  status = need_dtype(call, binary_names[bop], "a", a, binary_i32[bop]);
+  status = kiln__op_need_dtype(call, binary_names[bop], "a", a, binary_i32[bop]);
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_BINARY_SCALAR;
@@ -222,8 +222,8 @@ KILN_BINARY_OPS(KILN_BINARY_DEF_)
 
 kiln_status_t kiln_tensor_cast(const kiln_tensor_t *a, kiln_dtype_t dtype, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_cast";
-  kiln_status_t status = need(call, "a", a);
-  if (status == KILN_OK) status = need_out(call, out);
+  kiln_status_t status = kiln__op_need(call, "a", a);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
   if (status != KILN_OK) return status;
   if (dtype != KILN_F32 && dtype != KILN_I32) {
     if (kiln_dtype_size(dtype) == 0)
@@ -232,7 +232,7 @@ kiln_status_t kiln_tensor_cast(const kiln_tensor_t *a, kiln_dtype_t dtype, kiln_
     return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: casting to %s is not supported yet; use KILN_F32 or KILN_I32",
                            call, kiln_dtype_name(dtype));
   }
-  status = need_dtype(call, "cast", "a", a, true);
+  status = kiln__op_need_dtype(call, "cast", "a", a, true);
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = a->dtype == dtype ? KILN_OP_COPY : KILN_OP_CAST;
@@ -266,7 +266,7 @@ static kiln_status_t mm_side(const char *call, const kiln_tensor_t *t, bool tran
     side->trans = !trans;
     side->ld = c <= 1 ? (r > 1 ? r : 1) : sc;
   } else {
-    kiln_status_t status = dense_of(call, t, &side->dense);
+    kiln_status_t status = kiln__op_dense(call, t, &side->dense);
     if (status != KILN_OK) return status;
     side->t = side->dense;
     side->ld = c > 1 ? c : 1;
@@ -279,12 +279,12 @@ static kiln_status_t mm_side(const char *call, const kiln_tensor_t *t, bool tran
 kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b, bool trans_a, bool trans_b,
                                  kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_matmul";
-  kiln_status_t status = need(call, "a", a);
-  if (status == KILN_OK) status = need(call, "b", b);
-  if (status == KILN_OK) status = need_out(call, out);
-  if (status == KILN_OK) status = same_device(call, "a", a, "b", b);
-  if (status == KILN_OK) status = need_dtype(call, "matmul", "a", a, false);
-  if (status == KILN_OK) status = need_dtype(call, "matmul", "b", b, false);
+  kiln_status_t status = kiln__op_need(call, "a", a);
+  if (status == KILN_OK) status = kiln__op_need(call, "b", b);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
+  if (status == KILN_OK) status = kiln__op_same_device(call, "a", a, "b", b);
+  if (status == KILN_OK) status = kiln__op_need_dtype(call, "matmul", "a", a, false);
+  if (status == KILN_OK) status = kiln__op_need_dtype(call, "matmul", "b", b, false);
   if (status != KILN_OK) return status;
   if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3)
     return kiln__set_error(KILN_SHAPE_MISMATCH,
@@ -297,8 +297,8 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
   int64_t k2 = trans_b ? bc : br, n = trans_b ? br : bc;
   char ta[128], tb[128];
   if (k != k2 || (a->ndim == 3 && b->ndim == 3 && ba != bb && ba != 1 && bb != 1)) {
-    shape_text(a->ndim, a->shape, ta, sizeof ta);
-    shape_text(b->ndim, b->shape, tb, sizeof tb);
+    kiln__shape_text(a->ndim, a->shape, ta, sizeof ta);
+    kiln__shape_text(b->ndim, b->shape, tb, sizeof tb);
     if (k != k2)
       return kiln__set_error(KILN_SHAPE_MISMATCH,
                              "%s: inner dimensions differ: op(a) is %lld x %lld and op(b) is %lld x %lld (a %s%s, b "
@@ -362,11 +362,11 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
 static kiln_status_t reduce(const char *call, kiln_reduce_op_t rop, const kiln_tensor_t *a, int axis, bool keepdim,
                                  kiln_tensor_t **out) {
   static const char *const names[] = {"sum", "mean", "max", "argmax", "norm"};
-  kiln_status_t status = need(call, "a", a);
-  if (status == KILN_OK) status = need_out(call, out);
+  kiln_status_t status = kiln__op_need(call, "a", a);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
   if (status != KILN_OK) return status;
   bool i32_ok = rop == KILN_REDUCE_SUM || rop == KILN_REDUCE_MAX || rop == KILN_REDUCE_ARGMAX;
-  status = need_dtype(call, names[rop], "a", a, i32_ok);
+  status = kiln__op_need_dtype(call, names[rop], "a", a, i32_ok);
   if (status != KILN_OK) return status;
   int n = a->ndim;
   bool all = axis == KILN_ALL_AXES || (n == 0 && (axis == 0 || axis == -1));
@@ -406,7 +406,7 @@ static kiln_status_t reduce(const char *call, kiln_reduce_op_t rop, const kiln_t
   op.u.reduce.inner = inner;
   if (numel_of(ndim, shape) == 0) return kiln__op_enqueue(call, a->buffer->device, &op, dtype, ndim, shape, NULL, out);
   kiln_tensor_t *dense = NULL;
-  status = dense_of(call, a, &dense);
+  status = kiln__op_dense(call, a, &dense);
   if (status != KILN_OK) return status;
   kiln__tensor_view(dense, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {dense};
@@ -435,9 +435,9 @@ kiln_status_t kiln_tensor_norm(const kiln_tensor_t *a, kiln_tensor_t **out) {
 /* ---- neural-network operations ------------------------------------------------------------------ */
 
 static kiln_status_t softmax(const char *call, bool log, const kiln_tensor_t *a, kiln_tensor_t **out) {
-  kiln_status_t status = need(call, "a", a);
-  if (status == KILN_OK) status = need_out(call, out);
-  if (status == KILN_OK) status = need_dtype(call, log ? "log_softmax" : "softmax", "a", a, false);
+  kiln_status_t status = kiln__op_need(call, "a", a);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
+  if (status == KILN_OK) status = kiln__op_need_dtype(call, log ? "log_softmax" : "softmax", "a", a, false);
   if (status != KILN_OK) return status;
   int64_t numel = numel_of(a->ndim, a->shape);
   int64_t cols = a->ndim ? a->shape[a->ndim - 1] : 1;
@@ -449,7 +449,7 @@ static kiln_status_t softmax(const char *call, bool log, const kiln_tensor_t *a,
   op.u.softmax.log = log;
   if (numel == 0) return kiln__op_enqueue(call, a->buffer->device, &op, KILN_F32, a->ndim, a->shape, NULL, out);
   kiln_tensor_t *dense = NULL;
-  status = dense_of(call, a, &dense);
+  status = kiln__op_dense(call, a, &dense);
   if (status != KILN_OK) return status;
   kiln__tensor_view(dense, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {dense};
@@ -468,18 +468,18 @@ kiln_status_t kiln_tensor_log_softmax(const kiln_tensor_t *a, kiln_tensor_t **ou
 
 kiln_status_t kiln_tensor_cross_entropy(const kiln_tensor_t *logits, const kiln_tensor_t *labels, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_cross_entropy";
-  kiln_status_t status = need(call, "logits", logits);
-  if (status == KILN_OK) status = need(call, "labels", labels);
-  if (status == KILN_OK) status = need_out(call, out);
-  if (status == KILN_OK) status = same_device(call, "logits", logits, "labels", labels);
+  kiln_status_t status = kiln__op_need(call, "logits", logits);
+  if (status == KILN_OK) status = kiln__op_need(call, "labels", labels);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
+  if (status == KILN_OK) status = kiln__op_same_device(call, "logits", logits, "labels", labels);
   if (status != KILN_OK) return status;
   if (logits->dtype != KILN_F32 || labels->dtype != KILN_I32)
     return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: logits are %s and labels %s; pass f32 logits and i32 labels", call,
                            kiln_dtype_name(logits->dtype), kiln_dtype_name(labels->dtype));
   if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0]) {
     char tl[128], tb[128];
-    shape_text(logits->ndim, logits->shape, tl, sizeof tl);
-    shape_text(labels->ndim, labels->shape, tb, sizeof tb);
+    kiln__shape_text(logits->ndim, logits->shape, tl, sizeof tl);
+    kiln__shape_text(labels->ndim, labels->shape, tb, sizeof tb);
     return kiln__set_error(KILN_SHAPE_MISMATCH, "%s: logits %s and labels %s; pass logits [N, C] and labels [N]", call,
                            tl, tb);
   }
@@ -487,8 +487,8 @@ kiln_status_t kiln_tensor_cross_entropy(const kiln_tensor_t *logits, const kiln_
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: logits have 0 classes for %lld samples; pass at least one class",
                            call, (long long)logits->shape[0]);
   kiln_tensor_t *dl = NULL, *db = NULL;
-  status = dense_of(call, logits, &dl);
-  if (status == KILN_OK) status = dense_of(call, labels, &db);
+  status = kiln__op_dense(call, logits, &dl);
+  if (status == KILN_OK) status = kiln__op_dense(call, labels, &db);
   if (status == KILN_OK) {
     kiln_op_t op;
     op.kind = KILN_OP_CROSS_ENTROPY;
@@ -512,7 +512,7 @@ kiln_conv2d_params_t kiln_conv2d_params_default(void) {
 
 /* Output size of a window sweep; -1 when no window fits (a window whose
  * dilated extent overflows fits nothing). */
-static int64_t window_out(int64_t in, int64_t pad, int64_t dil, int64_t kernel, int64_t stride) {
+int64_t kiln__window_out(int64_t in, int64_t pad, int64_t dil, int64_t kernel, int64_t stride) {
   int64_t reach, padded, span;
   if (__builtin_mul_overflow(dil, kernel - 1, &reach) || __builtin_add_overflow(in, 2 * pad, &padded) ||
       __builtin_sub_overflow(padded, reach + 1, &span))
@@ -523,14 +523,14 @@ static int64_t window_out(int64_t in, int64_t pad, int64_t dil, int64_t kernel, 
 kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *weight, const kiln_tensor_t *bias,
                                  const kiln_conv2d_params_t *params, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_conv2d";
-  kiln_status_t status = need(call, "x", x);
-  if (status == KILN_OK) status = need(call, "weight", weight);
-  if (status == KILN_OK) status = need_out(call, out);
-  if (status == KILN_OK) status = same_device(call, "x", x, "weight", weight);
-  if (status == KILN_OK && bias) status = same_device(call, "x", x, "bias", bias);
-  if (status == KILN_OK) status = need_dtype(call, "conv2d", "x", x, false);
-  if (status == KILN_OK) status = need_dtype(call, "conv2d", "weight", weight, false);
-  if (status == KILN_OK && bias) status = need_dtype(call, "conv2d", "bias", bias, false);
+  kiln_status_t status = kiln__op_need(call, "x", x);
+  if (status == KILN_OK) status = kiln__op_need(call, "weight", weight);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
+  if (status == KILN_OK) status = kiln__op_same_device(call, "x", x, "weight", weight);
+  if (status == KILN_OK && bias) status = kiln__op_same_device(call, "x", x, "bias", bias);
+  if (status == KILN_OK) status = kiln__op_need_dtype(call, "conv2d", "x", x, false);
+  if (status == KILN_OK) status = kiln__op_need_dtype(call, "conv2d", "weight", weight, false);
+  if (status == KILN_OK && bias) status = kiln__op_need_dtype(call, "conv2d", "bias", bias, false);
   if (status != KILN_OK) return status;
   kiln_conv2d_params_t p = params ? *params : kiln_conv2d_params_default();
   for (int i = 0; i < 2; i++)
@@ -540,8 +540,8 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
                              ">= 1 and paddings >= 0",
                              call, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1]);
   char tx[128], tw[128];
-  shape_text(x->ndim, x->shape, tx, sizeof tx);
-  shape_text(weight->ndim, weight->shape, tw, sizeof tw);
+  kiln__shape_text(x->ndim, x->shape, tx, sizeof tx);
+  kiln__shape_text(weight->ndim, weight->shape, tw, sizeof tw);
   if (x->ndim != 4 || weight->ndim != 4)
     return kiln__set_error(KILN_SHAPE_MISMATCH, "%s: x %s and weight %s; pass x [N, C, H, W] and weight [K, C, R, S]",
                            call, tx, tw);
@@ -554,8 +554,8 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
   if (bias && (bias->ndim != 1 || bias->shape[0] != weight->shape[0]))
     return kiln__set_error(KILN_SHAPE_MISMATCH, "%s: bias must be [%lld] (one per output channel of weight %s)", call,
                            (long long)weight->shape[0], tw);
-  int64_t P = window_out(x->shape[2], p.padding[0], p.dilation[0], weight->shape[2], p.stride[0]);
-  int64_t Q = window_out(x->shape[3], p.padding[1], p.dilation[1], weight->shape[3], p.stride[1]);
+  int64_t P = kiln__window_out(x->shape[2], p.padding[0], p.dilation[0], weight->shape[2], p.stride[0]);
+  int64_t Q = kiln__window_out(x->shape[3], p.padding[1], p.dilation[1], weight->shape[3], p.stride[1]);
   if (P < 1 || Q < 1)
     return kiln__set_error(KILN_SHAPE_MISMATCH,
                            "%s: the %lldx%lld window (dilation %dx%d) does not fit x %s with padding %dx%d: the output "
@@ -583,9 +583,9 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
   op.u.conv2d.has_bias = bias != NULL;
   if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, NULL, out);
   kiln_tensor_t *dx = NULL, *dw = NULL, *dbias = NULL;
-  status = dense_of(call, x, &dx);
-  if (status == KILN_OK) status = dense_of(call, weight, &dw);
-  if (status == KILN_OK && bias) status = dense_of(call, bias, &dbias);
+  status = kiln__op_dense(call, x, &dx);
+  if (status == KILN_OK) status = kiln__op_dense(call, weight, &dw);
+  if (status == KILN_OK && bias) status = kiln__op_dense(call, bias, &dbias);
   if (status == KILN_OK) {
     kiln__tensor_view(dx, &op.in[0]);
     kiln__tensor_view(dw, &op.in[1]);
@@ -601,9 +601,9 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
 
 kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_params_t *params, kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_max_pool2d";
-  kiln_status_t status = need(call, "x", x);
-  if (status == KILN_OK) status = need_out(call, out);
-  if (status == KILN_OK) status = need_dtype(call, "max_pool2d", "x", x, false);
+  kiln_status_t status = kiln__op_need(call, "x", x);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
+  if (status == KILN_OK) status = kiln__op_need_dtype(call, "max_pool2d", "x", x, false);
   if (status != KILN_OK) return status;
   if (!params)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: params is NULL; pass the kernel size (and stride, padding)", call);
@@ -618,11 +618,11 @@ kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_p
                              params->padding[0], params->padding[1]);
   }
   char tx[128];
-  shape_text(x->ndim, x->shape, tx, sizeof tx);
+  kiln__shape_text(x->ndim, x->shape, tx, sizeof tx);
   if (x->ndim != 4)
     return kiln__set_error(KILN_SHAPE_MISMATCH, "%s: x %s; pass x [N, C, H, W]", call, tx);
-  int64_t P = window_out(x->shape[2], p.padding[0], 1, p.kernel[0], p.stride[0]);
-  int64_t Q = window_out(x->shape[3], p.padding[1], 1, p.kernel[1], p.stride[1]);
+  int64_t P = kiln__window_out(x->shape[2], p.padding[0], 1, p.kernel[0], p.stride[0]);
+  int64_t Q = kiln__window_out(x->shape[3], p.padding[1], 1, p.kernel[1], p.stride[1]);
   if (P < 1 || Q < 1)
     return kiln__set_error(KILN_SHAPE_MISMATCH,
                            "%s: the %dx%d window does not fit x %s with padding %dx%d; use a smaller kernel", call,
@@ -644,7 +644,7 @@ kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_p
   }
   if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, NULL, out);
   kiln_tensor_t *dx = NULL;
-  status = dense_of(call, x, &dx);
+  status = kiln__op_dense(call, x, &dx);
   if (status != KILN_OK) return status;
   kiln__tensor_view(dx, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {dx};

@@ -171,6 +171,7 @@ kiln_status_t kiln__pool_take(kiln_device_t *device, uint64_t queue_id, size_t s
     block->capacity = capacity;
     pthread_mutex_lock(&pool->lock);
     live_add(pool, capacity);
+    pool->allocations++;
     pthread_mutex_unlock(&pool->lock);
   }
   block->next = NULL;

@@ -116,6 +116,19 @@ kiln_status_t kiln_device_property(const kiln_device_t *device, size_t i, const 
  * ("matmul", "conv2d", "add" ...). NULL for an unknown op name. */
 const char *kiln_device_providers(const kiln_device_t *device, const char *op);
 
+/* Memory of a device as kiln uses it. */
+typedef struct kiln_memory_stats_t {
+  uint64_t in_use_bytes;  /* in buffers alive now (rounded up to the pool's size classes) */
+  uint64_t pooled_bytes;  /* freed, kept for reuse */
+  uint64_t peak_bytes;    /* the most in_use_bytes has been since start (or the last reset) */
+  uint64_t allocations;   /* allocations from the device itself so far (not served by the pool) */
+} kiln_memory_stats_t;
+
+/* The device's memory statistics now; never blocks. */
+kiln_status_t kiln_device_memory_stats(const kiln_device_t *device, kiln_memory_stats_t *out_stats);
+/* Start peak_bytes afresh from in_use_bytes. */
+kiln_status_t kiln_device_memory_reset_peak(kiln_device_t *device);
+
 /* The operation names KILN_PROVIDER and kiln_device_providers take, by index
  * from 0: every kind ("fill", ..., "matmul", "conv2d", ...), then each unary
  * and binary op ("neg", ..., "add", ...), which share their kind's providers;

@@ -42,7 +42,7 @@ size_t kiln_dtype_size(kiln_dtype_t dtype);
 #define KILN_UNARY_OPS(X) \
   X(NEG, neg) X(ABS, abs) X(EXP, exp) X(LOG, log) X(SQRT, sqrt) X(RELU, relu) X(SIGMOID, sigmoid) X(TANH, tanh)
 #define KILN_BINARY_OPS(X) \
-  X(ADD, add) X(SUB, sub) X(MUL, mul) X(DIV, div) X(MAXIMUM, maximum) X(MINIMUM, minimum)
+  X(ADD, add) X(SUB, sub) X(MUL, mul) X(DIV, div) X(MAXIMUM, maximum) X(MINIMUM, minimum) X(EQ, eq)
 
 typedef enum kiln_unary_op_t {
 #define KILN_UNARY_ENUM_(NAME, name) KILN_UNARY_##NAME,
@@ -152,7 +152,9 @@ kiln_status_t kiln_tensor_contiguous(kiln_tensor_t *tensor, kiln_tensor_t **out)
  * KILN_DTYPE_MISMATCH). */
 kiln_status_t kiln_tensor_unary(kiln_unary_op_t op, const kiln_tensor_t *a, kiln_tensor_t **out);
 /* Binary ops with NumPy broadcasting; both operands of one dtype. i32 division
- * truncates toward zero, and x / 0 is 0 for i32. */
+ * truncates toward zero, and x / 0 is 0 for i32. eq is 1 where a == b and 0
+ * elsewhere, in the operands' dtype (NaN equals nothing): with kiln_tensor_sum
+ * it counts matches, as an accuracy needs. */
 kiln_status_t kiln_tensor_binary(kiln_binary_op_t op, const kiln_tensor_t *a, const kiln_tensor_t *b,
                                  kiln_tensor_t **out);
 /* a (op) scalar, the scalar converted to a's dtype. */
@@ -235,6 +237,100 @@ typedef struct kiln_pool2d_params_t {
 /* Max pooling over [N,C,H,W] f32; result [N,C,P,Q] as for conv2d. */
 kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_params_t *params,
                                      kiln_tensor_t **out);
+
+/* ---- training: gradients ------------------------------------------------
+ * The backward operations a reverse-mode tape needs, each the gradient of one
+ * forward operation above. `dy` is the gradient of the loss with respect to
+ * the forward result; the result is the gradient with respect to one input,
+ * a new tensor like every other result. All f32; same rules as above. */
+
+/* dy * f'(x) for the unary op (x its forward input; the derivatives are
+ * written next to the formulas in kernels/ops.def). x and dy of one shape;
+ * relu'(0) = 0, abs'(0) = 0. */
+kiln_status_t kiln_tensor_unary_backward(kiln_unary_op_t op, const kiln_tensor_t *x, const kiln_tensor_t *dy,
+                                         kiln_tensor_t **out_dx);
+
+/* The sum of `a` over the axes along which `shape` (ndim dims) broadcasts to
+ * a's shape, NumPy's rule read backwards: the gradient of a broadcast operand
+ * of a binary op. Result of `shape`. KILN_SHAPE_MISMATCH when shape does not
+ * broadcast to a's. f32 and i32. */
+kiln_status_t kiln_tensor_sum_to(const kiln_tensor_t *a, int ndim, const int64_t *shape, kiln_tensor_t **out);
+/* `a` broadcast to `shape` (NumPy's rule) as a new contiguous tensor: a
+ * reduced gradient spread back. f32 and i32. */
+kiln_status_t kiln_tensor_broadcast_to(const kiln_tensor_t *a, int ndim, const int64_t *shape, kiln_tensor_t **out);
+
+/* softmax / log_softmax backward along the last axis, from the forward's
+ * result y: softmax: dx = y * (dy - sum(dy * y)); log_softmax:
+ * dx = dy - exp(y) * sum(dy). y and dy of one shape. */
+kiln_status_t kiln_tensor_softmax_backward(const kiln_tensor_t *y, const kiln_tensor_t *dy, bool log,
+                                           kiln_tensor_t **out_dx);
+/* The gradient of kiln_tensor_cross_entropy (the mean over N) with respect to
+ * the logits: (softmax(logits) - onehot(labels)) / N, times dloss when dloss
+ * is given (a one-element f32 tensor on the same device; NULL means 1). A
+ * label outside [0, C) gives a row of NaN. */
+kiln_status_t kiln_tensor_cross_entropy_backward(const kiln_tensor_t *logits, const kiln_tensor_t *labels,
+                                                 const kiln_tensor_t *dloss, kiln_tensor_t **out_dlogits);
+
+/* conv2d's gradients, for the forward kiln_tensor_conv2d(x, weight, bias,
+ * params) whose result had the shape of dy [N,K,P,Q]:
+ * - input: dx [N,C,H,W] from dy and weight; x_shape gives N,C,H,W (P and Q
+ *   must be what the forward made of them);
+ * - weight: dw [K,C,R,S] from x and dy; w_shape gives K,C,R,S;
+ * - bias: db [K], the sum of dy over N, P and Q.
+ * params NULL means the defaults. KILN_SHAPE_MISMATCH when the shapes do not
+ * belong to one forward convolution. */
+kiln_status_t kiln_tensor_conv2d_backward_input(const kiln_tensor_t *dy, const kiln_tensor_t *weight,
+                                                const int64_t x_shape[4], const kiln_conv2d_params_t *params,
+                                                kiln_tensor_t **out_dx);
+kiln_status_t kiln_tensor_conv2d_backward_weight(const kiln_tensor_t *x, const kiln_tensor_t *dy,
+                                                 const int64_t w_shape[4], const kiln_conv2d_params_t *params,
+                                                 kiln_tensor_t **out_dw);
+kiln_status_t kiln_tensor_conv2d_backward_bias(const kiln_tensor_t *dy, kiln_tensor_t **out_db);
+
+/* max_pool2d's gradient: dy [N,C,P,Q] routed to the element of x that won
+ * each window (the first maximum in row-major order, as PyTorch does),
+ * summed where windows overlap; dx has x's shape. */
+kiln_status_t kiln_tensor_max_pool2d_backward(const kiln_tensor_t *x, const kiln_tensor_t *dy,
+                                              const kiln_pool2d_params_t *params, kiln_tensor_t **out_dx);
+
+/* ---- training: updates in place ----------------------------------------
+ * These write into existing tensors instead of returning new ones: they
+ * allocate nothing, and are enqueued on the tensors' device's current queue
+ * in order with everything else (later reads see the update). Every tensor
+ * involved is f32, contiguous, of one shape and on one device; the updated
+ * ones must not be views sharing memory with another operand. One fused
+ * kernel per call. */
+
+/* a += alpha * b (gradient accumulation: alpha 1). */
+kiln_status_t kiln_tensor_accumulate(kiln_tensor_t *a, double alpha, const kiln_tensor_t *b);
+
+typedef struct kiln_sgd_params_t {
+  double lr;           /* > 0 */
+  double momentum;     /* >= 0; 0 needs no buffer */
+  double dampening;    /* in [0, 1] */
+  double weight_decay; /* >= 0: g += weight_decay * param (L2) */
+  bool nesterov;       /* needs momentum > 0 and dampening 0 */
+} kiln_sgd_params_t;
+
+/* SGD as PyTorch's torch.optim.SGD, with a momentum buffer that starts at
+ * zero: g = grad + wd * param; buf = momentum * buf + (1 - dampening) * g;
+ * param -= lr * (nesterov ? g + momentum * buf : buf) (buf = g without
+ * momentum). momentum_buf may be NULL only when momentum is 0. */
+kiln_status_t kiln_tensor_sgd_update(kiln_tensor_t *param, const kiln_tensor_t *grad, kiln_tensor_t *momentum_buf,
+                                     const kiln_sgd_params_t *params);
+
+typedef struct kiln_adam_params_t {
+  double lr;           /* > 0 */
+  double beta1, beta2; /* in [0, 1) */
+  double eps;          /* > 0 */
+  double weight_decay; /* >= 0: g += weight_decay * param (L2, as torch.optim.Adam) */
+} kiln_adam_params_t;
+
+/* Adam as torch.optim.Adam: m and v start at zero; `step` counts updates
+ * from 1 (the bias corrections 1 - beta^step). m = b1 m + (1 - b1) g;
+ * v = b2 v + (1 - b2) g^2; param -= lr * (m / c1) / (sqrt(v / c2) + eps). */
+kiln_status_t kiln_tensor_adam_update(kiln_tensor_t *param, const kiln_tensor_t *grad, kiln_tensor_t *m,
+                                      kiln_tensor_t *v, int64_t step, const kiln_adam_params_t *params);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop
