@@ -426,6 +426,22 @@ typedef struct kiln_backend_iface_t {
    * libraries' loaded), for devinfo's backend line; storage owned by the
    * context. [version] */
   const char *(*version_text)(kiln_backend_context_t *ctx);
+
+  /* (O) DLPack: where a device's memory lives as DLPack names it (a
+   * DLDeviceType code: 1 kDLCPU, 2 kDLCUDA, 4 kDLOpenCL, ...) and the
+   * device_id. [no DLPack exchange] */
+  void (*dlpack_device)(kiln_backend_context_t *ctx, kiln_backend_device_t *device, int32_t *out_type,
+                        int32_t *out_id);
+  /* (O) The native handle of a buffer's memory as DLPack carries it: the host
+   * address (kDLCPU), the CUdeviceptr (kDLCUDA), the cl_mem (kDLOpenCL); NULL
+   * for an empty buffer. [no DLPack export] */
+  void *(*buffer_handle)(kiln_backend_context_t *ctx, kiln_backend_buffer_t *buffer);
+  /* (O) A buffer over memory the backend did not allocate (a DLPack import):
+   * `handle` as buffer_handle gives it, `size` bytes. buffer_free releases
+   * the record (and any reference taken), never the memory itself. [no DLPack
+   * import] */
+  kiln_status_t (*buffer_wrap)(kiln_backend_context_t *ctx, kiln_backend_device_t *device, void *handle, size_t size,
+                               kiln_backend_buffer_t **out_buffer);
 } kiln_backend_iface_t;
 
 /* ---- backends compiled into libkiln ------------------------------------------ */

@@ -26,8 +26,46 @@ static kiln_status_t buffer_make(kiln_device_t *device, uint64_t reuse_queue, si
   buffer->capacity = block->capacity;
   atomic_init(&buffer->last_queue, 0);
   atomic_init(&buffer->multi_queue, false);
+  buffer->release = NULL;
+  buffer->owner = NULL;
+  buffer->read_only = false;
   *out_buffer = buffer;
   return KILN_OK;
+}
+
+kiln_status_t kiln__buffer_wrap(kiln_device_t *device, void *handle, size_t size, void (*release)(void *owner),
+                                void *owner, kiln_buffer_t **out_buffer) {
+  if (!device->iface->buffer_wrap)
+    return kiln__set_error(KILN_UNSUPPORTED, "the %s backend cannot use memory it did not allocate (no DLPack import)",
+                           device->iface->name);
+  /* A block outside the pool, so that the buffer object has its usual home. */
+  kiln__pool_block_t *block = calloc(1, sizeof *block);
+  if (!block) return kiln__set_error(KILN_OUT_OF_MEMORY, "cannot allocate a buffer object for %s", device->display_name);
+  kiln_status_t status = device->iface->buffer_wrap(device->ctx, device->impl, handle, size, &block->impl);
+  if (status != KILN_OK) {
+    free(block);
+    return kiln__wrap_error(status, "using %zu bytes of imported memory on %s", size, device->display_name);
+  }
+  block->capacity = size;
+  kiln_buffer_t *buffer = &block->buffer;
+  atomic_init(&buffer->refs, 1);
+  buffer->device = device;
+  buffer->impl = block->impl;
+  buffer->size = size;
+  buffer->capacity = size;
+  atomic_init(&buffer->last_queue, 0);
+  atomic_init(&buffer->multi_queue, false);
+  buffer->release = release;
+  buffer->owner = owner;
+  buffer->read_only = false;
+  *out_buffer = buffer;
+  return KILN_OK;
+}
+
+kiln_status_t kiln__buffer_settle(kiln_buffer_t *buffer) {
+  uint64_t queue_id = atomic_load_explicit(&buffer->last_queue, memory_order_relaxed);
+  if (queue_id == 0) return KILN_OK;
+  return kiln__device_finish_all(buffer->device);
 }
 
 kiln_status_t kiln__buffer_create(kiln_device_t *device, kiln_queue_t *queue, size_t size,
@@ -44,6 +82,15 @@ kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_
  * the queue whose order covers the work still using it. */
 static void buffer_destroy(kiln_buffer_t *buffer) {
   kiln_device_t *device = buffer->device;
+  if (buffer->release) {
+    /* Imported memory goes back to its owner once no work uses it. */
+    if (atomic_load_explicit(&buffer->last_queue, memory_order_relaxed)) kiln__device_finish_all(device);
+    kiln__pool_block_t *block = block_of(buffer);
+    device->iface->buffer_free(device->ctx, device->impl, block->impl);
+    buffer->release(buffer->owner);
+    free(block);
+    return;
+  }
   uint64_t queue_id = atomic_load_explicit(&buffer->last_queue, memory_order_relaxed);
   if (atomic_load_explicit(&buffer->multi_queue, memory_order_relaxed)) {
     /* No single queue's order covers it: wait for them all (rare). */

@@ -107,6 +107,9 @@ typedef struct kiln__config_t {
  * KILN_INVALID_ARGUMENT with a message quoting the bad value and the grammar. */
 kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out);
 void kiln__config_free(kiln__config_t *config);
+/* At warn: every KILN_* variable of the environment that kiln does not read
+ * (a misspelling such as KILN_DEVICES), with the closest name it reads. */
+void kiln__config_warn_unknown(void);
 /* "matmul=blas,conv2d=native" -> overrides[] of provider ids; op names are
  * KILN_OP_KINDS names plus every unary/binary op name (mapped to
  * UNARY/BINARY); provider names must be known (kiln__provider_find). */
@@ -135,6 +138,9 @@ typedef struct kiln__selector_t {
 /* Parse "opencl:gpu;!cuda:1". KILN_INVALID_ARGUMENT naming the bad term and
  * showing the grammar. */
 kiln_status_t kiln__selector_parse(const char *text, kiln__selector_t *out);
+/* The same, and every backend a term names must be one of `known`, names
+ * joined by ',' ("cuda,opencl,cpu"; NULL accepts any): KILN_DEVICE's check. */
+kiln_status_t kiln__selector_parse_known(const char *text, const char *known, kiln__selector_t *out);
 /* Whether a device (backend name, type, backend index) passes the selector:
  * discards always win; a selector of only discards accepts the rest. */
 bool kiln__selector_accepts(const kiln__selector_t *selector, const char *backend, kiln_device_type_t type,
@@ -161,6 +167,11 @@ struct kiln_buffer_t {
   size_t capacity;              /* the pool block's size */
   _Atomic uint64_t last_queue;  /* id of the last queue that used it */
   atomic_bool multi_queue;      /* used by more than one queue */
+  /* Memory of another framework (a DLPack import): not pooled; when the last
+   * reference goes, the backend's record is freed and release(owner) runs. */
+  void (*release)(void *owner);
+  void *owner;
+  bool read_only; /* imported read-only: updates refuse to write it */
 };
 
 /* pool.c: a device's memory pool. Blocks are tagged with the queue they were
@@ -321,6 +332,13 @@ kiln_status_t kiln__buffer_create(kiln_device_t *device, kiln_queue_t *queue, si
 /* A buffer from idle pool blocks only (no pending work of any queue), so the
  * caller may use it on any queue: kiln_buffer_create and kiln_tensor_empty. */
 kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_buffer_t **out_buffer);
+/* A buffer over memory kiln did not allocate: `handle` as the backend's
+ * buffer_handle gives it, `size` bytes; release(owner) runs once kiln is done
+ * with it (after the work that uses it). */
+kiln_status_t kiln__buffer_wrap(kiln_device_t *device, void *handle, size_t size, void (*release)(void *owner),
+                                void *owner, kiln_buffer_t **out_buffer);
+/* Wait for the work enqueued so far that uses the buffer. */
+kiln_status_t kiln__buffer_settle(kiln_buffer_t *buffer);
 /* Note that `queue` enqueued work on the buffer (cheap; for the pool's tags). */
 static inline void kiln__buffer_touch(kiln_buffer_t *buffer, const kiln_queue_t *queue) {
   uint64_t prev = atomic_exchange_explicit(&buffer->last_queue, queue->id, memory_order_relaxed);
@@ -356,6 +374,10 @@ void kiln__queue_forget_thread(void);
  * queue may use it, so only idle memory will do). */
 kiln_status_t kiln__tensor_alloc(kiln_device_t *device, kiln_queue_t *queue, kiln_dtype_t dtype, int ndim,
                                  const int64_t *shape, kiln_tensor_t **out);
+/* A tensor over `buffer` (retained) from element `offset`, with these shape
+ * and strides (in elements), which the caller checked fit the buffer. */
+kiln_status_t kiln__tensor_over(kiln_buffer_t *buffer, size_t offset, kiln_dtype_t dtype, int ndim,
+                                const int64_t *shape, const int64_t *strides, kiln_tensor_t **out);
 /* Fill a kiln_view_t from a tensor. */
 void kiln__tensor_view(const kiln_tensor_t *tensor, kiln_view_t *out_view);
 /* Validate ndim/shape and compute numel and bytes without overflow. */

@@ -191,6 +191,24 @@ void kiln__tensor_view(const kiln_tensor_t *tensor, kiln_view_t *out_view) {
   }
 }
 
+kiln_status_t kiln__tensor_over(kiln_buffer_t *buffer, size_t offset, kiln_dtype_t dtype, int ndim,
+                                const int64_t *shape, const int64_t *strides, kiln_tensor_t **out) {
+  kiln_tensor_t *t = tensor_struct();
+  if (!t)
+    return kiln__set_error(KILN_OUT_OF_MEMORY, "cannot allocate a tensor object (%zu bytes of host memory)", sizeof *t);
+  atomic_init(&t->refs, 1);
+  t->buffer = kiln_buffer_retain(buffer);
+  t->offset = offset;
+  t->dtype = dtype;
+  t->ndim = ndim;
+  for (int i = 0; i < ndim; i++) {
+    t->shape[i] = shape[i];
+    t->strides[i] = strides[i];
+  }
+  *out = t;
+  return KILN_OK;
+}
+
 /* A view sharing tensor's buffer. */
 static kiln_status_t view_new(const kiln_tensor_t *tensor, int ndim, const int64_t *shape,
                                           const int64_t *strides, size_t offset, kiln_tensor_t **out) {

@@ -11,7 +11,7 @@ KILN_PACKAGES=(
   build-essential meson ninja-build pkg-config check libopenblas-dev
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd oclgrind libclblast-dev
   clinfo python3 valgrind
-  zlib1g-dev libjson-c-dev dataset-fashion-mnist
+  zlib1g-dev libjson-c-dev dataset-fashion-mnist libdlpack-dev
 )
 
 kiln_section() {

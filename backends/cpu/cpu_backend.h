@@ -34,9 +34,10 @@ struct kiln_backend_device_t {
 };
 
 struct kiln_backend_buffer_t {
-  void *data; /* 64-byte aligned, never NULL (even for size 0) */
+  void *data; /* 64-byte aligned, never NULL (even for size 0); any address when wrapped */
   size_t size;
   kiln_backend_device_t *device;
+  bool wrapped; /* memory of a DLPack producer: never freed here */
 };
 
 /* A marker in a queue; done once the worker reached it. Shared by the queue

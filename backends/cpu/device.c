@@ -289,17 +289,43 @@ static kiln_status_t cpu_buffer_allocate(kiln_backend_context_t *ctx, kiln_backe
   buffer->data = data;
   buffer->size = size;
   buffer->device = device;
+  buffer->wrapped = false;
   *out_buffer = buffer;
   return KILN_OK;
 }
 
 static void cpu_buffer_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_backend_buffer_t *buffer) {
   if (!buffer) return;
-  free(buffer->data);
+  if (!buffer->wrapped) free(buffer->data);
   free(buffer);
 }
 
 static void *cpu_buffer_host_pointer(kiln_backend_context_t *ctx, kiln_backend_buffer_t *buffer) { return buffer->data; }
+
+/* ---- DLPack: host memory, kDLCPU device 0 ------------------------------------------ */
+
+static void cpu_dlpack_device(kiln_backend_context_t *ctx, kiln_backend_device_t *device, int32_t *out_type,
+                              int32_t *out_id) {
+  *out_type = 1; /* kDLCPU */
+  *out_id = 0;
+}
+
+static void *cpu_buffer_handle(kiln_backend_context_t *ctx, kiln_backend_buffer_t *buffer) {
+  return buffer->size ? buffer->data : NULL;
+}
+
+static kiln_status_t cpu_buffer_wrap(kiln_backend_context_t *ctx, kiln_backend_device_t *device, void *handle,
+                                     size_t size, kiln_backend_buffer_t **out_buffer) {
+  kiln_backend_buffer_t *buffer = malloc(sizeof *buffer);
+  if (!buffer) return ctx->host.set_error(KILN_OUT_OF_MEMORY, "cannot allocate a buffer record on cpu:%zu", device->index);
+  static char empty[64];
+  buffer->data = handle ? handle : empty;
+  buffer->size = size;
+  buffer->device = device;
+  buffer->wrapped = true;
+  *out_buffer = buffer;
+  return KILN_OK;
+}
 
 /* ---- the table ------------------------------------------------------------------------ */
 
@@ -330,6 +356,9 @@ static const kiln_backend_iface_t cpu_iface = {
     .buffer_copy = kiln_cpu_buffer_copy,
     .buffer_fill = kiln_cpu_buffer_fill,
     .ops = kiln_cpu_ops,
+    .dlpack_device = cpu_dlpack_device,
+    .buffer_handle = cpu_buffer_handle,
+    .buffer_wrap = cpu_buffer_wrap,
 };
 
 const kiln_backend_iface_t *kiln_cpu_backend_entry(void) { return &cpu_iface; }

@@ -546,6 +546,9 @@ static const kiln_backend_iface_t opencl_iface = {
   .buffer_copy = kiln_cl_buffer_copy,
   .buffer_fill = kiln_cl_buffer_fill,
   .ops = kiln_cl_ops,
+  .dlpack_device = kiln_cl_dlpack_device,
+  .buffer_handle = kiln_cl_buffer_handle,
+  .buffer_wrap = kiln_cl_buffer_wrap,
 };
 
 KILN_PLUGIN_EXPORT const kiln_backend_iface_t *kiln_backend_entry(void);

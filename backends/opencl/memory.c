@@ -58,6 +58,55 @@ void kiln_cl_buffer_free(kiln_backend_context_t *ctx, kiln_backend_device_t *dev
   free(buffer);
 }
 
+/* ---- DLPack ---------------------------------------------------------------------- */
+
+void kiln_cl_dlpack_device(kiln_backend_context_t *ctx, kiln_backend_device_t *device, int32_t *out_type,
+                           int32_t *out_id) {
+  *out_type = 4; /* kDLOpenCL */
+  *out_id = (int32_t)device->index;
+}
+
+void *kiln_cl_buffer_handle(kiln_backend_context_t *ctx, kiln_backend_buffer_t *buffer) { return buffer->mem; }
+
+/* A cl_mem of another framework: it must belong to this device's context
+ * and hold `size` bytes; kiln holds its own reference while it uses it. */
+kiln_status_t kiln_cl_buffer_wrap(kiln_backend_context_t *ctx, kiln_backend_device_t *device, void *handle, size_t size,
+                                  kiln_backend_buffer_t **out_buffer) {
+  cl_mem mem = handle;
+  if (mem) {
+    cl_context context = NULL;
+    size_t mem_size = 0;
+    kiln_status_t status =
+        kiln_cl_check(ctx, clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof context, &context, NULL),
+                      "clGetMemObjectInfo(CL_MEM_CONTEXT) of an imported cl_mem for opencl:%zu", device->index);
+    if (status == KILN_OK)
+      status = kiln_cl_check(ctx, clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof mem_size, &mem_size, NULL),
+                             "clGetMemObjectInfo(CL_MEM_SIZE) of an imported cl_mem for opencl:%zu", device->index);
+    if (status != KILN_OK) return status;
+    if (context != device->context)
+      return kiln_cl_error(ctx, KILN_DEVICE_MISMATCH,
+                           "the imported cl_mem belongs to another OpenCL context than kiln's for opencl:%zu (%s); "
+                           "export it from a buffer of that device's context, or copy it",
+                           device->index, device->desc.name);
+    if (mem_size < size)
+      return kiln_cl_error(ctx, KILN_INVALID_ARGUMENT,
+                           "the imported cl_mem holds %zu bytes but the tensor needs %zu; pass a tensor within its "
+                           "memory",
+                           mem_size, size);
+  }
+  kiln_backend_buffer_t *buffer = calloc(1, sizeof *buffer);
+  if (!buffer) return kiln_cl_error(ctx, KILN_OUT_OF_MEMORY, "out of host memory for an OpenCL buffer record");
+  if (mem && clRetainMemObject(mem) != CL_SUCCESS) {
+    free(buffer);
+    return kiln_cl_error(ctx, KILN_INVALID_ARGUMENT, "clRetainMemObject failed on an imported cl_mem");
+  }
+  buffer->device = device;
+  buffer->mem = mem;
+  buffer->size = size;
+  *out_buffer = buffer;
+  return KILN_OK;
+}
+
 kiln_status_t kiln_cl_scratch_create(kiln_backend_device_t *device, size_t size, cl_mem *out_mem) {
   return create_mem(device, size ? size : 1, CL_MEM_READ_WRITE, "scratch memory", out_mem);
 }

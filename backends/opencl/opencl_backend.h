@@ -122,7 +122,7 @@ struct kiln_backend_device_t {
 
 struct kiln_backend_buffer_t {
   kiln_backend_device_t *device;
-  cl_mem mem;  /* NULL for size 0 */
+  cl_mem mem;  /* NULL for size 0; retained when wrapped (a DLPack import) */
   size_t size;
 };
 
@@ -284,6 +284,12 @@ void kiln_cl_debug_unregister(kiln_backend_context_t *ctx);
 kiln_status_t kiln_cl_buffer_allocate(kiln_backend_context_t *ctx, kiln_backend_device_t *device, size_t size,
                                       kiln_backend_buffer_t **out_buffer);
 void kiln_cl_buffer_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_backend_buffer_t *buffer);
+/* DLPack: kDLOpenCL with kiln's index of the device; the cl_mem as handle. */
+void kiln_cl_dlpack_device(kiln_backend_context_t *ctx, kiln_backend_device_t *device, int32_t *out_type,
+                           int32_t *out_id);
+void *kiln_cl_buffer_handle(kiln_backend_context_t *ctx, kiln_backend_buffer_t *buffer);
+kiln_status_t kiln_cl_buffer_wrap(kiln_backend_context_t *ctx, kiln_backend_device_t *device, void *handle, size_t size,
+                                  kiln_backend_buffer_t **out_buffer);
 kiln_status_t kiln_cl_host_allocate(kiln_backend_context_t *ctx, kiln_backend_device_t *device, size_t size,
                                     void **out_ptr);
 void kiln_cl_host_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device, void *ptr);

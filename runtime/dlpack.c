@@ -1,0 +1,243 @@
+/* runtime/dlpack.c: DLPack export and import of kiln tensors (0.x DLManagedTensor and 1.x DLManagedTensorVersioned), without copies. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/dlpack.h"
+#include "runtime/internal.h"
+
+/* The two managed forms differ only around the DLTensor, so one record holds
+ * either, with room for the shape and strides the DLTensor points to. */
+typedef struct export_t {
+  union {
+    DLManagedTensor legacy;
+    DLManagedTensorVersioned versioned;
+  } managed;
+  kiln_tensor_t *tensor; /* retained until the deleter runs */
+  int64_t shape[KILN_MAX_DIMS];
+  int64_t strides[KILN_MAX_DIMS];
+} export_t;
+
+static void export_free(export_t *e) {
+  kiln_tensor_release(e->tensor);
+  free(e);
+}
+
+static void legacy_deleter(DLManagedTensor *self) {
+  if (self) export_free(self->manager_ctx);
+}
+
+static void versioned_deleter(DLManagedTensorVersioned *self) {
+  if (self) export_free(self->manager_ctx);
+}
+
+static kiln_status_t dlpack_device_of(const char *call, const kiln_device_t *device, DLDevice *out) {
+  if (!device->iface->dlpack_device)
+    return kiln__set_error(KILN_UNSUPPORTED,
+                           "%s: the %s backend of %s has no DLPack exchange; copy the tensor to the CPU first "
+                           "(kiln_tensor_to)",
+                           call, device->iface->name, device->display_name);
+  int32_t type = 0, id = 0;
+  device->iface->dlpack_device(device->ctx, device->impl, &type, &id);
+  out->device_type = (DLDeviceType)type;
+  out->device_id = id;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_device_dlpack(const kiln_device_t *device, DLDevice *out_device) {
+  static const char call[] = "kiln_device_dlpack";
+  kiln_status_t status = kiln__ensure();
+  if (status != KILN_OK) return status;
+  if (!device || !out_device)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s is NULL", call, !device ? "device" : "out_device");
+  return dlpack_device_of(call, device, out_device);
+}
+
+/* Fill the DLTensor of an export of `tensor` (retained into e). */
+static kiln_status_t export_fill(const char *call, kiln_tensor_t *tensor, export_t *e, DLTensor *t) {
+  kiln_device_t *device = tensor->buffer->device;
+  if (tensor->dtype != KILN_F32 && tensor->dtype != KILN_I32)
+    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: dtype %s cannot be exported yet; cast to f32 or i32 first", call,
+                           kiln_dtype_name(tensor->dtype));
+  kiln_status_t status = dlpack_device_of(call, device, &t->device);
+  if (status != KILN_OK) return status;
+  if (!device->iface->buffer_handle)
+    return kiln__set_error(KILN_UNSUPPORTED, "%s: the %s backend cannot hand out its memory", call,
+                           device->iface->name);
+  /* The consumer may read at once: the work that writes the tensor first. */
+  status = kiln__buffer_settle(tensor->buffer);
+  if (status != KILN_OK) return kiln__wrap_error(status, "%s: finishing the work on the tensor", call);
+  t->data = device->iface->buffer_handle(device->ctx, tensor->buffer->impl);
+  t->ndim = tensor->ndim;
+  t->dtype.code = tensor->dtype == KILN_F32 ? kDLFloat : kDLInt;
+  t->dtype.bits = 32;
+  t->dtype.lanes = 1;
+  for (int i = 0; i < tensor->ndim; i++) {
+    e->shape[i] = tensor->shape[i];
+    e->strides[i] = tensor->strides[i];
+  }
+  t->shape = e->shape;
+  t->strides = e->strides;
+  t->byte_offset = (uint64_t)kiln_tensor_offset_bytes(tensor);
+  e->tensor = kiln_tensor_retain(tensor);
+  return KILN_OK;
+}
+
+kiln_status_t kiln_tensor_to_dlpack(kiln_tensor_t *tensor, DLManagedTensor **out_managed) {
+  static const char call[] = "kiln_tensor_to_dlpack";
+  if (!tensor || !out_managed)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s is NULL", call, !tensor ? "tensor" : "out_managed");
+  export_t *e = calloc(1, sizeof *e);
+  if (!e) return kiln__set_error(KILN_OUT_OF_MEMORY, "%s: cannot allocate the DLPack record", call);
+  kiln_status_t status = export_fill(call, tensor, e, &e->managed.legacy.dl_tensor);
+  if (status != KILN_OK) {
+    free(e);
+    return status;
+  }
+  e->managed.legacy.manager_ctx = e;
+  e->managed.legacy.deleter = legacy_deleter;
+  *out_managed = &e->managed.legacy;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_tensor_to_dlpack_versioned(kiln_tensor_t *tensor, DLManagedTensorVersioned **out_managed) {
+  static const char call[] = "kiln_tensor_to_dlpack_versioned";
+  if (!tensor || !out_managed)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s is NULL", call, !tensor ? "tensor" : "out_managed");
+  export_t *e = calloc(1, sizeof *e);
+  if (!e) return kiln__set_error(KILN_OUT_OF_MEMORY, "%s: cannot allocate the DLPack record", call);
+  kiln_status_t status = export_fill(call, tensor, e, &e->managed.versioned.dl_tensor);
+  if (status != KILN_OK) {
+    free(e);
+    return status;
+  }
+  e->managed.versioned.version.major = KILN_DLPACK_MAJOR;
+  e->managed.versioned.version.minor = KILN_DLPACK_MINOR;
+  e->managed.versioned.manager_ctx = e;
+  e->managed.versioned.deleter = versioned_deleter;
+  e->managed.versioned.flags = 0;
+  *out_managed = &e->managed.versioned;
+  return KILN_OK;
+}
+
+/* ---- import -------------------------------------------------------------------------- */
+
+/* The kiln device DLPack names: the first visible device whose backend says
+ * it is that (type, id). Pinned CUDA host memory is host memory. */
+static kiln_status_t find_device(const char *call, DLDevice want, kiln_device_t **out) {
+  if (want.device_type == kDLCUDAHost) want.device_type = kDLCPU, want.device_id = 0;
+  for (size_t i = 0; i < kiln__rt.device_count; i++) {
+    kiln_device_t *d = kiln__rt.devices[i];
+    if (!d->iface->dlpack_device) continue;
+    int32_t type = 0, id = 0;
+    d->iface->dlpack_device(d->ctx, d->impl, &type, &id);
+    if (type == (int32_t)want.device_type && id == want.device_id) {
+      *out = d;
+      return KILN_OK;
+    }
+  }
+  return kiln__set_error(KILN_NOT_FOUND,
+                         "%s: the DLPack tensor lives on device type %d, id %d, which no visible kiln device is "
+                         "(kiln has kDLCPU for its CPU backend, kDLCUDA for CUDA, kDLOpenCL for OpenCL; devinfo lists "
+                         "what is visible); copy it to host memory first",
+                         call, (int)want.device_type, (int)want.device_id);
+}
+
+typedef struct import_t {
+  void (*release)(void *managed);
+  void *managed;
+} import_t;
+
+static void release_legacy(void *p) {
+  DLManagedTensor *m = p;
+  if (m->deleter) m->deleter(m);
+}
+
+static void release_versioned(void *p) {
+  DLManagedTensorVersioned *m = p;
+  if (m->deleter) m->deleter(m);
+}
+
+static kiln_status_t import_tensor(const char *call, const DLTensor *t, void (*release)(void *), void *managed,
+                                   bool read_only, kiln_tensor_t **out) {
+  kiln_status_t status = kiln__ensure();
+  if (status != KILN_OK) return status;
+  if (t->ndim < 0 || t->ndim > KILN_MAX_DIMS)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: ndim %d is outside [0, %d]", call, t->ndim, KILN_MAX_DIMS);
+  if (t->ndim > 0 && !t->shape) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: shape is NULL for ndim %d", call, t->ndim);
+  kiln_dtype_t dtype;
+  if (t->dtype.code == kDLFloat && t->dtype.bits == 32 && t->dtype.lanes == 1) dtype = KILN_F32;
+  else if (t->dtype.code == kDLInt && t->dtype.bits == 32 && t->dtype.lanes == 1) dtype = KILN_I32;
+  else
+    return kiln__set_error(KILN_DTYPE_MISMATCH,
+                           "%s: DLPack dtype (code %u, %u bits, %u lanes) is not one kiln has; kiln takes float32 "
+                           "(code 2, 32 bits) and int32 (code 0, 32 bits), one lane: convert before exchanging",
+                           call, t->dtype.code, t->dtype.bits, t->dtype.lanes);
+  if (t->byte_offset % 4 != 0)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "%s: byte_offset %llu is not a whole number of 4-byte elements; kiln cannot view it",
+                           call, (unsigned long long)t->byte_offset);
+  int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+  int64_t numel = 1, span = 1; /* elements the view reaches, from its first */
+  for (int i = 0; i < t->ndim; i++) shape[i] = t->shape[i];
+  status = kiln__shape_check(call, t->ndim, shape, dtype, &numel, NULL);
+  if (status != KILN_OK) return status;
+  int64_t expected = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    strides[i] = t->strides ? t->strides[i] : expected;
+    expected = kiln__mul_sat(expected, shape[i] > 0 ? shape[i] : 1);
+    if (strides[i] < 0)
+      return kiln__set_error(KILN_INVALID_ARGUMENT,
+                             "%s: stride %lld of dimension %d is negative; kiln views need strides >= 0 (make the array "
+                             "contiguous first)",
+                             call, (long long)strides[i], i);
+    if (numel > 0) span = kiln__mul_sat(strides[i], shape[i] - 1) > INT64_MAX - span
+                              ? INT64_MAX
+                              : span + kiln__mul_sat(strides[i], shape[i] - 1);
+  }
+  if (numel == 0) span = 0;
+  const uint64_t first = t->byte_offset / 4;
+  if (span == INT64_MAX || (uint64_t)span > (SIZE_MAX / 4) - first)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: the strides reach past any memory; kiln cannot view it", call);
+  kiln_device_t *device = NULL;
+  status = find_device(call, t->device, &device);
+  if (status != KILN_OK) return status;
+  if (!t->data && span > 0)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: data is NULL for a tensor of %lld elements", call, (long long)numel);
+  kiln_tensor_t *tensor = NULL;
+  /* The buffer covers the memory from data to the last element viewed. */
+  const size_t bytes = (size_t)(first + (uint64_t)span) * 4;
+  kiln_buffer_t *buffer = NULL;
+  status = kiln__buffer_wrap(device, t->data, bytes, release, managed, &buffer);
+  if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
+  buffer->read_only = read_only;
+  status = kiln__tensor_over(buffer, (size_t)first, dtype, t->ndim, shape, strides, &tensor);
+  if (status != KILN_OK) {
+    /* The caller keeps the DLPack tensor: this record must not release it. */
+    buffer->release = NULL;
+    kiln_buffer_release(buffer);
+    return kiln__wrap_error(status, "%s", call);
+  }
+  kiln_buffer_release(buffer); /* the tensor holds it now */
+  *out = tensor;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_tensor_from_dlpack(DLManagedTensor *managed, kiln_tensor_t **out) {
+  static const char call[] = "kiln_tensor_from_dlpack";
+  if (!managed || !out)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s is NULL", call, !managed ? "managed" : "out");
+  return import_tensor(call, &managed->dl_tensor, release_legacy, managed, false, out);
+}
+
+kiln_status_t kiln_tensor_from_dlpack_versioned(DLManagedTensorVersioned *managed, kiln_tensor_t **out) {
+  static const char call[] = "kiln_tensor_from_dlpack_versioned";
+  if (!managed || !out)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s is NULL", call, !managed ? "managed" : "out");
+  if (managed->version.major != KILN_DLPACK_MAJOR)
+    return kiln__set_error(KILN_UNSUPPORTED,
+                           "%s: the tensor speaks DLPack %u.%u; kiln reads major version %u (ask the producer for "
+                           "that, or for the unversioned form)",
+                           call, managed->version.major, managed->version.minor, KILN_DLPACK_MAJOR);
+  return import_tensor(call, &managed->dl_tensor, release_versioned, managed,
+                       (managed->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, out);
+}

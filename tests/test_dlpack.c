@@ -1,0 +1,310 @@
+/* tests/test_dlpack.c: DLPack export and import: fields, zero copies in both directions, ownership and deleters, refusals. */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "common.h"
+#include "kiln/dlpack.h"
+
+static kiln_device_t *kt_cpu(void) {
+  kiln_device_t *d = NULL;
+  KT_OK(kiln_device_find("cpu:0", &d));
+  return d;
+}
+
+/* ---- a producer of our own, over malloc'ed memory -------------------------------- */
+
+static atomic_int kt_deleted;
+
+typedef struct kt_owned_t {
+  DLManagedTensor managed;
+  DLManagedTensorVersioned versioned;
+  float *data;
+  int64_t shape[3], strides[3];
+} kt_owned_t;
+
+static void kt_deleter(DLManagedTensor *self) {
+  kt_owned_t *o = self->manager_ctx;
+  atomic_fetch_add(&kt_deleted, 1);
+  free(o->data);
+  free(o);
+}
+
+static void kt_deleter_versioned(DLManagedTensorVersioned *self) {
+  kt_owned_t *o = self->manager_ctx;
+  atomic_fetch_add(&kt_deleted, 1);
+  free(o->data);
+  free(o);
+}
+
+/* A [rows, cols] f32 array holding 0, 1, 2, ... */
+static kt_owned_t *kt_owned(int64_t rows, int64_t cols) {
+  kt_owned_t *o = calloc(1, sizeof *o);
+  ck_assert_ptr_nonnull(o);
+  o->data = malloc(sizeof(float) * (size_t)(rows * cols));
+  ck_assert_ptr_nonnull(o->data);
+  for (int64_t i = 0; i < rows * cols; i++) o->data[i] = (float)i;
+  o->shape[0] = rows;
+  o->shape[1] = cols;
+  DLTensor t = {0};
+  t.data = o->data;
+  t.device.device_type = kDLCPU;
+  t.device.device_id = 0;
+  t.ndim = 2;
+  t.dtype.code = kDLFloat;
+  t.dtype.bits = 32;
+  t.dtype.lanes = 1;
+  t.shape = o->shape;
+  t.strides = NULL;
+  t.byte_offset = 0;
+  o->managed.dl_tensor = t;
+  o->managed.manager_ctx = o;
+  o->managed.deleter = kt_deleter;
+  o->versioned.version.major = 1;
+  o->versioned.version.minor = 0;
+  o->versioned.dl_tensor = t;
+  o->versioned.manager_ctx = o;
+  o->versioned.deleter = kt_deleter_versioned;
+  return o;
+}
+
+/* ---- export ----------------------------------------------------------------------- */
+
+START_TEST(test_export_fields_and_sharing) {
+  kiln_device_t *cpu = kt_cpu();
+  float values[6] = {1, 2, 3, 4, 5, 6};
+  kiln_tensor_t *a = NULL, *t = NULL;
+  KT_OK(kiln_tensor_from_host(cpu, KILN_F32, 2, (const int64_t[]){2, 3}, values, &a));
+  KT_OK(kiln_tensor_transpose(a, 0, 1, &t)); /* [3, 2], strides (1, 3) */
+  DLManagedTensor *m = NULL;
+  KT_OK(kiln_tensor_to_dlpack(t, &m));
+  const DLTensor *d = &m->dl_tensor;
+  ck_assert_int_eq(d->device.device_type, kDLCPU);
+  ck_assert_int_eq(d->device.device_id, 0);
+  ck_assert_int_eq(d->ndim, 2);
+  ck_assert_int_eq(d->dtype.code, kDLFloat);
+  ck_assert_int_eq(d->dtype.bits, 32);
+  ck_assert_int_eq(d->dtype.lanes, 1);
+  ck_assert_int_eq(d->shape[0], 3);
+  ck_assert_int_eq(d->shape[1], 2);
+  ck_assert_int_eq(d->strides[0], 1);
+  ck_assert_int_eq(d->strides[1], 3);
+  const float *data = (const float *)((const char *)d->data + d->byte_offset);
+  ck_assert_float_eq(data[0 * 1 + 1 * 3], 4.0f); /* t[0][1] = a[1][0] */
+  /* No copy: a write through the export is what kiln reads next. */
+  ((float *)data)[2] = 30.0f; /* a[0][2] */
+  float back[6];
+  KT_OK(kiln_tensor_read(a, back, sizeof back));
+  ck_assert_float_eq(back[2], 30.0f);
+  /* The export holds the tensor: released here, its memory stays valid. */
+  kiln_tensor_release(t);
+  kiln_tensor_release(a);
+  ck_assert_float_eq(data[0], 1.0f);
+  m->deleter(m);
+
+  /* The versioned form carries 1.0 and no flags. */
+  KT_OK(kiln_tensor_from_host(cpu, KILN_I32, 1, (const int64_t[]){2}, (const int32_t[]){7, 8}, &a));
+  DLManagedTensorVersioned *v = NULL;
+  KT_OK(kiln_tensor_to_dlpack_versioned(a, &v));
+  ck_assert_uint_eq(v->version.major, 1);
+  ck_assert_uint_eq(v->version.minor, 0);
+  ck_assert_uint_eq(v->flags, 0);
+  ck_assert_int_eq(v->dl_tensor.dtype.code, kDLInt);
+  ck_assert_int_eq(((const int32_t *)v->dl_tensor.data)[1], 8);
+  kiln_tensor_release(a);
+  v->deleter(v);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* The export waits for the work that writes the tensor: the consumer reads
+ * the result, not the memory before it. */
+START_TEST(test_export_waits_for_work) {
+  kiln_device_t *cpu = kt_cpu();
+  kiln_tensor_t *a = NULL, *b = NULL;
+  KT_OK(kiln_tensor_ones(cpu, KILN_F32, 1, (const int64_t[]){1 << 20}, &a));
+  KT_OK(kiln_tensor_mul_scalar(a, 3.0, &b));
+  DLManagedTensor *m = NULL;
+  KT_OK(kiln_tensor_to_dlpack(b, &m));
+  const float *data = (const float *)((const char *)m->dl_tensor.data + m->dl_tensor.byte_offset);
+  ck_assert_float_eq(data[0], 3.0f);
+  ck_assert_float_eq(data[(1 << 20) - 1], 3.0f);
+  m->deleter(m);
+  kiln_tensor_release(a);
+  kiln_tensor_release(b);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* ---- import ------------------------------------------------------------------------ */
+
+START_TEST(test_import_zero_copy_and_ownership) {
+  kt_cpu();
+  atomic_store(&kt_deleted, 0);
+  kt_owned_t *o = kt_owned(3, 4);
+  float *memory = o->data;
+  kiln_tensor_t *t = NULL;
+  KT_OK(kiln_tensor_from_dlpack(&o->managed, &t));
+  ck_assert_int_eq(kiln_tensor_ndim(t), 2);
+  ck_assert_int_eq(kiln_tensor_shape(t)[1], 4);
+  /* kiln computes on the producer's memory... */
+  kiln_tensor_t *sum = NULL;
+  KT_OK(kiln_tensor_sum(t, KILN_ALL_AXES, false, &sum));
+  double total = 0;
+  KT_OK(kiln_tensor_item(sum, &total));
+  ck_assert_double_eq(total, 66.0);
+  /* ...and an update writes into it, seen by the producer: no copy. */
+  kiln_tensor_t *ones = NULL;
+  KT_OK(kiln_tensor_ones(kt_cpu(), KILN_F32, 2, (const int64_t[]){3, 4}, &ones));
+  KT_OK(kiln_tensor_accumulate(t, 10.0, ones));
+  float host[12];
+  KT_OK(kiln_tensor_read(t, host, sizeof host));
+  ck_assert_float_eq(memory[5], 15.0f);
+  ck_assert_float_eq(host[5], 15.0f);
+  /* A view keeps the memory alive; the deleter runs once, at the end. */
+  kiln_tensor_t *view = NULL;
+  KT_OK(kiln_tensor_transpose(t, 0, 1, &view));
+  kiln_tensor_release(t);
+  ck_assert_int_eq(atomic_load(&kt_deleted), 0);
+  kiln_tensor_release(view);
+  ck_assert_int_eq(atomic_load(&kt_deleted), 1);
+  kiln_tensor_release(sum);
+  kiln_tensor_release(ones);
+
+  /* Strides and a byte offset: the second column of a [3, 4] as a [3] view. */
+  o = kt_owned(3, 4);
+  o->strides[0] = 4;
+  o->managed.dl_tensor.ndim = 1;
+  o->managed.dl_tensor.strides = o->strides;
+  o->managed.dl_tensor.byte_offset = 4;
+  KT_OK(kiln_tensor_from_dlpack(&o->managed, &t));
+  float column[3];
+  KT_OK(kiln_tensor_read(t, column, sizeof column));
+  ck_assert_float_eq(column[0], 1.0f);
+  ck_assert_float_eq(column[1], 5.0f);
+  ck_assert_float_eq(column[2], 9.0f);
+  kiln_tensor_release(t);
+  ck_assert_int_eq(atomic_load(&kt_deleted), 2);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* A round trip kiln -> DLPack -> kiln views the same memory. */
+START_TEST(test_round_trip_shares_memory) {
+  kiln_device_t *cpu = kt_cpu();
+  kiln_tensor_t *a = NULL, *b = NULL, *ones = NULL;
+  KT_OK(kiln_tensor_zeros(cpu, KILN_F32, 1, (const int64_t[]){5}, &a));
+  DLManagedTensorVersioned *v = NULL;
+  KT_OK(kiln_tensor_to_dlpack_versioned(a, &v));
+  KT_OK(kiln_tensor_from_dlpack_versioned(v, &b));
+  KT_OK(kiln_tensor_ones(cpu, KILN_F32, 1, (const int64_t[]){5}, &ones));
+  KT_OK(kiln_tensor_accumulate(b, 2.0, ones));
+  float host[5];
+  KT_OK(kiln_tensor_read(a, host, sizeof host));
+  ck_assert_float_eq(host[4], 2.0f);
+  kiln_tensor_release(b); /* runs the export's deleter, which releases its hold on a */
+  kiln_tensor_release(a);
+  kiln_tensor_release(ones);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* Refusals name the value, and leave the DLPack tensor with the caller. */
+START_TEST(test_import_refusals) {
+  kt_cpu();
+  atomic_store(&kt_deleted, 0);
+  kt_owned_t *o = kt_owned(2, 2);
+  kiln_tensor_t *t = NULL;
+  o->managed.dl_tensor.device.device_type = kDLVulkan;
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_NOT_FOUND, "device type 7, id 0");
+  o->managed.dl_tensor.device.device_type = kDLCPU;
+  o->managed.dl_tensor.dtype.bits = 64;
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_DTYPE_MISMATCH, "(code 2, 64 bits, 1 lanes)");
+  o->managed.dl_tensor.dtype.bits = 32;
+  o->strides[0] = -2;
+  o->strides[1] = 1;
+  o->managed.dl_tensor.strides = o->strides;
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_INVALID_ARGUMENT, "stride -2 of dimension 0 is negative");
+  o->managed.dl_tensor.strides = NULL;
+  o->managed.dl_tensor.byte_offset = 2;
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_INVALID_ARGUMENT, "byte_offset 2 is not a whole number");
+  o->managed.dl_tensor.byte_offset = 0;
+  o->managed.dl_tensor.ndim = 9;
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_INVALID_ARGUMENT, "ndim 9");
+  o->managed.dl_tensor.ndim = 2;
+  o->versioned.version.major = 2;
+  KT_FAILS(kiln_tensor_from_dlpack_versioned(&o->versioned, &t), KILN_UNSUPPORTED, "DLPack 2.0");
+  KT_FAILS(kiln_tensor_from_dlpack(NULL, &t), KILN_INVALID_ARGUMENT, "managed is NULL");
+  ck_assert_ptr_null(t);
+  ck_assert_int_eq(atomic_load(&kt_deleted), 0);
+  /* Read-only memory imports, but no update may write it. */
+  o->versioned.version.major = 1;
+  o->versioned.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+  KT_OK(kiln_tensor_from_dlpack_versioned(&o->versioned, &t));
+  kiln_tensor_t *ones = NULL;
+  KT_OK(kiln_tensor_ones(kt_cpu(), KILN_F32, 2, (const int64_t[]){2, 2}, &ones));
+  KT_FAILS(kiln_tensor_accumulate(t, 1.0, ones), KILN_INVALID_ARGUMENT, "imported read-only");
+  kiln_tensor_t *sum = NULL;
+  KT_OK(kiln_tensor_add(t, ones, &sum)); /* reading it is fine */
+  kiln_tensor_release(sum);
+  kiln_tensor_release(ones);
+  kiln_tensor_release(t);
+  ck_assert_int_eq(atomic_load(&kt_deleted), 1);
+  kiln_deinitialize();
+}
+END_TEST
+
+START_TEST(test_device_of) {
+  DLDevice d;
+  KT_OK(kiln_device_dlpack(kt_cpu(), &d));
+  ck_assert_int_eq(d.device_type, kDLCPU);
+  ck_assert_int_eq(d.device_id, 0);
+  KT_FAILS(kiln_device_dlpack(NULL, &d), KILN_INVALID_ARGUMENT, "device is NULL");
+  kiln_deinitialize();
+}
+END_TEST
+
+/* On OpenCL devices the handle is the cl_mem, and a round trip shares it. */
+START_TEST(test_opencl_round_trip) {
+  kiln_device_t *cl = NULL;
+  if (kiln_device_find("opencl:0", &cl) != KILN_OK) {
+    kiln_clear_error();
+    printf("test_opencl_round_trip: no OpenCL device; skipped\n");
+    kiln_deinitialize();
+    return;
+  }
+  DLDevice d;
+  KT_OK(kiln_device_dlpack(cl, &d));
+  ck_assert_int_eq(d.device_type, kDLOpenCL);
+  kiln_tensor_t *a = NULL, *b = NULL, *ones = NULL;
+  KT_OK(kiln_tensor_zeros(cl, KILN_F32, 1, (const int64_t[]){7}, &a));
+  DLManagedTensor *m = NULL;
+  KT_OK(kiln_tensor_to_dlpack(a, &m));
+  ck_assert_ptr_nonnull(m->dl_tensor.data);
+  KT_OK(kiln_tensor_from_dlpack(m, &b));
+  KT_OK(kiln_tensor_ones(cl, KILN_F32, 1, (const int64_t[]){7}, &ones));
+  KT_OK(kiln_tensor_accumulate(b, 4.0, ones));
+  float host[7];
+  KT_OK(kiln_tensor_read(a, host, sizeof host));
+  ck_assert_float_eq(host[6], 4.0f);
+  kiln_tensor_release(b);
+  kiln_tensor_release(a);
+  kiln_tensor_release(ones);
+  kiln_deinitialize();
+}
+END_TEST
+
+int main(void) {
+  kt_private_cache_dir();
+  Suite *s = suite_create("dlpack");
+  TCase *tc = tcase_create("dlpack");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_export_fields_and_sharing);
+  tcase_add_test(tc, test_export_waits_for_work);
+  tcase_add_test(tc, test_import_zero_copy_and_ownership);
+  tcase_add_test(tc, test_round_trip_shares_memory);
+  tcase_add_test(tc, test_import_refusals);
+  tcase_add_test(tc, test_device_of);
+  tcase_add_test(tc, test_opencl_round_trip);
+  suite_add_tcase(s, tc);
+  return kt_run_suite(s);
+}
