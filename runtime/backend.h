@@ -442,6 +442,16 @@ typedef struct kiln_backend_iface_t {
    * import] */
   kiln_status_t (*buffer_wrap)(kiln_backend_context_t *ctx, kiln_backend_device_t *device, void *handle, size_t size,
                                kiln_backend_buffer_t **out_buffer);
+  /* (O) Allocate a buffer for work on `queue` first (a queue of `device`):
+   * the allocation may be ordered on that queue instead of waited for
+   * (CUDA's stream-ordered allocation), so it returns at once and never
+   * waits on other queues' work. The buffer is usable by work enqueued on
+   * `queue` from now on, and by work on other queues once ordered after
+   * this point of `queue` (an event recorded on it later, or its finish);
+   * the core treats the new block as last used by `queue`. queue NULL: as
+   * buffer_allocate. Same errors as buffer_allocate. [buffer_allocate] */
+  kiln_status_t (*buffer_allocate_on)(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
+                                      kiln_backend_queue_t *queue, size_t size, kiln_backend_buffer_t **out_buffer);
 } kiln_backend_iface_t;
 
 /* ---- backends compiled into libkiln ------------------------------------------ */

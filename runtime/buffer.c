@@ -11,12 +11,13 @@ static kiln__pool_block_t *block_of(kiln_buffer_t *buffer) {
   return (kiln__pool_block_t *)((char *)buffer - offsetof(kiln__pool_block_t, buffer));
 }
 
-/* reuse_queue: the id of the queue the buffer is for, whose own pending work
- * on a block does not matter; 0 when the caller may use it on any queue, so
- * that only idle blocks will do. */
-static kiln_status_t buffer_make(kiln_device_t *device, uint64_t reuse_queue, size_t size, kiln_buffer_t **out_buffer) {
+/* queue: the queue the buffer is for, whose own pending work on a block does
+ * not matter; NULL when the caller may use it on any queue, so that only idle
+ * blocks will do. */
+static kiln_status_t buffer_make(kiln_device_t *device, kiln_queue_t *queue, size_t size, kiln_buffer_t **out_buffer) {
   kiln__pool_block_t *block = NULL;
-  kiln_status_t status = kiln__pool_take(device, reuse_queue, size, &block);
+  uint64_t tied = 0;
+  kiln_status_t status = kiln__pool_take(device, queue, size, &block, &tied);
   if (status != KILN_OK) return status;
   kiln_buffer_t *buffer = &block->buffer;
   atomic_init(&buffer->refs, 1);
@@ -24,7 +25,8 @@ static kiln_status_t buffer_make(kiln_device_t *device, uint64_t reuse_queue, si
   buffer->impl = block->impl;
   buffer->size = size;
   buffer->capacity = block->capacity;
-  atomic_init(&buffer->last_queue, 0);
+  /* Memory allocated in order on a queue is that queue's until it is done. */
+  atomic_init(&buffer->last_queue, tied);
   atomic_init(&buffer->multi_queue, false);
   buffer->release = NULL;
   buffer->owner = NULL;
@@ -71,11 +73,11 @@ kiln_status_t kiln__buffer_settle(kiln_buffer_t *buffer) {
 kiln_status_t kiln__buffer_create(kiln_device_t *device, kiln_queue_t *queue, size_t size,
                                   kiln_buffer_t **out_buffer) {
   if (!queue) queue = device->default_queue;
-  return buffer_make(device, queue->id, size, out_buffer);
+  return buffer_make(device, queue, size, out_buffer);
 }
 
 kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_buffer_t **out_buffer) {
-  return buffer_make(device, 0, size, out_buffer);
+  return buffer_make(device, NULL, size, out_buffer);
 }
 
 /* The last reference is gone: the block goes back to the pool, tagged with

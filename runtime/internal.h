@@ -319,9 +319,12 @@ void kiln__pool_init(kiln_device_t *device);
 void kiln__pool_destroy(kiln_device_t *device);
 /* Free every pooled block of the device, after finishing its queues. */
 void kiln__pool_trim(kiln_device_t *device);
-/* A block of at least `size` bytes: a pooled one usable by `queue_id` (0: one
- * no queue has pending work on), else a new allocation. */
-kiln_status_t kiln__pool_take(kiln_device_t *device, uint64_t queue_id, size_t size, kiln__pool_block_t **out_block);
+/* A block of at least `size` bytes for `queue` (NULL: usable on any queue
+ * at once): a pooled one that queue may use, else a new allocation, ordered
+ * on `queue` where the backend can (buffer_allocate_on). *out_queue_id is
+ * the queue the new memory is already tied to (0 for none). */
+kiln_status_t kiln__pool_take(kiln_device_t *device, kiln_queue_t *queue, size_t size, kiln__pool_block_t **out_block,
+                              uint64_t *out_queue_id);
 /* Return a block last used by `queue_id` (0: idle now). */
 void kiln__pool_put(kiln_device_t *device, kiln__pool_block_t *block, uint64_t queue_id);
 

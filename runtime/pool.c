@@ -118,7 +118,22 @@ static void live_add(kiln__pool_t *pool, size_t bytes) {
   if (pool->live_bytes > pool->peak_bytes) pool->peak_bytes = pool->live_bytes;
 }
 
-kiln_status_t kiln__pool_take(kiln_device_t *device, uint64_t queue_id, size_t size, kiln__pool_block_t **out_block) {
+/* One allocation from the device: ordered on `queue` when the backend can. */
+static kiln_status_t device_allocate(kiln_device_t *device, kiln_queue_t *queue, size_t capacity,
+                                     kiln_backend_buffer_t **out_impl, uint64_t *out_queue_id) {
+  *out_queue_id = 0;
+  if (queue && device->iface->buffer_allocate_on) {
+    kiln_status_t status = device->iface->buffer_allocate_on(device->ctx, device->impl, queue->impl, capacity, out_impl);
+    if (status == KILN_OK) *out_queue_id = queue->id;
+    return status;
+  }
+  return device->iface->buffer_allocate(device->ctx, device->impl, capacity, out_impl);
+}
+
+kiln_status_t kiln__pool_take(kiln_device_t *device, kiln_queue_t *queue, size_t size, kiln__pool_block_t **out_block,
+                              uint64_t *out_queue_id) {
+  const uint64_t queue_id = queue ? queue->id : 0;
+  *out_queue_id = 0;
   uint64_t max_alloc = device->desc.max_alloc_bytes ? device->desc.max_alloc_bytes : device->desc.memory_bytes;
   if (max_alloc && (uint64_t)size > max_alloc)
     return kiln__set_error(KILN_OUT_OF_MEMORY,
@@ -151,11 +166,11 @@ kiln_status_t kiln__pool_take(kiln_device_t *device, uint64_t queue_id, size_t s
       return kiln__set_error(KILN_OUT_OF_MEMORY, "cannot allocate a pool block (%zu bytes of host memory) for %s",
                              sizeof *block, device->display_name);
     kiln_backend_buffer_t *impl = NULL;
-    kiln_status_t status = device->iface->buffer_allocate(device->ctx, device->impl, capacity, &impl);
+    kiln_status_t status = device_allocate(device, queue, capacity, &impl, out_queue_id);
     if (status == KILN_OUT_OF_MEMORY) {
       /* Pooled blocks may be what stands in the way. */
       kiln__pool_trim(device);
-      status = device->iface->buffer_allocate(device->ctx, device->impl, capacity, &impl);
+      status = device_allocate(device, queue, capacity, &impl, out_queue_id);
     }
     if (status != KILN_OK) {
       free(block);
