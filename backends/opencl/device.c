@@ -1,4 +1,7 @@
 /* backends/opencl/device.c: the OpenCL plugin's entry point: platform and device enumeration, one context per device, properties. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,6 +274,7 @@ static kiln_status_t open_device(kiln_backend_device_t *d, cl_platform_id platfo
   (void)device_value(device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, &align_bits, sizeof align_bits);
   d->mem_base_addr_align = align_bits / 8;
   (void)device_value(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, &d->max_alloc, sizeof d->max_alloc);
+  (void)device_value(device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, &d->cache_size, sizeof d->cache_size);
   char *extensions = malloc(16384);
   if (extensions) {
     device_string(device, CL_DEVICE_EXTENSIONS, extensions, 16384);
@@ -380,6 +384,90 @@ static cl_uint platform_devices(const kiln_backend_context_t *ctx, cl_platform_i
   return count;
 }
 
+/* ---- versions ------------------------------------------------------------------
+ * What devinfo shows as the backend's version: the ICD loader's, each
+ * platform's and CLBlast's, as found at start-up (never a device count). */
+
+/* ocl-icd's loader query (also answered by the Khronos loader), reached
+ * through the extension mechanism. */
+typedef cl_int (*kiln_cl_icd_loader_info_fn)(cl_uint param, size_t size, void *value, size_t *size_ret);
+enum { KILN_CL_ICDL_VERSION = 2, KILN_CL_ICDL_NAME = 3 };
+
+static void append(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *out, size_t size, const char *fmt, ...) {
+  size_t used = strlen(out);
+  if (used + 1 >= size) return;
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(out + used, size - used, fmt, args);
+  va_end(args);
+}
+
+/* "OpenCL ICD Loader 2.3.1", or "" when the loader does not say. */
+static void icd_loader_version(char *out, size_t size) {
+  out[0] = '\0';
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  void *address = clGetExtensionFunctionAddress("clGetICDLoaderInfoOCLICD");
+#pragma GCC diagnostic pop
+  kiln_cl_icd_loader_info_fn info;
+  memcpy(&info, &address, sizeof info);
+  if (!info) return;
+  char name[64] = "", version[64] = "";
+  if (info(KILN_CL_ICDL_NAME, sizeof name, name, NULL) != CL_SUCCESS) name[0] = '\0';
+  if (info(KILN_CL_ICDL_VERSION, sizeof version, version, NULL) != CL_SUCCESS) version[0] = '\0';
+  name[sizeof name - 1] = version[sizeof version - 1] = '\0';
+  if (version[0]) snprintf(out, size, "%s %s", name[0] ? name : "ICD loader", version);
+}
+
+/* A platform's version without its build details: PoCL appends them after
+ * two spaces ("OpenCL 3.0 PoCL 3.1+debian  Linux, None+Asserts, ..."). */
+static void platform_version_short(const char *version, char *out, size_t size) {
+  const char *cut = strstr(version, "  ");
+  size_t len = cut ? (size_t)(cut - version) : strlen(version);
+  if (len > 48) len = 48;
+  snprintf(out, size, "%.*s", (int)len, version);
+}
+
+/* CLBlast has no version call: its file's name carries it
+ * (libclblast.so.1 -> libclblast.so.1.5.3). "" when it is not loaded. */
+static void clblast_version(char *out, size_t size) {
+  out[0] = '\0';
+  void *handle = dlopen("libclblast.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!handle) handle = dlopen("libclblast.so", RTLD_NOW | RTLD_NOLOAD);
+  if (!handle) return;
+  struct link_map *map = NULL;
+  char real[PATH_MAX];
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && realpath(map->l_name, real)) {
+    const char *base = strrchr(real, '/');
+    const char *so = strstr(base ? base : real, ".so.");
+    if (so && so[4]) snprintf(out, size, "%s", so + 4);
+  }
+  dlclose(handle);
+}
+
+/* The loader, then each platform's version, then CLBlast's, into
+ * ctx->summary. */
+static void describe_versions(kiln_backend_context_t *ctx, cl_platform_id *platforms, cl_uint platform_count) {
+  char *out = ctx->summary;
+  const size_t size = sizeof ctx->summary;
+  char text[128];
+  out[0] = '\0';
+  icd_loader_version(text, sizeof text);
+  append(out, size, "%s", text[0] ? text : "OpenCL ICD loader");
+  if (!platform_count) append(out, size, "; no platform");
+  for (cl_uint p = 0; p < platform_count; p++) {
+    char version[256];
+    platform_string(platforms[p], CL_PLATFORM_VERSION, version, sizeof version);
+    platform_version_short(version, text, sizeof text);
+    append(out, size, "%s%s", p ? ", " : platform_count == 1 ? "; platform " : "; platforms ", text);
+  }
+  if (kiln_cl_clblast_available(ctx)) {
+    clblast_version(text, sizeof text);
+    append(out, size, "; CLBlast %s", text[0] ? text : "(version unknown)");
+  }
+}
+
 /* Open every device of every platform into ctx->devices. KILN_OK with no
  * device (and the reason as the thread's message) when there is none. */
 static kiln_status_t open_devices(kiln_backend_context_t *ctx) {
@@ -389,7 +477,7 @@ static kiln_status_t open_devices(kiln_backend_context_t *ctx) {
     /* Not an error: the backend works and has nothing to show. The message
      * becomes the reason devinfo gives for "no device". */
     const char *vendors = getenv("OCL_ICD_VENDORS");
-    snprintf(ctx->summary, sizeof ctx->summary, "OpenCL ICD loader, no platform");
+    describe_versions(ctx, NULL, 0);
     kiln_cl_error(ctx, KILN_UNAVAILABLE,
                   "no OpenCL platform: the ICD loader (libOpenCL.so.1) found no driver registered in %s; install one "
                   "(PoCL for the CPU, or a GPU vendor's OpenCL driver); clinfo shows what the loader finds",
@@ -454,15 +542,13 @@ static kiln_status_t open_devices(kiln_backend_context_t *ctx) {
       opened++;
     }
   }
+  describe_versions(ctx, platforms, platform_count);
   for (cl_uint p = 0; p < platform_count; p++) free(ids[p]);
   free(ids);
   free(counts);
   free(platforms);
   ctx->device_count = opened;
   if (status != KILN_OK) return status;
-  snprintf(ctx->summary, sizeof ctx->summary, "%u platform%s, %zu device%s; CLBlast %s", platform_count,
-           platform_count == 1 ? "" : "s", opened, opened == 1 ? "" : "s",
-           kiln_cl_clblast_available(ctx) ? "loaded" : "absent");
   if (!opened) {
     /* Not an error: platforms without devices. The message is kept for a core
      * that shows the reason of a backend with no device. */
@@ -486,13 +572,16 @@ static kiln_status_t cl_initialize(const kiln_host_t *host, kiln_backend_context
     cl_deinitialize(ctx);
     return status;
   }
-  log_line(ctx, KILN_LOG_INFO, "opencl: %s", ctx->summary);
+  log_line(ctx, KILN_LOG_INFO, "opencl: %s; %zu device%s; CLBlast %s", ctx->summary, ctx->device_count,
+           ctx->device_count == 1 ? "" : "s", kiln_cl_clblast_state(ctx));
   kiln_cl_debug_register(ctx);
   *out_ctx = ctx;
   return KILN_OK;
 }
 
 static size_t cl_device_count(kiln_backend_context_t *ctx) { return ctx->device_count; }
+
+static const char *cl_version_text(kiln_backend_context_t *ctx) { return ctx->summary; }
 
 static kiln_status_t cl_device_describe(kiln_backend_context_t *ctx, size_t index,
                                         kiln_backend_device_desc_t *out_desc) {
@@ -518,10 +607,9 @@ static const kiln_backend_iface_t opencl_iface = {
   .abi_version = KILN_BACKEND_ABI_VERSION,
   .size = sizeof(kiln_backend_iface_t),
   .name = "opencl",
-  /* Static: the table is shared by every context. What a context found
-   * (platforms, devices, CLBlast) is logged at initialize and shown per
-   * device (devinfo -v: providers, clblast). */
-  .version = "OpenCL 1.2 host API through the ICD loader; CLBlast when installed",
+  /* The versions found (loader, platforms, CLBlast) are the context's:
+   * version_text. The table is shared by every context. */
+  .version = "",
   .initialize = cl_initialize,
   .deinitialize = cl_deinitialize,
   .device_count = cl_device_count,
@@ -546,6 +634,7 @@ static const kiln_backend_iface_t opencl_iface = {
   .buffer_copy = kiln_cl_buffer_copy,
   .buffer_fill = kiln_cl_buffer_fill,
   .ops = kiln_cl_ops,
+  .version_text = cl_version_text,
   .dlpack_device = kiln_cl_dlpack_device,
   .buffer_handle = kiln_cl_buffer_handle,
   .buffer_wrap = kiln_cl_buffer_wrap,

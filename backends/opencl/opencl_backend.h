@@ -44,7 +44,7 @@
  * first matmul builds `gemm`, not the elementwise table. The build generates
  * kiln_cl_source_<name>[] and kiln_cl_source_<name>_size (text, NUL-terminated)
  * for each. */
-#define KILN_CL_PROGRAMS(X) X(copy) X(elementwise) X(reduce) X(nn) X(gemm) X(conv) X(random)
+#define KILN_CL_PROGRAMS(X) X(copy) X(elementwise) X(reduce) X(nn) X(gemm) X(conv) X(random) X(update)
 
 typedef enum kiln_cl_program_t {
 #define KILN_CL_PROGRAM_ENUM_(name) KILN_CL_PROGRAM_##name,
@@ -104,6 +104,7 @@ struct kiln_backend_device_t {
   cl_uint compute_units;
   cl_uint mem_base_addr_align; /* bytes */
   cl_ulong max_alloc;
+  cl_ulong cache_size;       /* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE: the last-level cache on CPUs; 0 if unknown */
   bool fp16, fp64;
   /* A queue of the plugin's own for mapping pinned staging memory and for the
    * source side of copies between devices (device.c creates it). */
@@ -162,7 +163,8 @@ struct kiln_backend_context_t {
   kiln_host_t host;
   size_t device_count;
   kiln_backend_device_t *devices; /* device_count of them, in platform order */
-  /* "2 platforms, 3 devices; CLBlast loaded": logged at initialize. */
+  /* The versions initialize found ("OpenCL ICD Loader 2.3.1; platform
+   * OpenCL 3.0 PoCL 3.1; CLBlast 1.5.3"): version_text() and its log line. */
   char summary[512];
   /* CLBlast, loaded once by initialize (never NULL after it; `loaded` says
    * whether it can run). */
@@ -175,6 +177,15 @@ struct kiln_backend_context_t {
   _Atomic uint64_t builds_from_source, builds_from_binary, cache_rejected;
   /* The list of live contexts the test exports act on (program.c). */
   kiln_backend_context_t *debug_next;
+  /* Scratch bytes a round of batched GEMM or convolution work may take; 0
+   * for the default (ops.h). Set only by a test export, so that tests reach
+   * the rounds without tensors of hundreds of megabytes. */
+  _Atomic size_t scratch_budget;
+  /* The GEMM path: 0 chooses per device, 1 forces the packed path, 2 the
+   * tiled path where the device can run it. Set only by a test export, so
+   * that every device runs both paths' kernels (Oclgrind's checker among
+   * them). */
+  _Atomic int gemm_path;
 };
 
 /* ---- errors (errors.c): the one translator ------------------------------------ */
@@ -273,8 +284,13 @@ void kiln_cl_build_options(const kiln_backend_device_t *device, char *out, size_
  * the context initialized last among those alive:
  *   void kiln_cl_debug_counters(kiln_cl_counters_t *out);
  *   kiln_status_t kiln_cl_debug_program_build(size_t device_index, const char *program_name);
+ *   void kiln_cl_debug_scratch_budget(size_t bytes);
+ *   void kiln_cl_debug_gemm_path(int path);
  * the second builds one program ("copy", "gemm", ...) of opencl:<device_index>
- * as the first launch would, so the cache is tested without any op.
+ * as the first launch would, so the cache is tested without any op; the
+ * third sets the scratch budget of a round of batches (0: the default), so
+ * that a test of small tensors runs the convolutions in several rounds; the
+ * fourth forces a GEMM path (0: per device, 1: packed, 2: tiled).
  * initialize and deinitialize add the context to and drop it from their list. */
 void kiln_cl_debug_register(kiln_backend_context_t *ctx);
 void kiln_cl_debug_unregister(kiln_backend_context_t *ctx);

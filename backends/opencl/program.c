@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/opencl/opencl_backend.h"
 
@@ -146,7 +147,15 @@ static cl_program load_binary(kiln_backend_device_t *device, const char *name, c
     return NULL;
   }
   atomic_fetch_add(&ctx->builds_from_binary, 1);
+  if (ctx->host.log)
+    ctx->host.log(KILN_LOG_DEBUG, "opencl:%zu: program '%s' loaded from the kernel cache", device->index, name);
   return program;
+}
+
+static double seconds_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Build the program: from the cache's binary when `use_cache` and there is
@@ -188,6 +197,16 @@ static kiln_status_t program_build_locked(kiln_backend_device_t *device, kiln_cl
                                       "clCreateProgramWithSource(program '%s') on opencl:%zu", name, device->index));
   }
   atomic_fetch_add(&ctx->builds_from_source, 1);
+  /* A build from source takes seconds (PoCL compiles through LLVM), the
+   * first run on a device builds every program it uses, and a program is
+   * silent meanwhile: say so at info. devinfo and the examples watch for
+   * "building OpenCL kernels" to tell their user why they wait. */
+  if (ctx->host.log)
+    ctx->host.log(KILN_LOG_INFO,
+                  "opencl:%zu (%s): building OpenCL kernels: program '%s' from source with options \"%s\" (not in "
+                  "the kernel cache yet; later runs load the cached binary)",
+                  device->index, device->desc.name, name, options);
+  double started = seconds_now();
   err = clBuildProgram(program, 1, &device->device, options, NULL, NULL);
   if (err != CL_SUCCESS) {
     char *log = build_log(program, device->device);
@@ -201,6 +220,9 @@ static kiln_status_t program_build_locked(kiln_backend_device_t *device, kiln_cl
     free(log);
     return build_failed(device, state, status);
   }
+  if (ctx->host.log)
+    ctx->host.log(KILN_LOG_INFO, "opencl:%zu: program '%s' built in %.2f s", device->index, name,
+                  seconds_now() - started);
   store_binary(&ctx->host, program, key);
   free(key);
   state->program = program;
@@ -387,4 +409,22 @@ KILN_PLUGIN_EXPORT kiln_status_t kiln_cl_debug_program_build(size_t device_index
     return kiln_cl_program_get(&ctx->devices[device_index], (kiln_cl_program_t)p, &program);
   }
   return kiln_cl_error(ctx, KILN_NOT_FOUND, "no OpenCL program named '%s'", program_name ? program_name : "(null)");
+}
+
+/* For the tests: the bytes of scratch a round of batches may take (0: the
+ * default). */
+KILN_PLUGIN_EXPORT void kiln_cl_debug_scratch_budget(size_t bytes);
+KILN_PLUGIN_EXPORT void kiln_cl_debug_scratch_budget(size_t bytes) {
+  pthread_mutex_lock(&debug_lock);
+  if (debug_contexts) atomic_store(&debug_contexts->scratch_budget, bytes);
+  pthread_mutex_unlock(&debug_lock);
+}
+
+/* For the tests: the GEMM path every device takes (0: its own choice, 1:
+ * packed, 2: tiled where the device can run it). */
+KILN_PLUGIN_EXPORT void kiln_cl_debug_gemm_path(int path);
+KILN_PLUGIN_EXPORT void kiln_cl_debug_gemm_path(int path) {
+  pthread_mutex_lock(&debug_lock);
+  if (debug_contexts) atomic_store(&debug_contexts->gemm_path, path);
+  pthread_mutex_unlock(&debug_lock);
 }

@@ -1,4 +1,4 @@
-/* kernels/opencl/conv.cl: the parts of CONV2D around the GEMM (im2col, bias) and MAX_POOL2D, NCHW. */
+/* kernels/opencl/conv.cl: the parts of CONV2D and its gradients around the GEMM (im2col, col2im, bias, the sum over images) and MAX_POOL2D with its gradient, NCHW. */
 
 /* Columns of im2col are the output positions (pp, qq) of an image and rows
  * its channel-and-tap triples (ch, ri, si). Both kernels run over the global
@@ -98,4 +98,186 @@ __kernel void max_pool2d_f32(__global const float *x, long x_off, __global float
       }
     y[i] = best;
   }
+}
+
+/* ---- the gradients' parts ------------------------------------------------------ */
+
+/* CONV2D_BACKWARD_INPUT after its GEMM: dx from the columns W^T @ dy
+ * ([images][c*r*s][p*q], im2col's layout), gathered per input element so no
+ * two work-items write one place (no atomics): element (ch, hh, ww) sums,
+ * taps in order, the cells of the taps (ri, si) whose output position it
+ * fed. Global (w rounded up, h rounded up, images * c). */
+__kernel void col2im_f32(__global const float *cols, __global float *dx, long dx_off, int c, int h, int w, int r,
+                         int s, int p, int q, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w) {
+  const int ww = (int)get_global_id(0), hh = (int)get_global_id(1);
+  const long plane = (long)get_global_id(2);
+  if (ww >= w || hh >= h) return;
+  const int pq = p * q;
+  /* The rows of channel ch of image img start at row img * c*r*s + ch * r*s. */
+  __global const float *cc = cols + plane * ((long)r * s * pq);
+  float sum = 0.0f;
+  for (int ri = 0; ri < r; ri++) {
+    const int th = hh + pad_h - ri * dil_h;
+    if (th < 0) break; /* and every later tap */
+    const int pp = stride_h == 1 ? th : (int)((uint)th / (uint)stride_h);
+    if (pp * stride_h != th || pp >= p) continue;
+    for (int si = 0; si < s; si++) {
+      const int tw = ww + pad_w - si * dil_w;
+      if (tw < 0) break;
+      const int qq = stride_w == 1 ? tw : (int)((uint)tw / (uint)stride_w);
+      if (qq * stride_w != tw || qq >= q) continue;
+      sum += cc[(long)(ri * s + si) * pq + pp * q + qq];
+    }
+  }
+  dx[dx_off + (plane * h + hh) * w + ww] = sum;
+}
+
+/* CONV2D_BACKWARD_WEIGHT on the packed GEMM: dW[k, crs] = dy[k, l] @
+ * columns[crs, l]^T where the depth l runs over the positions of `per`
+ * consecutive images (a slice), so the GEMM itself sums over them. The two
+ * kernels below write its operands straight in gemm.cl's packed layouts
+ * (no packing pass): B, the transposed columns, [slices][ceil(crs/RN)]
+ * [per*p*q][RN], and A, dy, [slices][ceil(k/RM)][per*p*q][RM]; zeros past
+ * crs and k, and for the images of the last slice past `count`. Dimension 2
+ * of the range is (image of the round, block): its quotients are fixed within
+ * a work-group, so no work-item divides, and neighbouring work-items write
+ * neighbouring rows of a block.
+ *
+ * Columns: global (q and p rounded up, slices*per * ceil(crs/RN)); work-item
+ * (qq, pp) writes the RN rows of its block at that position. */
+__kernel void im2col_packed_t_f32(__global const float *x, long x_off, __global float *cols, int count, int per,
+                                  int c, int h, int w, int r, int s, int p, int q, int stride_h, int stride_w,
+                                  int pad_h, int pad_w, int dil_h, int dil_w) {
+  /* The block's RN rows as offsets from a position's corner: computed once
+   * per work-group, so the loop below neither divides nor steps through
+   * (channel, tap). A row past crs gets an offset no position reaches. */
+  __local int tap_h[KILN_CONV_RN], tap_w[KILN_CONV_RN], tap_x[KILN_CONV_RN];
+  const int qq = (int)get_global_id(0), pp = (int)get_global_id(1);
+  const int crs = c * r * s, nbj = (crs + KILN_CONV_RN - 1) / KILN_CONV_RN;
+  const int plane = (int)get_global_id(2), jb = plane % nbj, img_r = (int)((uint)plane / (uint)nbj);
+  const int slice = (int)((uint)img_r / (uint)per), local_img = img_r % per; /* img_r: the image of the round */
+  for (int t = (int)get_local_id(0); t < KILN_CONV_RN; t += (int)get_local_size(0)) {
+    const int j = jb * KILN_CONV_RN + t, r_s = r * s;
+    const int ch = (int)((uint)j / (uint)r_s), tap = j - ch * r_s;
+    const int ri = (int)((uint)tap / (uint)s), si = tap - ri * s;
+    tap_h[t] = j < crs ? ri * dil_h : -h - 1;
+    tap_w[t] = si * dil_w;
+    tap_x[t] = j < crs ? (ch * h + ri * dil_h) * w + si * dil_w : 0;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (qq >= q || pp >= p) return;
+  const int pq = p * q;
+  const long depth = (long)per * pq, l = (long)local_img * pq + pp * q + qq;
+  const int h0 = pp * stride_h - pad_h, w0 = qq * stride_w - pad_w;
+  const bool live = img_r < count;
+  /* The position's corner (h0, w0), which may lie in the padding: only
+   * in-bounds cells are read. */
+  const long corner = x_off + (long)(live ? img_r : 0) * c * h * w + (h0 * w + w0);
+  float v[KILN_CONV_RN];
+  for (int jj = 0; jj < KILN_CONV_RN; jj++) {
+    const int hh = h0 + tap_h[jj], ww = w0 + tap_w[jj];
+    v[jj] = live && hh >= 0 && hh < h && ww >= 0 && ww < w ? x[corner + tap_x[jj]] : 0.0f;
+  }
+  vstore16(vload16(0, v), 0, cols + (((long)slice * nbj + jb) * depth + l) * KILN_CONV_RN);
+}
+
+/* dy: global (p*q rounded up, 1, slices*per * ceil(k/RM)); work-item pos
+ * writes the RM rows of its block at that position. */
+#define KILN_CONV_RM 8 /* KILN_GEMM_RM of gemm.cl */
+__kernel void pack_dy_f32(__global const float *dy, long dy_off, __global float *out, int count, int per, int k,
+                          int pq) {
+  const int pos = (int)get_global_id(0), mb = (k + KILN_CONV_RM - 1) / KILN_CONV_RM;
+  const int plane = (int)get_global_id(2), ib = plane % mb, img_r = (int)((uint)plane / (uint)mb);
+  const int slice = (int)((uint)img_r / (uint)per), local_img = img_r % per; /* img_r: the image of the round */
+  if (pos >= pq) return;
+  const long depth = (long)per * pq, l = (long)local_img * pq + pos;
+  float v[KILN_CONV_RM];
+  for (int ii = 0; ii < KILN_CONV_RM; ii++) {
+    const int i = ib * KILN_CONV_RM + ii;
+    v[ii] = img_r < count && i < k ? dy[dy_off + ((long)img_r * k + i) * pq + pos] : 0.0f;
+  }
+  vstore8(vload8(0, v), 0, out + (((long)slice * mb + ib) * depth + l) * KILN_CONV_RM);
+}
+
+/* CONV2D_BACKWARD_WEIGHT's sum over the images of a round: out[i] = (out[i]
+ * when accumulate, else 0) + parts[0][i] + parts[1][i] + ..., in image order. */
+__kernel void sum_batches_f32(__global const float *parts, long len, int count, __global float *out, long out_off,
+                              int accumulate) {
+  out += out_off;
+  KILN_FOR_EACH(i, len) {
+    float acc = accumulate ? out[i] : 0.0f;
+    for (int b = 0; b < count; b++) acc += parts[b * len + i];
+    out[i] = acc;
+  }
+}
+
+/* MAX_POOL2D_BACKWARD, first pass: for every window, where in its plane
+ * (y * w + x) its first maximum in row-major order is, NaN above every number
+ * (so the first NaN): the cell whose value the forward took. Padded cells
+ * are never candidates. One work-item per window, as the forward. */
+__kernel void max_pool2d_argmax_f32(__global const float *x, long x_off, __global int *arg, long planes, int h, int w,
+                                    int p, int q, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
+                                    int pad_w) {
+  x += x_off;
+  KILN_FOR_EACH(i, planes * p * q) {
+    const int qq = (int)(i % q), pp = (int)(kiln_udiv(i, q) % p);
+    const long plane = kiln_udiv(i, (long)p * q);
+    __global const float *xp = x + plane * h * w;
+    const int h0 = max(pp * stride_h - pad_h, 0), h1 = min(pp * stride_h - pad_h + kernel_h, h);
+    const int w0 = max(qq * stride_w - pad_w, 0), w1 = min(qq * stride_w - pad_w + kernel_w, w);
+    int best_at = h0 * w + w0;
+    float best = xp[best_at];
+    for (int y = h0; y < h1; y++)
+      for (int xx = w0; xx < w1; xx++) {
+        const int at = y * w + xx;
+        const float c = xp[at];
+        const bool take = c > best || (c != c && best == best);
+        best = take ? c : best;
+        best_at = take ? at : best_at;
+      }
+    arg[i] = best_at;
+  }
+}
+
+/* Second pass, gathered per input element (no atomics): dx at a cell is the
+ * sum of dy over the windows whose first maximum it is, windows in row-major
+ * order. Global (w and h rounded up, planes): the windows' rows depend on
+ * dimension 1 only. */
+__kernel void max_pool2d_backward_f32(__global const int *arg, long arg_off, __global const float *dy, long dy_off,
+                                      __global float *dx, long dx_off, int h, int w, int p, int q, int kernel_h,
+                                      int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w) {
+  const int ww = (int)get_global_id(0), hh = (int)get_global_id(1);
+  const long plane = (long)get_global_id(2);
+  if (ww >= w || hh >= h) return;
+  __global const int *argp = arg + arg_off + plane * p * q;
+  __global const float *dyp = dy + dy_off + plane * p * q;
+  const int self = hh * w + ww;
+  /* The windows covering the cell: pp * stride - pad <= hh < that + kernel. */
+  const uint th = (uint)(hh + pad_h), tw = (uint)(ww + pad_w);
+  const int p0 = th < (uint)kernel_h ? 0 : (int)((th - kernel_h + stride_h) / (uint)stride_h);
+  const int q0 = tw < (uint)kernel_w ? 0 : (int)((tw - kernel_w + stride_w) / (uint)stride_w);
+  const int p1 = min((int)(th / (uint)stride_h), p - 1), q1 = min((int)(tw / (uint)stride_w), q - 1);
+  float sum = 0.0f;
+  for (int pp = p0; pp <= p1; pp++)
+    for (int qq = q0; qq <= q1; qq++)
+      if (argp[pp * q + qq] == self) sum += dyp[pp * q + qq];
+  dx[dx_off + (plane * h + hh) * w + ww] = sum;
+}
+
+/* The same when windows do not overlap (strides no shorter than the kernel):
+ * a cell lies in at most one window, found by one division per axis, and
+ * the work-item neither loops nor branches. */
+__kernel void max_pool2d_backward_disjoint_f32(__global const int *arg, long arg_off, __global const float *dy,
+                                               long dy_off, __global float *dx, long dx_off, int h, int w, int p,
+                                               int q, int kernel_h, int kernel_w, int stride_h, int stride_w,
+                                               int pad_h, int pad_w) {
+  const int ww = (int)get_global_id(0), hh = (int)get_global_id(1);
+  const long plane = (long)get_global_id(2);
+  if (ww >= w || hh >= h) return;
+  const uint th = (uint)(hh + pad_h), tw = (uint)(ww + pad_w);
+  const uint pp = th / (uint)stride_h, qq = tw / (uint)stride_w;
+  const bool inside = th - pp * stride_h < (uint)kernel_h && tw - qq * stride_w < (uint)kernel_w && pp < (uint)p &&
+                      qq < (uint)q;
+  const long at = plane * p * q + (inside ? (long)pp * q + qq : 0);
+  dx[dx_off + (plane * h + hh) * w + ww] = inside && arg[arg_off + at] == hh * w + ww ? dy[dy_off + at] : 0.0f;
 }

@@ -1,4 +1,4 @@
-/* kernels/opencl/nn.cl: SOFTMAX / log-softmax over rows and CROSS_ENTROPY (mean of -log_softmax at the label), max-subtracted. */
+/* kernels/opencl/nn.cl: SOFTMAX / log-softmax over rows and CROSS_ENTROPY (mean of -log_softmax at the label), max-subtracted, and their gradients. */
 /*
  * One work-group per row (a power of two no larger than KILN_CL_REDUCE_WG,
  * any width: nothing assumes a warp or wavefront). The row maximum is
@@ -129,4 +129,58 @@ __kernel void xent_mean(__global const float *work, __global float *out, long ou
   for (long r = lid; r < rows; r += wgs) kiln_nn_kahan_add(&sum, &comp, work[r]);
   sum = kiln_group_sum(sum - comp, scratch);
   if (lid == 0) out[out_off] = sum / (float)rows;
+}
+
+/* ---- gradients ------------------------------------------------------------------ */
+
+/* SOFTMAX_BACKWARD from the forward's result y: softmax dx = y * (dy -
+ * sum(dy * y)), log-softmax dx = dy - exp(y) * sum(dy); one row per
+ * work-group as the forward. */
+__kernel void softmax_backward_f32(__global const float *y_in, long y_off, __global const float *dy_in, long dy_off,
+                                   __global float *out, long out_off, long rows, long cols, int log_in,
+                                   int contiguous) {
+  __local float scratch[KILN_CL_REDUCE_WG];
+  const kiln_share_t sh = kiln_share_of(cols, contiguous);
+  for (long r = (long)get_group_id(0); r < rows; r += (long)get_num_groups(0)) {
+    __global const float *y = y_in + y_off + r * cols;
+    __global const float *dy = dy_in + dy_off + r * cols;
+    __global float *dx = out + out_off + r * cols;
+    float sum = 0.0f, comp = 0.0f;
+    if (log_in) {
+      for (long i = sh.begin; i < sh.end; i += sh.step) kiln_nn_kahan_add(&sum, &comp, dy[i]);
+    } else {
+      for (long i = sh.begin; i < sh.end; i += sh.step) kiln_nn_kahan_add(&sum, &comp, dy[i] * y[i]);
+    }
+    sum = kiln_group_sum(sum - comp, scratch);
+    if (log_in) {
+      for (long i = sh.begin; i < sh.end; i += sh.step) dx[i] = dy[i] - exp(y[i]) * sum;
+    } else {
+      for (long i = sh.begin; i < sh.end; i += sh.step) dx[i] = y[i] * (dy[i] - sum);
+    }
+  }
+}
+
+/* CROSS_ENTROPY_BACKWARD: row r of the result is (softmax(x_r) -
+ * onehot(label_r)) / rows, times dloss[0] when has_dloss; a label outside
+ * [0, cols) makes the row NaN. The exps go straight into the result, each
+ * work-item reading back only its own share. */
+__kernel void xent_backward_f32(__global const float *logits, long logits_off, __global const int *labels,
+                                long labels_off, __global const float *dloss, long dloss_off, int has_dloss,
+                                __global float *out, long out_off, long rows, long cols, int contiguous) {
+  __local float scratch[KILN_CL_REDUCE_WG];
+  const kiln_share_t sh = kiln_share_of(cols, contiguous);
+  const float scale = has_dloss ? dloss[dloss_off] : 1.0f, count = (float)rows;
+  for (long r = (long)get_group_id(0); r < rows; r += (long)get_num_groups(0)) {
+    __global const float *x = logits + logits_off + r * cols;
+    __global float *g = out + out_off + r * cols;
+    const int label = labels[labels_off + r];
+    const float2 ms = kiln_row_max_sumexp(x, g, sh, scratch);
+    if (label < 0 || label >= cols) {
+      for (long i = sh.begin; i < sh.end; i += sh.step) g[i] = NAN;
+      continue; /* the whole group: the label is the row's */
+    }
+    const float inv = 1.0f / ms.y;
+    for (long i = sh.begin; i < sh.end; i += sh.step)
+      g[i] = ((g[i] * inv - (i == label ? 1.0f : 0.0f)) / count) * scale;
+  }
 }

@@ -1,0 +1,123 @@
+/* backends/opencl/ops.h: what the files of the OpenCL op table share: every row's run function, the launch helpers and the GEMM. */
+#ifndef KILN_BACKENDS_OPENCL_OPS_H
+#define KILN_BACKENDS_OPENCL_OPS_H
+
+/*
+ * The native rows are spread over three files, one concept each:
+ *   ops.c        the table; generators, elementwise, reductions, softmax,
+ *                cross-entropy, max pooling; the launch helpers below
+ *   gemm.c       the GEMM (packed and tiled), matmul, and the convolutions
+ *                built on it: conv2d and its two backward kinds
+ *   ops_train.c  the other training kinds: unary, softmax, cross-entropy and
+ *                max-pooling gradients, and the fused updates in place
+ * The table (ops.c) names kiln_cl_run_<name> for every kind of
+ * KILN_OP_KINDS: a kind without its function does not link.
+ */
+
+#include "backends/opencl/opencl_backend.h"
+
+/* Must match kernels/opencl/prelude.cl and gemm.cl. */
+#define KILN_CL_REDUCE_WG 256
+#define KILN_CL_GEMM_RM 8
+#define KILN_CL_GEMM_RN 16
+#define KILN_CL_GEMM_TILE 64
+
+/* Work-groups a grid-stride kernel is given at most: beyond, work-items loop. */
+#define KILN_CL_MAX_GROUPS 65536
+/* Batches per launch at most (some drivers limit the third global dimension). */
+#define KILN_CL_MAX_BATCH_PER_LAUNCH 65535
+/* Scratch for packed GEMM panels or im2col columns, per round of batches:
+ * at most this, and on CPUs a quarter of the last-level cache but at least
+ * the minimum (gemm.c, scratch_budget). */
+#define KILN_CL_SCRATCH_BUDGET ((size_t)256 << 20)
+#define KILN_CL_SCRATCH_MIN_CPU ((size_t)1 << 20)
+
+/* ---- the rows' run functions ------------------------------------------------------ */
+
+#define KILN_CL_RUN_DECL_(NAME, name)                                                        \
+  kiln_status_t kiln_cl_run_##name(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, \
+                                   const kiln_op_entry_t *entry, const kiln_op_t *op);
+KILN_OP_KINDS(KILN_CL_RUN_DECL_)
+#undef KILN_CL_RUN_DECL_
+
+/* ---- launches (ops.c) ---------------------------------------------------------------- */
+
+static inline cl_mem kiln_cl_mem_of(const kiln_view_t *view) { return view->buffer ? view->buffer->mem : NULL; }
+
+static inline bool kiln_cl_fits_i32(int64_t v) { return v >= 0 && v <= 2147483647; }
+
+/* The largest work-group `kernel` may run with on the queue's device along
+ * dimension 0, capped at `cap`. */
+kiln_status_t kiln_cl_group_limit(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                                  size_t cap, size_t *out_limit);
+
+/* A 1-D grid-stride kernel over n items (KILN_FOR_EACH). */
+kiln_status_t kiln_cl_launch_flat(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel, int64_t n,
+                                  size_t arg_count, const kiln_cl_arg_t *args);
+
+/* A kernel with one work-group per row (a power of two wide, no wider than
+ * the row needs), over `rows` rows with group-stride. */
+kiln_status_t kiln_cl_launch_rows(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                                  int64_t rows, int64_t row_len, size_t arg_count, const kiln_cl_arg_t *args);
+
+/* A kernel over (columns, rows, batches) with work-items along columns: one
+ * work-group row of up to 256 work-items, rounded up (the kernel checks). */
+kiln_status_t kiln_cl_launch_planes(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                                    int64_t cols, int64_t rows, int64_t batches, size_t arg_count,
+                                    const kiln_cl_arg_t *args);
+
+/* The same range with work-groups that also span rows (up to 256
+ * work-items in all): for kernels over short rows, as a CPU driver (PoCL)
+ * pays for every work-group. Both global sizes are rounded up: the kernel
+ * checks its column and its row. */
+kiln_status_t kiln_cl_launch_tiles(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                                   int64_t cols, int64_t rows, int64_t batches, size_t arg_count,
+                                   const kiln_cl_arg_t *args);
+
+/* An elementwise kernel of `inputs` strided inputs (and a scalar when not
+ * NULL): out, each input's buffer and offset, the scalar, the element count,
+ * ndim (0 when op->flat) and the eight-wide shape and input strides. One
+ * work-item per element, or per `flat_per_item` elements when op->flat (a
+ * kernel whose contiguous path takes several). */
+kiln_status_t kiln_cl_launch_elementwise(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                                         const kiln_op_t *op, int inputs, const kiln_cl_arg_t *scalar,
+                                         int flat_per_item);
+
+/* Whether the work-items of a row kernel take contiguous runs of the row
+ * (CPUs, where each runs alone on a core) rather than interleaved elements
+ * (GPUs, where neighbours reading neighbours coalesce). */
+static inline bool kiln_cl_row_runs(const kiln_backend_queue_t *queue) {
+  return queue->device->is_cpu || queue->device->local_mem_is_global;
+}
+
+/* Release scratch memory right after the work that uses it was enqueued:
+ * OpenCL deletes a released buffer only once the commands that use it have
+ * finished. */
+static inline void kiln_cl_scratch_release(cl_mem mem) {
+  if (mem) clReleaseMemObject(mem);
+}
+
+/* Zeros into `count` floats of `mem` from element `offset` (fill32). */
+kiln_status_t kiln_cl_zero_f32(kiln_backend_queue_t *queue, cl_mem mem, int64_t offset, int64_t count);
+
+/* ---- the GEMM (gemm.c) ------------------------------------------------------------ */
+
+/* One GEMM on buffers: C[b] = op(A[b]) @ op(B[b]) for b < batch (the
+ * conventions of kiln_op_t's matmul: row-major, offsets and strides in
+ * elements, a stride of 0 broadcasts). */
+typedef struct kiln_cl_gemm_t {
+  cl_mem a, b, c;
+  int64_t a_off, b_off, c_off;
+  int64_t batch, m, n, k;
+  bool trans_a, trans_b;
+  int64_t lda, ldb, ldc;
+  int64_t stride_a, stride_b, stride_c;
+} kiln_cl_gemm_t;
+
+kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_cl_gemm_t *g);
+
+/* Batches per round for `per_batch` bytes of scratch each, within the
+ * scratch budget (and half the device's largest allocation). */
+int64_t kiln_cl_round_of(const kiln_backend_device_t *device, size_t per_batch, int64_t batches);
+
+#endif /* KILN_BACKENDS_OPENCL_OPS_H */
