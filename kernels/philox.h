@@ -7,8 +7,9 @@
  *
  * Element i of a tensor draws from counter (lo32(i), hi32(i), 0, 0) with key
  * (lo32(seed), hi32(seed)), so the same seed gives the same numbers on every
- * backend: bit for bit for uniform, within a few ulps for normal (log, sqrt and
- * cos are the dialect's own).
+ * backend: bit for bit for uniform (the conformance suite checks it on every
+ * device), within a few ulps for normal (log, sqrt and cos are the dialect's
+ * own).
  */
 #ifndef KILN_KERNELS_PHILOX_H
 #define KILN_KERNELS_PHILOX_H
@@ -36,12 +37,42 @@ KILN_PHILOX_FN void kiln_philox4x32_10(KILN_U64 i, KILN_U64 seed, KILN_U32 *out)
   out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
 
+/* The uniform transform below is low + (high - low) * u with the product and
+ * the sum each rounded to float, as C evaluates it without contraction.
+ * Compilers may fuse such a multiply-add into one FMA (nvcc does by default,
+ * OpenCL C allows it unless told otherwise, clang contracts within an
+ * expression, GCC in GNU mode across them), which rounds once and changes
+ * the last bit of about a third of uniform(-2, 3): so each dialect is told
+ * not to. CUDA: the rounding intrinsics, which nvcc never fuses. OpenCL C
+ * and clang: FP_CONTRACT OFF inside the function. GCC: contraction is off
+ * in ISO C (-std=c11, kiln's build); in GNU C mode the function is
+ * compiled with fp-contract=off (it is then not inlined). */
+#if defined(__CUDA_ARCH__)
+#define KILN_PHILOX_MUL_(a, b) __fmul_rn((a), (b))
+#define KILN_PHILOX_ADD_(a, b) __fadd_rn((a), (b))
+#else
+#define KILN_PHILOX_MUL_(a, b) ((a) * (b))
+#define KILN_PHILOX_ADD_(a, b) ((a) + (b))
+#endif
+#if !defined(__CUDA_ARCH__) && !defined(__OPENCL_VERSION__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__STRICT_ANSI__)
+#define KILN_PHILOX_NO_CONTRACT_ __attribute__((optimize("fp-contract=off")))
+#else
+#define KILN_PHILOX_NO_CONTRACT_
+#endif
+
 /* Uniform in [low, high): the top 24 bits of the first output. */
-KILN_PHILOX_FN float kiln_philox_uniform(KILN_U64 i, KILN_U64 seed, float low, float high) {
+KILN_PHILOX_NO_CONTRACT_ KILN_PHILOX_FN float kiln_philox_uniform(KILN_U64 i, KILN_U64 seed, float low,
+                                                                  float high) {
+#if defined(__OPENCL_VERSION__)
+#pragma OPENCL FP_CONTRACT OFF
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
   KILN_U32 w[4];
   kiln_philox4x32_10(i, seed, w);
   float u = (float)(w[0] >> 8) * (1.0f / 16777216.0f);
-  return low + (high - low) * u;
+  return KILN_PHILOX_ADD_(low, KILN_PHILOX_MUL_(high - low, u));
 }
 
 /* Normal(mean, stddev) by Box-Muller on the first two outputs. */

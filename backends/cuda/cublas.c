@@ -5,90 +5,60 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cublas_api.h>
-
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/vendor_api.h"
 
-/* Only the header's types are used at build time; every function comes from
- * dlsym, so a machine without cuBLAS still loads the plugin. */
+/* The functions, from dlsym (vendor_api.h declares their types), so that a
+ * machine without cuBLAS still loads the plugin and a build without its
+ * headers still makes it. */
 struct kiln_cuda_cublas_t {
   void *dl; /* the dlopen handle of libcublas */
-  cublasStatus_t (*create)(cublasHandle_t *);
-  cublasStatus_t (*destroy)(cublasHandle_t);
-  cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
-  cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
-  cublasStatus_t (*get_property)(libraryPropertyType, int *);
-  cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float *,
-                          const float *, int, const float *, int, const float *, float *, int);
-  cublasStatus_t (*sgemm_strided_batched)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
-                                          const float *, const float *, int, long long, const float *, int, long long,
-                                          const float *, float *, int, long long, int);
+  kiln_cublas_create_fn create;
+  kiln_cublas_destroy_fn destroy;
+  kiln_cublas_set_stream_fn set_stream;
+  kiln_cublas_set_math_mode_fn set_math_mode;
+  kiln_cublas_get_property_fn get_property;
+  kiln_cublas_sgemm_fn sgemm;
+  kiln_cublas_sgemm_strided_batched_fn sgemm_strided_batched;
 };
-
-/* Where vendor libraries are looked for: the loader's own search first (the
- * usual install), then the toolkit named by CUDA_PATH / CUDA_HOME, then the
- * toolkit kiln was built against. */
-void *kiln_cuda_open_vendor_library(const char *const *names, size_t name_count, char *out_reason, size_t reason_size) {
-  const char *dirs[3] = {getenv("CUDA_PATH"), getenv("CUDA_HOME"), KILN_CUDA_TOOLKIT_LIBDIR};
-  char first_error[256] = "";
-  for (size_t i = 0; i < name_count; i++) {
-    void *library = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-    if (library) return library;
-    if (!first_error[0]) snprintf(first_error, sizeof first_error, "%s", dlerror());
-  }
-  for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
-    if (!dirs[d] || !*dirs[d]) continue;
-    for (size_t i = 0; i < name_count; i++) {
-      char path[1024];
-      /* CUDA_PATH and CUDA_HOME name the toolkit root; the build's is lib64 already. */
-      snprintf(path, sizeof path, d < 2 ? "%s/lib64/%s" : "%s/%s", dirs[d], names[i]);
-      void *library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-      if (library) return library;
-    }
-  }
-  snprintf(out_reason, reason_size, "%s", first_error[0] ? first_error : "not found");
-  return NULL;
-}
 
 bool kiln_cuda_cublas_load(kiln_backend_context_t *ctx, char *out_reason, size_t reason_size) {
   static const char *const names[] = {"libcublas.so.13", "libcublas.so"};
   ctx->cublas = NULL;
+  if (!kiln_cuda_vendor_wanted(ctx, KILN_CUDA_VENDOR_CUBLAS, out_reason, reason_size)) return false;
   kiln_cuda_cublas_t *cublas = calloc(1, sizeof *cublas);
   if (!cublas) {
     snprintf(out_reason, reason_size, "out of host memory");
     return false;
   }
-  void *library = kiln_cuda_open_vendor_library(names, 2, out_reason, reason_size);
+  void *library = kiln_cuda_vendor_open(KILN_CUDA_VENDOR_CUBLAS, names, 2, ctx->cublas_path, sizeof ctx->cublas_path,
+                                        out_reason, reason_size);
   if (!library) {
     free(cublas);
     return false;
   }
-  /* dlsym returns void *; copying the bytes avoids an object-to-function
-   * pointer cast, which ISO C leaves undefined. */
-#define KILN_CUBLAS_SYM_(field, symbol)                                                        \
-  do {                                                                                         \
-    void *p_ = dlsym(library, symbol);                                                         \
-    if (!p_) {                                                                                 \
-      snprintf(out_reason, reason_size, "%s lacks %s (a cuBLAS older than 12?)", names[0], symbol); \
-      dlclose(library);                                                                        \
-      free(cublas);                                                                            \
-      return false;                                                                            \
-    }                                                                                          \
-    memcpy(&cublas->field, &p_, sizeof p_);                                                    \
-  } while (0)
-  KILN_CUBLAS_SYM_(create, "cublasCreate_v2");
-  KILN_CUBLAS_SYM_(destroy, "cublasDestroy_v2");
-  KILN_CUBLAS_SYM_(set_stream, "cublasSetStream_v2");
-  KILN_CUBLAS_SYM_(set_math_mode, "cublasSetMathMode");
-  KILN_CUBLAS_SYM_(get_property, "cublasGetProperty");
-  KILN_CUBLAS_SYM_(sgemm, "cublasSgemm_v2");
-  KILN_CUBLAS_SYM_(sgemm_strided_batched, "cublasSgemmStridedBatched");
-#undef KILN_CUBLAS_SYM_
+  static const struct { const char *symbol; size_t offset; } syms[] = {
+      {"cublasCreate_v2", offsetof(kiln_cuda_cublas_t, create)},
+      {"cublasDestroy_v2", offsetof(kiln_cuda_cublas_t, destroy)},
+      {"cublasSetStream_v2", offsetof(kiln_cuda_cublas_t, set_stream)},
+      {"cublasSetMathMode", offsetof(kiln_cuda_cublas_t, set_math_mode)},
+      {"cublasGetProperty", offsetof(kiln_cuda_cublas_t, get_property)},
+      {"cublasSgemm_v2", offsetof(kiln_cuda_cublas_t, sgemm)},
+      {"cublasSgemmStridedBatched", offsetof(kiln_cuda_cublas_t, sgemm_strided_batched)},
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    if (!kiln_cuda_vendor_sym(library, syms[i].symbol, (char *)cublas + syms[i].offset, sizeof(void (*)(void)))) {
+      snprintf(out_reason, reason_size, "%s lacks %s (a cuBLAS older than 12?)", ctx->cublas_path, syms[i].symbol);
+      dlclose(library);
+      free(cublas);
+      return false;
+    }
+  }
   cublas->dl = library;
   int major = 0, minor = 0, patch = 0;
-  (void)cublas->get_property(MAJOR_VERSION, &major);
-  (void)cublas->get_property(MINOR_VERSION, &minor);
-  (void)cublas->get_property(PATCH_LEVEL, &patch);
+  (void)cublas->get_property(KILN_LIBRARY_MAJOR_VERSION, &major);
+  (void)cublas->get_property(KILN_LIBRARY_MINOR_VERSION, &minor);
+  (void)cublas->get_property(KILN_LIBRARY_PATCH_LEVEL, &patch);
   snprintf(ctx->cublas_version, sizeof ctx->cublas_version, "cuBLAS %d.%d.%d", major, minor, patch);
   ctx->cublas = cublas;
   return true;
@@ -102,7 +72,7 @@ void kiln_cuda_cublas_unload(kiln_backend_context_t *ctx) {
 }
 
 void kiln_cuda_cublas_queue_release(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue) {
-  if (queue->cublas && ctx->cublas) (void)ctx->cublas->destroy((cublasHandle_t)queue->cublas);
+  if (queue->cublas && ctx->cublas) (void)ctx->cublas->destroy((kiln_cublas_handle_t)queue->cublas);
   queue->cublas = NULL;
 }
 
@@ -111,30 +81,33 @@ void kiln_cuda_cublas_queue_release(kiln_backend_context_t *ctx, kiln_backend_qu
  * cannot make (other than for want of memory) means cuBLAS cannot start on
  * this device: KILN_UNAVAILABLE, and the core stops offering the row here. */
 static kiln_status_t queue_handle(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                  cublasHandle_t *out_handle) {
+                                  kiln_cublas_handle_t *out_handle) {
   const kiln_cuda_cublas_t *cublas = ctx->cublas;
   if (!queue->cublas) {
-    cublasHandle_t handle = NULL;
+    kiln_cublas_handle_t handle = NULL;
     kiln_status_t status =
         kiln_cuda_cublas_check(ctx, cublas->create(&handle), "cublasCreate on cuda:%d", queue->device->ordinal);
     if (status == KILN_OK) {
-      status = kiln_cuda_cublas_check(ctx, cublas->set_stream(handle, (cudaStream_t)queue->stream), "cublasSetStream");
+      status = kiln_cuda_cublas_check(ctx, cublas->set_stream(handle, queue->stream), "cublasSetStream");
       /* CUBLAS_DEFAULT_MATH keeps f32 products in f32: TF32 only when the
        * user asked for it (KILN_CUDA_TF32=1). */
       if (status == KILN_OK)
         status = kiln_cuda_cublas_check(
-            ctx, cublas->set_math_mode(handle, ctx->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+            ctx, cublas->set_math_mode(handle, ctx->tf32 ? KILN_CUBLAS_TF32_TENSOR_OP_MATH : KILN_CUBLAS_DEFAULT_MATH),
             "cublasSetMathMode");
       if (status != KILN_OK) (void)cublas->destroy(handle);
     }
     if (status == KILN_OUT_OF_MEMORY) return status;
-    if (status != KILN_OK)
+    if (status != KILN_OK) {
+      /* Remembered here too, so that supports() says so at once. */
+      atomic_store_explicit(&queue->device->cublas_failed, true, memory_order_relaxed);
       return kiln_cuda_error(ctx, KILN_UNAVAILABLE, "cuBLAS cannot start on cuda:%d (%s); the native provider runs "
                                                     "matmul there",
                              queue->device->ordinal, ctx->host.last_error());
+    }
     queue->cublas = handle;
   }
-  *out_handle = (cublasHandle_t)queue->cublas;
+  *out_handle = (kiln_cublas_handle_t)queue->cublas;
   return KILN_OK;
 }
 
@@ -142,7 +115,7 @@ static bool fits_int(int64_t v) { return v >= 1 && v <= INT_MAX; }
 
 bool kiln_cuda_cublas_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
                                const kiln_op_entry_t *entry, const kiln_op_t *op) {
-  if (!ctx->cublas) return false;
+  if (!ctx->cublas || atomic_load_explicit(&device->cublas_failed, memory_order_relaxed)) return false;
   if (!op) return true;
   /* k == 0 is an empty sum, written as zeros without cuBLAS. */
   if (op->u.matmul.k == 0) return true;
@@ -166,11 +139,11 @@ kiln_status_t kiln_cuda_cublas_matmul(kiln_backend_context_t *ctx, kiln_backend_
                            "cuMemsetD32Async (matmul with k=0) on cuda:%d", queue->device->ordinal);
   /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
    * same memory, so swap the operands and keep each one's transposition. */
-  const cublasOperation_t op_a = op->u.matmul.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_b = op->u.matmul.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int op_a = op->u.matmul.trans_a ? KILN_CUBLAS_OP_T : KILN_CUBLAS_OP_N;
+  const int op_b = op->u.matmul.trans_b ? KILN_CUBLAS_OP_T : KILN_CUBLAS_OP_N;
   const float alpha = 1.0f, beta = 0.0f;
   pthread_mutex_lock(&queue->lock);
-  cublasHandle_t handle = NULL;
+  kiln_cublas_handle_t handle = NULL;
   kiln_status_t status = queue_handle(ctx, queue, &handle);
   if (status == KILN_OK) {
     if (batch == 1) {

@@ -3,11 +3,19 @@
 #define KILN_BACKENDS_CUDA_BACKEND_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include <cuda.h>
+
+/* Imported weakly: it is newer than every other entry point the plugin
+ * uses (CUDA 12.8), so a plugin linked against it would fail to load on an
+ * older driver with only "undefined symbol: cuEventElapsedTime_v2". Weak,
+ * the plugin loads, and initialize says which driver it needs
+ * (kiln_cuda_driver_check). */
+#pragma weak cuEventElapsedTime_v2
 
 #include "runtime/backend.h"
 #include "kernels/cuda/kiln_cuda_args.cuh"
@@ -42,6 +50,31 @@ typedef enum kiln_cuda_kernel_t {
 typedef struct kiln_cuda_cublas_t kiln_cuda_cublas_t;
 typedef struct kiln_cuda_cudnn_t kiln_cuda_cudnn_t;
 
+/* The CUDA version the plugin needs of the driver (cuDriverGetVersion): it
+ * imports cuEventElapsedTime_v2, new in CUDA 12.8. */
+#define KILN_CUDA_DRIVER_MIN 12080
+
+/* KILN_CUDA_VENDOR_LIBS: which vendor libraries the plugin may load. */
+#define KILN_CUDA_VENDOR_CUBLAS 1u
+#define KILN_CUDA_VENDOR_CUDNN 2u
+
+/* Page-locked host memory kept for reuse (memory.c): host_allocate's
+ * staging blocks and the staging of non-blocking transfers from pageable
+ * memory. Blocks come in power-of-two classes from 64 KiB to 64 MiB (larger
+ * requests are allocated and freed as they come); at most
+ * KILN_CUDA_HOST_CACHE_BYTES stay cached. Blocks may be handed back from a
+ * driver callback (cuLaunchHostFunc), which must not call CUDA: they are
+ * queued and freed by the next ordinary call. */
+#define KILN_CUDA_HOST_CLASSES 11
+#define KILN_CUDA_HOST_CACHE_BYTES ((size_t)256 << 20)
+typedef struct kiln_cuda_host_block_t kiln_cuda_host_block_t;
+typedef struct kiln_cuda_host_cache_t {
+  pthread_mutex_t lock;
+  kiln_cuda_host_block_t *free[KILN_CUDA_HOST_CLASSES];
+  kiln_cuda_host_block_t *doomed; /* over the cap: freed outside callbacks */
+  size_t cached_bytes;
+} kiln_cuda_host_cache_t;
+
 /* The most architectures KILN_CUDA_ARCHS (the nvcc_archs option) lists. */
 #define KILN_CUDA_MAX_ARCHS 16
 
@@ -53,6 +86,9 @@ struct kiln_backend_context_t {
   kiln_host_t host; /* the core's table, copied (as much of it as the core has) */
   /* KILN_CUDA_TF32=1 lets cuBLAS and cuDNN use TF32 tensor cores for f32. */
   bool tf32;
+  /* KILN_CUDA_VENDOR_LIBS as bits (KILN_CUDA_VENDOR_*), and its text. */
+  unsigned vendor_libs;
+  char vendor_libs_text[64];
   int driver_version; /* cuDriverGetVersion: 13000 */
   size_t device_count;
   kiln_backend_device_t *devices;
@@ -61,7 +97,10 @@ struct kiln_backend_context_t {
   kiln_cuda_cublas_t *cublas;
   kiln_cuda_cudnn_t *cudnn;
   char cublas_version[64], cudnn_version[64];
-  char cublas_state[256], cudnn_state[256];
+  char cublas_state[384], cudnn_state[384];
+  /* The files they were loaded from (dladdr), for devinfo and kiln-bench. */
+  char cublas_path[512], cudnn_path[512];
+  kiln_cuda_host_cache_t host_cache;
   /* The SASS architectures of the fatbin, parsed from KILN_CUDA_ARCHS
    * (module.c), and "sm_75,...,sm_90 + compute_90 PTX". */
   int archs[KILN_CUDA_MAX_ARCHS];
@@ -82,16 +121,24 @@ struct kiln_backend_device_t {
   int cc_major, cc_minor;
   int sm_count;
   bool pools;                 /* stream-ordered allocation works here */
-  CUmemoryPool pool;          /* the device's default pool */
-  CUstream alloc_stream;      /* where buffers are allocated and freed */
+  CUmemoryPool pool;          /* kiln's own pool on this device (cuMemPoolCreate) */
+  CUstream alloc_stream;      /* buffers for any queue are allocated here, and all freed */
+  uint64_t ctx_peer_from;     /* without pools: devices granted context peer access (bit = ordinal) */
+  /* Events for reuse (queue.c), each a pair: one without timing for waits,
+   * one with it for event_elapsed. */
+  pthread_mutex_t event_lock;
+  kiln_backend_event_t *free_events;
+  size_t live_events;
   CUmodule module;            /* NULL when the fatbin has no code for it */
   char module_error[384];     /* why not */
   CUfunction kernels[KILN_CUDA_KERNEL_COUNT];
   int max_grid;               /* blocks launched at most per grid-stride kernel */
   kiln_backend_device_desc_t desc;
-  /* cuDNN's per-shape algorithm choices (cudnn.c). */
-  pthread_mutex_t cudnn_lock;
+  /* cuDNN's per-shape plans and refusals (cudnn.c), with their own lock. */
   void *cudnn_cache;
+  /* A vendor library that could not start on this device at run time (its
+   * handle, a sub-library): its rows serve no more here. */
+  atomic_bool cublas_failed, cudnn_failed;
 };
 
 struct kiln_backend_buffer_t {
@@ -113,7 +160,9 @@ struct kiln_backend_queue_t {
 
 struct kiln_backend_event_t {
   kiln_backend_device_t *device;
-  CUevent event;
+  CUevent sync;   /* CU_EVENT_DISABLE_TIMING: waits, queries, synchronisation */
+  CUevent timing; /* the default flags: event_elapsed */
+  kiln_backend_event_t *next_free;
 };
 
 /* ---- devices (device.c) ------------------------------------------------------ */
@@ -170,6 +219,9 @@ unsigned kiln_cuda_grid_for(const kiln_backend_device_t *device, int64_t n);
 
 kiln_status_t kiln_cuda_buffer_allocate(kiln_backend_context_t *ctx, kiln_backend_device_t *device, size_t size,
                                         kiln_backend_buffer_t **out_buffer);
+kiln_status_t kiln_cuda_buffer_allocate_on(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
+                                           kiln_backend_queue_t *queue, size_t size,
+                                           kiln_backend_buffer_t **out_buffer);
 void kiln_cuda_buffer_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_backend_buffer_t *buffer);
 kiln_status_t kiln_cuda_host_allocate(kiln_backend_context_t *ctx, kiln_backend_device_t *device, size_t size,
                                       void **out_ptr);
@@ -199,11 +251,40 @@ kiln_status_t kiln_cuda_event_query(kiln_backend_context_t *ctx, kiln_backend_ev
 kiln_status_t kiln_cuda_event_elapsed(kiln_backend_context_t *ctx, kiln_backend_event_t *start,
                                       kiln_backend_event_t *end, double *out_ms);
 void kiln_cuda_event_release(kiln_backend_context_t *ctx, kiln_backend_event_t *event);
+/* Destroy the device's released events (at close, context current). */
+void kiln_cuda_events_free(kiln_backend_device_t *device);
 
 /* Stream-ordered scratch memory for one operation on `queue`: freed with
  * kiln_cuda_scratch_free after the work that uses it was enqueued. */
 kiln_status_t kiln_cuda_scratch_alloc(kiln_backend_queue_t *queue, size_t size, CUdeviceptr *out_ptr);
 void kiln_cuda_scratch_free(kiln_backend_queue_t *queue, CUdeviceptr ptr);
+
+/* kiln's memory pool on a device (cuMemPoolCreate): freed memory kept up to
+ * the release threshold below, allocations that never wait on another
+ * stream's work. create leaves device->pools false where the device has no
+ * stream-ordered allocation (buffers then come from cuMemAlloc). The
+ * device's context is current. */
+void kiln_cuda_pool_create(kiln_backend_device_t *device);
+void kiln_cuda_pool_destroy(kiln_backend_device_t *device);
+/* How much freed memory the pool keeps (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD):
+ * an eighth of the device's memory, within [256 MiB, 2 GiB]. */
+uint64_t kiln_cuda_pool_threshold(uint64_t memory_bytes);
+
+/* The cache of page-locked host memory (see kiln_cuda_host_cache_t).
+ * take: a block of at least `size` bytes (the device's context current);
+ * give: back to the cache, from any thread, callbacks included; trim:
+ * free what the cache holds past its cap, or everything (context current). */
+void kiln_cuda_host_cache_init(kiln_cuda_host_cache_t *cache);
+kiln_status_t kiln_cuda_host_take(kiln_backend_device_t *device, size_t size, void **out_ptr);
+void kiln_cuda_host_give(kiln_cuda_host_cache_t *cache, void *ptr);
+void kiln_cuda_host_trim(kiln_cuda_host_cache_t *cache, bool everything);
+/* The size class of a block of `size` bytes: -1 when it is larger than the
+ * largest class (such blocks are not kept). */
+int kiln_cuda_host_class(size_t size);
+/* Non-blocking transfers from pageable host memory of at most this many
+ * bytes are staged through the cache; larger ones go to the driver, which
+ * makes the caller wait. */
+#define KILN_CUDA_STAGE_MAX ((size_t)64 << 20)
 
 /* ---- the op table (ops.c) ------------------------------------------------------ */
 
@@ -220,6 +301,21 @@ extern const kiln_op_entry_t kiln_cuda_ops[];
 /* The native SGEMM, shared with conv2d. Pointers are device addresses. */
 kiln_status_t kiln_cuda_gemm_native(kiln_backend_queue_t *queue, const kiln_cuda_gemm_args_t *args, bool trans_a,
                                     bool trans_b);
+/* Its grid for m x n outputs in `batch` batches: x covers every n tile; y
+ * and z stop at 65535 and the kernel loops over the rest.
+ * KILN_OUT_OF_RESOURCES when m or n reaches 2^38. */
+kiln_status_t kiln_cuda_gemm_grid(kiln_backend_context_t *ctx, int64_t m, int64_t n, int64_t batch,
+                                  unsigned out_grid[3]);
+
+/* How a reduction runs: rows or columns kernel, how many blocks, and the
+ * rows of the second pass (0 when there is none). Sets a->chunk, chunks
+ * and width. */
+typedef struct kiln_cuda_reduce_plan_t {
+  bool cols;
+  int64_t blocks;
+  int64_t parts_rows;
+} kiln_cuda_reduce_plan_t;
+void kiln_cuda_reduce_plan(kiln_cuda_reduce_args_t *a, int sm_count, kiln_cuda_reduce_plan_t *out);
 /* Add a convolution's bias (when it has one) to its output, in place. */
 kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *op);
 /* Device address of element 0 of a view. */
@@ -227,10 +323,33 @@ CUdeviceptr kiln_cuda_view_ptr(const kiln_view_t *view);
 
 /* ---- providers (cublas.c, cudnn.c) -------------------------------------------- */
 
-/* dlopen the first of `names` found: by the loader's search, then under
- * $CUDA_PATH/lib64, $CUDA_HOME/lib64 and the toolkit kiln was built with.
- * NULL with the loader's message in out_reason when none loads. */
-void *kiln_cuda_open_vendor_library(const char *const *names, size_t name_count, char *out_reason, size_t reason_size);
+/* ---- start-up checks (device.c) ------------------------------------------------ */
+
+/* KILN_OK when the driver's CUDA version (cuDriverGetVersion) is at least
+ * KILN_CUDA_DRIVER_MIN; otherwise KILN_UNAVAILABLE with a message naming
+ * both and what to do. */
+kiln_status_t kiln_cuda_driver_check(kiln_backend_context_t *ctx, int driver_version);
+
+/* ---- vendor libraries (vendor.c) ------------------------------------------------ */
+
+/* KILN_CUDA_VENDOR_LIBS (NULL or "": cublas,cudnn; "none"; or a subset)
+ * into ctx->vendor_libs; KILN_INVALID_ARGUMENT quoting a malformed value. */
+kiln_status_t kiln_cuda_vendor_libs_parse(kiln_backend_context_t *ctx, const char *value);
+/* false, with the reason, when the setting leaves `which` out. */
+bool kiln_cuda_vendor_wanted(const kiln_backend_context_t *ctx, unsigned which, char *out_reason, size_t reason_size);
+/* dlopen the first of `names` found for vendor library `which`
+ * (KILN_CUDA_VENDOR_*), looking in order: for cuDNN, $CUDNN_PATH and
+ * $CUDNN_HOME (lib/, lib64/); the loader's own search (LD_LIBRARY_PATH,
+ * ld.so.cache); $CUDA_PATH/lib64 and $CUDA_HOME/lib64; for cuDNN, the folder
+ * the build found it in; the toolkit kiln was built with. The file loaded
+ * goes to out_path. NULL, with the loader's first message and the places
+ * tried, when none loads. */
+void *kiln_cuda_vendor_open(unsigned which, const char *const *names, size_t name_count, char *out_path,
+                            size_t path_size, char *out_reason, size_t reason_size);
+/* dlsym into a function pointer of fn_size bytes; false when absent. */
+bool kiln_cuda_vendor_sym(void *library, const char *symbol, void *out_fn, size_t fn_size);
+/* dlerror(), never NULL. */
+const char *kiln_cuda_dlerror(void);
 
 /* Load the library into ctx->cublas (and ctx->cublas_version); false, with
  * *out_reason, when it is absent. unload forgets it (the library stays
@@ -243,8 +362,13 @@ bool kiln_cuda_cublas_supports(kiln_backend_context_t *ctx, kiln_backend_device_
 kiln_status_t kiln_cuda_cublas_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op);
 void kiln_cuda_cublas_queue_release(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue);
 
+/* Load cuDNN 9 and check its sub-libraries (cudnnGraphVersionCheck,
+ * cudnnOpsVersionCheck, cudnnCnnVersionCheck); false, with the reason, when
+ * it is absent or incomplete. */
 bool kiln_cuda_cudnn_load(kiln_backend_context_t *ctx, char *out_reason, size_t reason_size);
 void kiln_cuda_cudnn_unload(kiln_backend_context_t *ctx);
+/* The device's table of plans (at open), and its release (at close). */
+kiln_status_t kiln_cuda_cudnn_device_init(kiln_backend_device_t *device);
 /* The cudnn rows' supports() (conv2d and max_pool2d) and routines. */
 bool kiln_cuda_cudnn_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
                               const kiln_op_entry_t *entry, const kiln_op_t *op);

@@ -48,6 +48,26 @@ static kiln_status_t read_tf32_setting(kiln_backend_context_t *ctx) {
                          value);
 }
 
+/* KILN_CUDA_VENDOR_LIBS, from the core's settings or the environment. */
+static kiln_status_t read_vendor_libs_setting(kiln_backend_context_t *ctx) {
+  const char *value = ctx->host.setting ? ctx->host.setting("KILN_CUDA_VENDOR_LIBS") : NULL;
+  if (!value) value = getenv("KILN_CUDA_VENDOR_LIBS");
+  return kiln_cuda_vendor_libs_parse(ctx, value);
+}
+
+kiln_status_t kiln_cuda_driver_check(kiln_backend_context_t *ctx, int driver_version) {
+  if (driver_version >= KILN_CUDA_DRIVER_MIN && cuEventElapsedTime != NULL) return KILN_OK;
+  char have[32];
+  format_cuda_version(driver_version, have, sizeof have);
+  return kiln_cuda_error(ctx, KILN_UNAVAILABLE,
+                         "the NVIDIA driver here supports CUDA %s (cuDriverGetVersion: %d), but kiln's CUDA backend "
+                         "needs a driver for CUDA %d.%d or newer (it calls cuEventElapsedTime_v2), and its kernels "
+                         "were built with CUDA toolkit %d.%d, whose code may need that driver version too: update "
+                         "the NVIDIA driver; kiln's other backends still work",
+                         driver_version > 0 ? have : "(unknown)", driver_version, KILN_CUDA_DRIVER_MIN / 1000,
+                         (KILN_CUDA_DRIVER_MIN % 1000) / 10, CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10);
+}
+
 /* The kernel module's version ("580.65.06"), which the driver API does not
  * report; "" where /proc does not say. */
 static void nvidia_driver_version(char *out, size_t size) {
@@ -69,6 +89,22 @@ static void nvidia_driver_version(char *out, size_t size) {
     }
   }
   fclose(f);
+}
+
+/* Whether `reader` accesses `owner`'s buffers directly: pool memory needs
+ * the pool's access (cuMemPoolSetAccess), cuMemAlloc'd memory the
+ * context's (cuCtxEnablePeerAccess). */
+static bool peer_direct(kiln_backend_device_t *reader, kiln_backend_device_t *owner) {
+  if (owner->open_status != KILN_OK || !owner->context) return false;
+  int can = 0;
+  if (cuDeviceCanAccessPeer(&can, reader->device, owner->device) != CUDA_SUCCESS || !can) return false;
+  if (!owner->pools) return owner->ctx_peer_from & (1ull << (reader->ordinal & 63));
+  CUmemLocation where;
+  memset(&where, 0, sizeof where);
+  where.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  where.id = reader->ordinal;
+  CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  return cuMemPoolGetAccess(&flags, owner->pool, &where) == CUDA_SUCCESS && flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 }
 
 /* Describe a device once, at start-up: everything devinfo -v shows. */
@@ -122,7 +158,9 @@ static void describe(kiln_backend_device_t *d) {
   kiln_backend_add_property(desc, "providers", "native%s%s", ctx->cublas ? ",cublas" : "",
                             ctx->cudnn ? ",cudnn" : "");
   kiln_backend_add_property(desc, "cublas", "%s", ctx->cublas_state);
+  if (ctx->cublas) kiln_backend_add_property(desc, "cublas_library", "%s", ctx->cublas_path);
   kiln_backend_add_property(desc, "cudnn", "%s", ctx->cudnn_state);
+  if (ctx->cudnn) kiln_backend_add_property(desc, "cudnn_library", "%s", ctx->cudnn_path);
   kiln_backend_add_property(desc, "tf32", "%s",
                ctx->tf32 ? "on (KILN_CUDA_TF32=1): cuBLAS and cuDNN may round f32 inputs to TF32"
                          : "off: f32 matmul and conv2d keep full precision (KILN_CUDA_TF32=1 allows TF32)");
@@ -136,21 +174,26 @@ static void describe(kiln_backend_device_t *d) {
   kiln_backend_add_property(desc, "async_copy_engines", "%d", attribute(d->device,
                             CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT));
   kiln_backend_add_property(desc, "ecc", "%s", attribute(d->device, CU_DEVICE_ATTRIBUTE_ECC_ENABLED) ? "on" : "off");
-  kiln_backend_add_property(desc, "memory_pool", "%s",
-               d->pools ? "stream-ordered (cuMemAllocAsync; freed memory stays pooled)" : "cuMemAlloc (no pool support)");
+  if (d->pools)
+    kiln_backend_add_property(desc, "memory_pool",
+                              "kiln's own stream-ordered pool (cuMemPoolCreate), keeping up to %llu MiB of freed "
+                              "memory; buffers allocated on the queue that uses them first",
+                              (unsigned long long)(kiln_cuda_pool_threshold(desc->memory_bytes) >> 20));
+  else
+    kiln_backend_add_property(desc, "memory_pool", "cuMemAlloc (no stream-ordered allocation on this device)");
   kiln_backend_add_property(desc, "driver_api", "CUDA %s (the newest version the installed driver supports)",
                desc->runtime_version);
   kiln_backend_add_property(desc, "built_with", "CUDA toolkit %d.%d", CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10);
 
-  /* Peers this device reads and writes directly; copies to others are staged
-   * by the driver. */
+  /* Peers whose buffers this device reads and writes directly: access
+   * granted by their pool (kiln's buffers come from it), or by their context
+   * where they have no pool. Copies from the others are staged by the
+   * driver. */
   char peers[256] = "";
   size_t used = 0;
   for (size_t j = 0; j < ctx->device_count; j++) {
-    if ((int)j == d->ordinal) continue;
-    int can = 0;
-    if (cuDeviceCanAccessPeer(&can, d->device, ctx->devices[j].device) == CUDA_SUCCESS && can && used < sizeof peers)
-      used += (size_t)snprintf(peers + used, sizeof peers - used, "%scuda:%zu", used ? "," : "", j);
+    if ((int)j == d->ordinal || !peer_direct(d, &ctx->devices[j]) || used >= sizeof peers) continue;
+    used += (size_t)snprintf(peers + used, sizeof peers - used, "%scuda:%zu", used ? "," : "", j);
   }
   kiln_backend_add_property(desc, "peer_access", "%s", peers[0] ? peers : "none");
 }
@@ -159,7 +202,9 @@ static void describe(kiln_backend_device_t *d) {
 static kiln_status_t open_device(kiln_backend_context_t *ctx, kiln_backend_device_t *d, int ordinal) {
   d->ctx = ctx;
   d->ordinal = ordinal;
-  pthread_mutex_init(&d->cudnn_lock, NULL);
+  pthread_mutex_init(&d->event_lock, NULL);
+  atomic_init(&d->cublas_failed, false);
+  atomic_init(&d->cudnn_failed, false);
   kiln_status_t status = kiln_cuda_check(ctx, cuDeviceGet(&d->device, ordinal), "cuDeviceGet(%d)", ordinal);
   if (status != KILN_OK) return status;
   d->cc_major = attribute(d->device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
@@ -176,13 +221,8 @@ static kiln_status_t open_device(kiln_backend_context_t *ctx, kiln_backend_devic
 
   status = kiln_cuda_check(ctx, cuStreamCreate(&d->alloc_stream, CU_STREAM_NON_BLOCKING),
                            "cuStreamCreate (allocation stream of cuda:%d)", ordinal);
-  if (status == KILN_OK && attribute(d->device, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) &&
-      cuDeviceGetDefaultMemPool(&d->pool, d->device) == CUDA_SUCCESS) {
-    /* Keep freed memory in the pool instead of returning it to the driver
-     * at every synchronisation: that is what makes per-op results cheap. */
-    cuuint64_t threshold = UINT64_MAX;
-    d->pools = cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold) == CUDA_SUCCESS;
-  }
+  if (status == KILN_OK) kiln_cuda_pool_create(d);
+  if (status == KILN_OK) status = kiln_cuda_cudnn_device_init(d);
   if (status == KILN_OK) kiln_cuda_module_load(d);
   kiln_cuda_leave();
   return status;
@@ -190,50 +230,77 @@ static kiln_status_t open_device(kiln_backend_context_t *ctx, kiln_backend_devic
 
 static void close_device(kiln_backend_device_t *d) {
   if (!d->ctx) return; /* never opened */
-  if (!d->context) {
-    pthread_mutex_destroy(&d->cudnn_lock);
-    return;
-  }
-  if (kiln_cuda_enter(d) == KILN_OK) {
-    kiln_cuda_cudnn_device_release(d);
+  if (d->context && kiln_cuda_enter(d) == KILN_OK) {
+    kiln_cuda_events_free(d);
     kiln_cuda_module_unload(d);
     if (d->alloc_stream) {
       (void)cuStreamSynchronize(d->alloc_stream);
       (void)cuStreamDestroy(d->alloc_stream);
       d->alloc_stream = NULL;
     }
-    if (d->pools) (void)cuMemPoolTrimTo(d->pool, 0);
+    kiln_cuda_pool_destroy(d);
     kiln_cuda_leave();
   }
-  (void)cuDevicePrimaryCtxRelease(d->device);
+  kiln_cuda_cudnn_device_release(d); /* host-side descriptors only */
+  if (d->context) (void)cuDevicePrimaryCtxRelease(d->device);
   d->context = NULL;
-  pthread_mutex_destroy(&d->cudnn_lock);
+  pthread_mutex_destroy(&d->event_lock);
 }
 
 static void cuda_deinitialize(kiln_backend_context_t *ctx) {
   if (!ctx) return;
+  /* The pinned blocks cached for staging go first, while a context lives. */
+  for (size_t i = 0; i < ctx->device_count; i++) {
+    kiln_backend_device_t *d = &ctx->devices[i];
+    if (d->open_status == KILN_OK && d->context && kiln_cuda_enter(d) == KILN_OK) {
+      kiln_cuda_host_trim(&ctx->host_cache, true);
+      kiln_cuda_leave();
+      break;
+    }
+  }
   for (size_t i = 0; i < ctx->device_count; i++) close_device(&ctx->devices[i]);
   free(ctx->devices);
   kiln_cuda_cublas_unload(ctx);
   kiln_cuda_cudnn_unload(ctx);
+  pthread_mutex_destroy(&ctx->host_cache.lock);
   free(ctx);
 }
 
 /* Direct peer access where the hardware allows it; cuMemcpyPeerAsync works
- * without it too (staged by the driver), so failures only cost speed. */
+ * without it too (staged by the driver), so failures only cost speed.
+ * kiln's buffers come from each device's pool, whose memory peers reach
+ * only once the pool grants them access (cuMemPoolSetAccess; a context's
+ * peer access does not cover pool memory); the contexts' peer access still
+ * covers devices without pools, whose buffers come from cuMemAlloc. */
 static void enable_peers(kiln_backend_context_t *ctx) {
   for (size_t i = 0; i < ctx->device_count; i++) {
     kiln_backend_device_t *a = &ctx->devices[i];
     if (a->open_status != KILN_OK || kiln_cuda_enter(a) != KILN_OK) continue;
     for (size_t j = 0; j < ctx->device_count; j++) {
+      kiln_backend_device_t *b = &ctx->devices[j];
       int can = 0;
-      if (i == j || !ctx->devices[j].context ||
-          cuDeviceCanAccessPeer(&can, a->device, ctx->devices[j].device) != CUDA_SUCCESS || !can)
+      if (i == j || b->open_status != KILN_OK || !b->context ||
+          cuDeviceCanAccessPeer(&can, a->device, b->device) != CUDA_SUCCESS || !can)
         continue;
-      CUresult r = cuCtxEnablePeerAccess(ctx->devices[j].context, 0);
-      if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED && ctx->host.log)
-        ctx->host.log(KILN_LOG_DEBUG, "cuda:%zu -> cuda:%zu: cuCtxEnablePeerAccess returned %d; copies are staged",
-                      i, j, (int)r);
+      /* a reads and writes b's memory: b's pool grants a access. */
+      if (b->pools) {
+        CUmemAccessDesc access;
+        memset(&access, 0, sizeof access);
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = a->ordinal;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        CUresult r = cuMemPoolSetAccess(b->pool, &access, 1);
+        if (r != CUDA_SUCCESS && ctx->host.log)
+          ctx->host.log(KILN_LOG_DEBUG, "cuda:%zu -> cuda:%zu: cuMemPoolSetAccess returned %s; copies are staged", i,
+                        j, kiln_cuda_result_name(r));
+      } else {
+        CUresult r = cuCtxEnablePeerAccess(b->context, 0);
+        if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+          b->ctx_peer_from |= 1ull << (a->ordinal & 63);
+        else if (ctx->host.log)
+          ctx->host.log(KILN_LOG_DEBUG, "cuda:%zu -> cuda:%zu: cuCtxEnablePeerAccess returned %s; copies are staged",
+                        i, j, kiln_cuda_result_name(r));
+      }
     }
     kiln_cuda_leave();
   }
@@ -243,6 +310,7 @@ static void enable_peers(kiln_backend_context_t *ctx) {
  * error the caller frees what was made. */
 static kiln_status_t start(kiln_backend_context_t *ctx) {
   kiln_status_t status = read_tf32_setting(ctx);
+  if (status == KILN_OK) status = read_vendor_libs_setting(ctx);
   if (status != KILN_OK) return status;
 
   CUresult r = cuInit(0);
@@ -269,6 +337,7 @@ static kiln_status_t start(kiln_backend_context_t *ctx) {
                            "cuInit failed: %s (%d); the NVIDIA driver cannot be used here (check nvidia-smi and the "
                            "kernel module); kiln's other backends still work",
                            kiln_cuda_result_name(r), (int)r);
+  if ((status = kiln_cuda_driver_check(ctx, ctx->driver_version)) != KILN_OK) return status;
 
   int count = 0;
   if (kiln_cuda_check(ctx, cuDeviceGetCount(&count), "cuDeviceGetCount") != KILN_OK)
@@ -276,7 +345,7 @@ static kiln_status_t start(kiln_backend_context_t *ctx) {
                            ctx->host.last_error());
 
   /* Vendor libraries are optional: their absence disables a provider only. */
-  char reason[200];
+  char reason[sizeof ctx->cudnn_state - 16];
   if (kiln_cuda_cublas_load(ctx, reason, sizeof reason))
     snprintf(ctx->cublas_state, sizeof ctx->cublas_state, "%s", ctx->cublas_version);
   else
@@ -315,6 +384,7 @@ static kiln_status_t start(kiln_backend_context_t *ctx) {
 static kiln_status_t cuda_initialize(const kiln_host_t *host, kiln_backend_context_t **out_ctx) {
   kiln_backend_context_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return host->set_error(KILN_OUT_OF_MEMORY, "out of host memory for the CUDA backend's context");
+  kiln_cuda_host_cache_init(&ctx->host_cache);
   /* The core's table grows at its end: keep what both sides know, and the
    * slots this plugin knows but an older core lacks stay NULL. */
   memcpy(&ctx->host, host, host->size < sizeof ctx->host ? host->size : sizeof ctx->host);
@@ -395,6 +465,7 @@ static const kiln_backend_iface_t cuda_iface = {
   .buffer_fill = kiln_cuda_buffer_fill,
   .ops = kiln_cuda_ops,
   .version_text = cuda_version_text,
+  .buffer_allocate_on = kiln_cuda_buffer_allocate_on,
 };
 
 KILN_PLUGIN_EXPORT const kiln_backend_iface_t *kiln_backend_entry(void);

@@ -250,7 +250,10 @@ kiln_status_t kiln_cuda_cublas_check(kiln_backend_context_t *ctx, int status, co
   vsnprintf(call, sizeof call, call_fmt, args);
   va_end(args);
   return kiln_cuda_error(ctx, code, "%s failed: %s (%d); %s", call, cublas_status_name(status), status,
-                         code == KILN_UNSUPPORTED ? "the native provider runs these arguments" : advice_for(code));
+                         code == KILN_UNSUPPORTED   ? "the native provider runs these arguments"
+                         : code == KILN_UNAVAILABLE ? "cuBLAS cannot work on this device; the native provider runs "
+                                                      "instead"
+                                                    : advice_for(code));
 }
 
 kiln_status_t kiln_cuda_cudnn_check(kiln_backend_context_t *ctx, int status, const char *name, const char *call_fmt,
@@ -264,6 +267,11 @@ kiln_status_t kiln_cuda_cudnn_check(kiln_backend_context_t *ctx, int status, con
     code = KILN_OUT_OF_MEMORY;
   else if (status >= 1000 && status < 2000)
     code = KILN_UNAVAILABLE;
+  else if (status >= 3005 && status <= 3009)
+    /* An incompatible driver or CUDA runtime, a GPU cuDNN does not know, a
+     * prerequisite or sub-library that does not load: cuDNN cannot work on
+     * this device at all, whatever the arguments. */
+    code = KILN_UNAVAILABLE;
   else if (status >= 2000 && status < 4000)
     code = KILN_UNSUPPORTED;
   else if (status >= 5000 && status < 6000)
@@ -276,5 +284,8 @@ kiln_status_t kiln_cuda_cudnn_check(kiln_backend_context_t *ctx, int status, con
   vsnprintf(call, sizeof call, call_fmt, args);
   va_end(args);
   return kiln_cuda_error(ctx, code, "%s failed: %s (%d); %s", call, name ? name : "unknown cudnnStatus_t", status,
-                         code == KILN_UNSUPPORTED ? "the native provider runs these arguments" : advice_for(code));
+                         code == KILN_UNSUPPORTED   ? "the native provider runs these arguments"
+                         : code == KILN_UNAVAILABLE ? "cuDNN cannot work on this device; the native provider runs "
+                                                      "instead (check the cuDNN install: devinfo -v shows which)"
+                                                    : advice_for(code));
 }

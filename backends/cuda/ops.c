@@ -147,6 +147,45 @@ static kiln_status_t run_elementwise(kiln_backend_context_t *ctx, kiln_backend_q
   return launch_flat(queue, kernel, a.n, &a);
 }
 
+/* Split `len` into chunks when `items` blocks alone would leave the GPU
+ * idle: enough chunks for about `target` blocks in all, each chunk at least
+ * `least` elements. */
+static void split_axis(kiln_cuda_reduce_args_t *a, int64_t items, int64_t target, int64_t least) {
+  int64_t chunks = 1;
+  if (items < target && a->len > 2 * least) {
+    chunks = (target + items - 1) / items;
+    const int64_t most = (a->len + least - 1) / least;
+    if (chunks > most) chunks = most;
+  }
+  a->chunk = a->len > 0 ? (a->len + chunks - 1) / chunks : 1;
+  a->chunks = a->len > 0 ? (a->len + a->chunk - 1) / a->chunk : 1;
+}
+
+void kiln_cuda_reduce_plan(kiln_cuda_reduce_args_t *a, int sm_count, kiln_cuda_reduce_plan_t *out) {
+  const int64_t target = (int64_t)(sm_count > 0 ? sm_count : 1) * 4;
+  memset(out, 0, sizeof *out);
+  if (a->inner > 1 || a->len == 0) {
+    /* Columns: `width` of them side by side (a power of two up to a warp),
+     * the block's other threads as lanes along the axis. */
+    int width = 1;
+    while (width < 32 && width < a->inner) width *= 2;
+    a->width = width;
+    const int64_t lanes = KILN_CUDA_BLOCK / width;
+    const int64_t tiles = (a->inner + width - 1) / width;
+    /* Each lane of a chunk walks at least 16 positions. */
+    split_axis(a, a->outer * tiles, target, lanes * 16);
+    out->cols = true;
+    out->blocks = a->outer * tiles * a->chunks;
+  } else {
+    /* Rows: one block per row, long rows split when rows are few. */
+    a->width = 0;
+    split_axis(a, a->outer, target, 4096);
+    out->blocks = a->outer * a->chunks;
+  }
+  /* The parts pass finishes outer * inner outputs, one block each. */
+  out->parts_rows = a->chunks > 1 ? a->outer * (out->cols ? a->inner : 1) : 0;
+}
+
 static kiln_status_t run_reduce(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_reduce_args_t a;
   memset(&a, 0, sizeof a);
@@ -158,33 +197,25 @@ static kiln_status_t run_reduce(kiln_backend_context_t *ctx, kiln_backend_queue_
   a.op = (int32_t)op->u.reduce.op;
   const bool f32 = op->in[0].dtype == KILN_F32;
   if (a.outer * a.inner == 0) return KILN_OK;
-  if (a.inner > 1 || a.len == 0)
-    return launch_flat(queue, f32 ? KILN_CUDA_K_reduce_cols_f32 : KILN_CUDA_K_reduce_cols_i32, a.outer * a.inner, &a);
-
-  /* Rows: one block per row, and long rows split into chunks when there are
-   * too few rows to fill the GPU; a second pass then merges the chunks. */
-  const int64_t target_blocks = (int64_t)queue->device->sm_count * 4;
-  int64_t chunks = 1;
-  if (a.outer < target_blocks && a.len > 8192) {
-    chunks = (target_blocks + a.outer - 1) / a.outer;
-    const int64_t most = (a.len + 4095) / 4096;
-    if (chunks > most) chunks = most;
-  }
-  a.chunk = (a.len + chunks - 1) / chunks;
-  a.chunks = (a.len + a.chunk - 1) / a.chunk;
-  if (a.chunks == 1)
-    return kiln_cuda_launch(queue, f32 ? KILN_CUDA_K_reduce_rows_f32 : KILN_CUDA_K_reduce_rows_i32,
-                            grid_rows(a.outer), 1, 1, KILN_CUDA_BLOCK, &a);
+  kiln_cuda_reduce_plan_t plan;
+  kiln_cuda_reduce_plan(&a, queue->device->sm_count, &plan);
+  const kiln_cuda_kernel_t first = plan.cols ? (f32 ? KILN_CUDA_K_reduce_cols_f32 : KILN_CUDA_K_reduce_cols_i32)
+                                             : (f32 ? KILN_CUDA_K_reduce_rows_f32 : KILN_CUDA_K_reduce_rows_i32);
+  if (a.chunks == 1) return kiln_cuda_launch(queue, first, grid_rows(plan.blocks), 1, 1, KILN_CUDA_BLOCK, &a);
   CUdeviceptr parts = 0;
   kiln_status_t status =
-      kiln_cuda_scratch_alloc(queue, (size_t)(a.outer * a.chunks) * sizeof(kiln_cuda_reduce_part_t), &parts);
+      kiln_cuda_scratch_alloc(queue, (size_t)(plan.parts_rows * a.chunks) * sizeof(kiln_cuda_reduce_part_t), &parts);
   if (status != KILN_OK) return status;
   a.parts = parts;
-  status = kiln_cuda_launch(queue, f32 ? KILN_CUDA_K_reduce_rows_f32 : KILN_CUDA_K_reduce_rows_i32,
-                            grid_rows(a.outer * a.chunks), 1, 1, KILN_CUDA_BLOCK, &a);
-  if (status == KILN_OK)
+  status = kiln_cuda_launch(queue, first, grid_rows(plan.blocks), 1, 1, KILN_CUDA_BLOCK, &a);
+  if (status == KILN_OK) {
+    /* Columns' parts are laid out [outer * inner][chunks]: the same pass as
+     * rows', over outer * inner rows. */
+    kiln_cuda_reduce_args_t merge = a;
+    merge.outer = plan.parts_rows;
     status = kiln_cuda_launch(queue, f32 ? KILN_CUDA_K_reduce_parts_f32 : KILN_CUDA_K_reduce_parts_i32,
-                              grid_rows(a.outer), 1, 1, KILN_CUDA_BLOCK, &a);
+                              grid_rows(plan.parts_rows), 1, 1, KILN_CUDA_BLOCK, &merge);
+  }
   kiln_cuda_scratch_free(queue, parts);
   return status;
 }
@@ -224,18 +255,30 @@ static kiln_status_t run_cross_entropy(kiln_backend_context_t *ctx, kiln_backend
   return status;
 }
 
-static bool fits_i32(int64_t v) { return v >= 0 && v <= INT_MAX; }
+kiln_status_t kiln_cuda_gemm_grid(kiln_backend_context_t *ctx, int64_t m, int64_t n, int64_t batch,
+                                  unsigned out_grid[3]) {
+  /* The kernels keep tile indices in an int: m and n below 2^38 (a product
+   * that large would be a terabyte of floats). */
+  const int64_t limit = (int64_t)1 << 38;
+  if (m >= limit || n >= limit)
+    return kiln_cuda_error(ctx, KILN_OUT_OF_RESOURCES,
+                           "the native CUDA matmul takes m and n below 2^38, got m=%lld n=%lld; split the product",
+                           (long long)m, (long long)n);
+  const int64_t tiles_m = (m + KILN_CUDA_GEMM_TILE - 1) / KILN_CUDA_GEMM_TILE;
+  out_grid[0] = (unsigned)((n + KILN_CUDA_GEMM_TILE - 1) / KILN_CUDA_GEMM_TILE);
+  /* y and z stop at the grid's 65535; the blocks loop over the rest. */
+  out_grid[1] = (unsigned)(tiles_m < 65535 ? tiles_m : 65535);
+  out_grid[2] = (unsigned)(batch < 65535 ? batch : 65535);
+  return KILN_OK;
+}
 
 kiln_status_t kiln_cuda_gemm_native(kiln_backend_queue_t *queue, const kiln_cuda_gemm_args_t *args, bool trans_a,
                                     bool trans_b) {
   kiln_cuda_gemm_args_t a = *args;
   if (a.m == 0 || a.n == 0 || a.batch == 0) return KILN_OK;
-  const int64_t grid_x = ((int64_t)a.n + KILN_CUDA_GEMM_TILE - 1) / KILN_CUDA_GEMM_TILE;
-  const int64_t grid_y = ((int64_t)a.m + KILN_CUDA_GEMM_TILE - 1) / KILN_CUDA_GEMM_TILE;
-  if (grid_y > 65535)
-    return kiln_cuda_error(queue->device->ctx, KILN_OUT_OF_RESOURCES,
-                           "the native CUDA matmul handles m up to %d rows, got m=%d; split the product along m",
-                           65535 * KILN_CUDA_GEMM_TILE, a.m);
+  unsigned grid[3] = {1, 1, 1};
+  kiln_status_t status = kiln_cuda_gemm_grid(queue->device->ctx, a.m, a.n, a.batch, grid);
+  if (status != KILN_OK) return status;
   const bool vec = a.a % 16 == 0 && a.b % 16 == 0 && a.lda % 4 == 0 && a.ldb % 4 == 0 && a.stride_a % 4 == 0 &&
                    a.stride_b % 4 == 0;
   a.c_vec = a.c % 16 == 0 && a.ldc % 4 == 0 && a.stride_c % 4 == 0;
@@ -244,26 +287,18 @@ kiln_status_t kiln_cuda_gemm_native(kiln_backend_queue_t *queue, const kiln_cuda
       {KILN_CUDA_K_sgemm_nn, KILN_CUDA_K_sgemm_nt, KILN_CUDA_K_sgemm_tn, KILN_CUDA_K_sgemm_tt},
       {KILN_CUDA_K_sgemm_nn_vec, KILN_CUDA_K_sgemm_nt_vec, KILN_CUDA_K_sgemm_tn_vec, KILN_CUDA_K_sgemm_tt_vec},
   };
-  const unsigned grid_z = (unsigned)(a.batch < 65535 ? a.batch : 65535);
-  return kiln_cuda_launch(queue, kernels[vec][variant], (unsigned)grid_x, (unsigned)grid_y, grid_z,
-                          KILN_CUDA_GEMM_THREADS, &a);
+  return kiln_cuda_launch(queue, kernels[vec][variant], grid[0], grid[1], grid[2], KILN_CUDA_GEMM_THREADS, &a);
 }
 
 static kiln_status_t run_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
-  const int64_t m = op->u.matmul.m, n = op->u.matmul.n, k = op->u.matmul.k;
-  if (!fits_i32(m) || !fits_i32(n) || !fits_i32(k))
-    return kiln_cuda_error(ctx, KILN_OUT_OF_RESOURCES,
-                           "the native CUDA matmul takes m, n, k below 2^31, got m=%lld n=%lld k=%lld; split the "
-                           "product",
-                           (long long)m, (long long)n, (long long)k);
   kiln_cuda_gemm_args_t a;
   memset(&a, 0, sizeof a);
   a.a = kiln_cuda_view_ptr(&op->in[0]);
   a.b = kiln_cuda_view_ptr(&op->in[1]);
   a.c = kiln_cuda_view_ptr(&op->out);
-  a.m = (int32_t)m;
-  a.n = (int32_t)n;
-  a.k = (int32_t)k;
+  a.m = op->u.matmul.m;
+  a.n = op->u.matmul.n;
+  a.k = op->u.matmul.k;
   a.lda = op->u.matmul.lda;
   a.ldb = op->u.matmul.ldb;
   a.ldc = op->u.matmul.ldc;
@@ -299,18 +334,14 @@ static kiln_status_t run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_
   kiln_cuda_conv_args_t a;
   conv_args(&a, op);
   const int64_t crs = a.c * a.r * a.s, pq = a.p * a.q;
-  if (!fits_i32(crs) || !fits_i32(pq) || !fits_i32(a.k))
-    return kiln_cuda_error(ctx, KILN_OUT_OF_RESOURCES,
-                           "the native CUDA conv2d needs c*r*s, p*q and k below 2^31, got %lld, %lld, %lld",
-                           (long long)crs, (long long)pq, (long long)a.k);
   const CUdeviceptr x = kiln_cuda_view_ptr(&op->in[0]), w = kiln_cuda_view_ptr(&op->in[1]);
   const CUdeviceptr y = kiln_cuda_view_ptr(&op->out);
   kiln_cuda_gemm_args_t g;
   memset(&g, 0, sizeof g);
   g.a = w; /* W [k, crs] */
-  g.m = (int32_t)a.k;
-  g.n = (int32_t)pq;
-  g.k = (int32_t)crs;
+  g.m = a.k;
+  g.n = pq;
+  g.k = crs;
   g.lda = crs;
   g.ldc = pq;
   g.stride_a = 0;
@@ -428,6 +459,24 @@ static const kiln_cuda_op_impl_t native_cross_entropy = {run_cross_entropy};
 static const kiln_cuda_op_impl_t native_conv2d = {run_conv2d};
 static const kiln_cuda_op_impl_t native_max_pool2d = {run_max_pool2d};
 static const kiln_cuda_op_impl_t native_cast = {run_elementwise};
+
+/* The training kinds (runtime/backend.h, commit 207e1ee) have no CUDA kernels
+ * yet: their rows say so, so that the plugin builds and every other op runs.
+ * Replace each with its routine as the kernels come. */
+static kiln_status_t run_not_yet(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  return kiln_cuda_error(ctx, KILN_UNSUPPORTED,
+                         "the CUDA backend has no kernel for %s yet; run it on another device (kiln_tensor_to)",
+                         kiln_backend_op_kind_name(op->kind));
+}
+static const kiln_cuda_op_impl_t native_unary_backward = {run_not_yet};
+static const kiln_cuda_op_impl_t native_softmax_backward = {run_not_yet};
+static const kiln_cuda_op_impl_t native_cross_entropy_backward = {run_not_yet};
+static const kiln_cuda_op_impl_t native_conv2d_backward_input = {run_not_yet};
+static const kiln_cuda_op_impl_t native_conv2d_backward_weight = {run_not_yet};
+static const kiln_cuda_op_impl_t native_max_pool2d_backward = {run_not_yet};
+static const kiln_cuda_op_impl_t native_accumulate = {run_not_yet};
+static const kiln_cuda_op_impl_t native_sgd_update = {run_not_yet};
+static const kiln_cuda_op_impl_t native_adam_update = {run_not_yet};
 static const kiln_cuda_op_impl_t cublas_matmul = {kiln_cuda_cublas_matmul};
 static const kiln_cuda_op_impl_t cudnn_conv2d = {kiln_cuda_cudnn_conv2d};
 static const kiln_cuda_op_impl_t cudnn_max_pool2d = {kiln_cuda_cudnn_max_pool2d};

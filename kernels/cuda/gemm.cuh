@@ -1,8 +1,12 @@
 /* kernels/cuda/gemm.cuh: kiln's native SGEMM: 128x128 block tiles, 8x8 outputs per thread, double-buffered shared memory, float4 loads. */
 /*
  * Included once, by kiln.cu. Row-major C = op(A) @ op(B), every transpose
- * combination through strides, batches through gridDim.z (and a loop past
- * 65535), edges by bounds checks on the loads and stores only.
+ * combination through strides, edges by bounds checks on the loads and
+ * stores only. Sizes and offsets are 64-bit: m, n and k may exceed 2^31
+ * (k's steps are counted in 64 bits, so K near INT_MAX does not overflow
+ * into an empty loop). The grid is tiled: x covers the n tiles, and each
+ * block loops over the m tiles (y) and batches (z) its grid leaves, so m
+ * and the batch count are not bounded by the grid's 65535 in y and z.
  *
  * Shared memory holds both tiles k-major: As[k][i] and Bs[k][j], so that the
  * inner product reads four consecutive floats of each with one float4 load.
@@ -12,17 +16,28 @@
  * bank conflicts. While a tile is multiplied, the next one is already being
  * loaded into registers; one __syncthreads per k-step suffices because the
  * two shared buffers alternate.
+ *
+ * Registers: at two blocks per SM (__launch_bounds__(256, 2)) a thread has
+ * 128. The 64 accumulators, two sets of fragments (the k-step being
+ * multiplied and the next, 16 + 16) and the 8 prefetched elements leave
+ * about 24 for addresses and bounds. So the fragments are double-buffered by
+ * hand; A's address is computed from the tile's base and k (no 64-bit step
+ * held in registers), B's is a running pointer where its step is the
+ * constant 8 (TB) and computed like A's otherwise; the outer loops are not
+ * unrolled. With these choices ptxas allocates every variant without
+ * spilling on sm_90 (the report is in backends/cuda/README.md; each change
+ * here wants `ptxas -v` run again).
  */
 
 #define KILN_GEMM_BM 128
 #define KILN_GEMM_BN 128
 #define KILN_GEMM_BK 8
 
-/* Four consecutive elements at ptr[0..3]: all zero unless `ok`, and only the
- * first `avail` of them read (the rest zero) at a matrix edge. */
+/* Four consecutive elements at ptr[0..3], of which the first `avail` are
+ * inside the matrix (avail <= 0: none); the rest read as zero. */
 template <bool VEC>
-__device__ __forceinline__ void kiln_gemm_load4(const float *__restrict__ ptr, bool ok, int avail, float v[4]) {
-  if (ok && VEC && avail >= 4) {
+__device__ __forceinline__ void kiln_gemm_load4(const float *__restrict__ ptr, int avail, float v[4]) {
+  if (VEC && avail >= 4) {
     const float4 q = __ldg(reinterpret_cast<const float4 *>(ptr));
     v[0] = q.x;
     v[1] = q.y;
@@ -31,8 +46,11 @@ __device__ __forceinline__ void kiln_gemm_load4(const float *__restrict__ ptr, b
     return;
   }
 #pragma unroll
-  for (int j = 0; j < 4; j++) v[j] = ok && j < avail ? __ldg(ptr + j) : 0.0f;
+  for (int j = 0; j < 4; j++) v[j] = j < avail ? __ldg(ptr + j) : 0.0f;
 }
+
+/* min(v, 4) for v >= 0, as an int: how many of four elements lie before a bound. */
+__device__ __forceinline__ int kiln_gemm_avail(int64_t v) { return v >= 4 ? 4 : (int)v; }
 
 template <bool TA, bool TB, bool VEC>
 __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
@@ -41,8 +59,10 @@ __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
 
   const int tid = threadIdx.x;
   const int tx = tid & 15, ty = tid >> 4;
-  const int bm = blockIdx.y * KILN_GEMM_BM, bn = blockIdx.x * KILN_GEMM_BN;
-  const int M = p.m, N = p.n, K = p.k;
+  const int64_t M = p.m, N = p.n, K = p.k;
+  /* The host keeps m and n below 2^38 (a terabyte of floats), so tile
+   * indices fit in an int. */
+  const int tiles_m = (int)((M + KILN_GEMM_BM - 1) / KILN_GEMM_BM);
 
   /* Which four elements this thread loads per tile, by layout:
    * "row-wise" (the tile's k axis is contiguous in memory): row tid/2 of the
@@ -51,112 +71,128 @@ __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
   const int rw_row = tid >> 1, rw_k = (tid & 1) * 4;
   const int cw_k = tid >> 5, cw_col = (tid & 31) * 4;
 
-  /* Per thread: where its four A and B elements start, how far they move per
-   * k-step, and which bound does not change with k. */
-  const int64_t a_off = !TA ? (int64_t)(bm + rw_row) * p.lda + rw_k : (int64_t)cw_k * p.lda + bm + cw_col;
-  const int64_t a_step = !TA ? KILN_GEMM_BK : KILN_GEMM_BK * p.lda;
-  const int64_t b_off = !TB ? (int64_t)cw_k * p.ldb + bn + cw_col : (int64_t)(bn + rw_row) * p.ldb + rw_k;
-  const int64_t b_step = !TB ? KILN_GEMM_BK * p.ldb : KILN_GEMM_BK;
-  const bool a_row_ok = bm + rw_row < M, b_row_ok = bn + rw_row < N;
-  const int a_cols = M - (bm + cw_col), b_cols = N - (bn + cw_col);
+  const int64_t bn = (int64_t)blockIdx.x * KILN_GEMM_BN;
+#pragma unroll 1
+  for (int64_t z = blockIdx.z; z < p.batch; z += gridDim.z)
+#pragma unroll 1
+    for (int tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
+        const int64_t bm = (int64_t)tm * KILN_GEMM_BM;
+        /* Where this thread's four A and B elements start, and the bound
+         * that does not move with k: A(i, l) is !TA a[i*lda + l] (k
+         * contiguous), TA a[l*lda + i]; B(l, j) is !TB b[l*ldb + j], TB
+         * b[j*ldb + l]. */
+        const float *__restrict__ A =
+            (const float *)p.a + z * p.stride_a + (!TA ? (bm + rw_row) * p.lda + rw_k : cw_k * p.lda + bm + cw_col);
+        const float *__restrict__ B =
+            (const float *)p.b + z * p.stride_b + (!TB ? cw_k * p.ldb + bn + cw_col : (bn + rw_row) * p.ldb + rw_k);
+        /* !TA: the row is inside (4) or not (0); TA: how many of the four
+         * columns are. Likewise for B. */
+        const int a_fixed = !TA ? (bm + rw_row < M ? 4 : 0)
+                                : kiln_gemm_avail(M - (bm + cw_col) > 0 ? M - (bm + cw_col) : 0);
+        const int b_fixed = !TB ? kiln_gemm_avail(N - (bn + cw_col) > 0 ? N - (bn + cw_col) : 0)
+                                : (bn + rw_row < N ? 4 : 0);
 
-  for (int64_t z = blockIdx.z; z < p.batch; z += gridDim.z) {
-    const float *__restrict__ A = (const float *)p.a + z * p.stride_a + a_off;
-    const float *__restrict__ B = (const float *)p.b + z * p.stride_b + b_off;
-    float *__restrict__ C = (float *)p.c + z * p.stride_c;
-
-    float acc[8][8];
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-#pragma unroll
-      for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
-
-    float ra[4], rb[4];
-    /* A(i, l): !TA at A[i*lda + l] (k contiguous), TA at A[l*lda + i]. */
-#define KILN_GEMM_LOAD_A(k0, ptr)                                                                 \
-  do {                                                                                            \
-    if (!TA)                                                                                      \
-      kiln_gemm_load4<VEC>(ptr, a_row_ok, K - ((k0) + rw_k), ra);                                 \
-    else                                                                                          \
-      kiln_gemm_load4<VEC>(ptr, (k0) + cw_k < K, a_cols, ra);                                     \
-  } while (0)
-    /* B(l, j): !TB at B[l*ldb + j] (n contiguous), TB at B[j*ldb + l]. */
-#define KILN_GEMM_LOAD_B(k0, ptr)                                                                 \
-  do {                                                                                            \
-    if (!TB)                                                                                      \
-      kiln_gemm_load4<VEC>(ptr, (k0) + cw_k < K, b_cols, rb);                                     \
-    else                                                                                          \
-      kiln_gemm_load4<VEC>(ptr, b_row_ok, K - ((k0) + rw_k), rb);                                 \
-  } while (0)
-#define KILN_GEMM_STORE(buf)                                                                      \
-  do {                                                                                            \
-    if (!TA) {                                                                                    \
-      _Pragma("unroll") for (int j = 0; j < 4; j++) As[buf][rw_k + j][rw_row] = ra[j];            \
-    } else {                                                                                      \
-      *reinterpret_cast<float4 *>(&As[buf][cw_k][cw_col]) = make_float4(ra[0], ra[1], ra[2], ra[3]); \
-    }                                                                                             \
-    if (!TB) {                                                                                    \
-      *reinterpret_cast<float4 *>(&Bs[buf][cw_k][cw_col]) = make_float4(rb[0], rb[1], rb[2], rb[3]); \
-    } else {                                                                                      \
-      _Pragma("unroll") for (int j = 0; j < 4; j++) Bs[buf][rw_k + j][rw_row] = rb[j];            \
-    }                                                                                             \
-  } while (0)
-
-    const int tiles = (K + KILN_GEMM_BK - 1) / KILN_GEMM_BK;
-    if (tiles > 0) {
-      KILN_GEMM_LOAD_A(0, A);
-      KILN_GEMM_LOAD_B(0, B);
-      KILN_GEMM_STORE(0);
-    }
-    __syncthreads();
-
-    for (int t = 0; t < tiles; t++) {
-      const int cur = t & 1;
-      const bool more = t + 1 < tiles;
-      if (more) {
-        const int k1 = (t + 1) * KILN_GEMM_BK;
-        KILN_GEMM_LOAD_A(k1, A + (t + 1) * a_step);
-        KILN_GEMM_LOAD_B(k1, B + (t + 1) * b_step);
-      }
-#pragma unroll
-      for (int kk = 0; kk < KILN_GEMM_BK; kk++) {
-        const float4 a0 = *reinterpret_cast<const float4 *>(&As[cur][kk][ty * 4]);
-        const float4 a1 = *reinterpret_cast<const float4 *>(&As[cur][kk][64 + ty * 4]);
-        const float4 b0 = *reinterpret_cast<const float4 *>(&Bs[cur][kk][tx * 4]);
-        const float4 b1 = *reinterpret_cast<const float4 *>(&Bs[cur][kk][64 + tx * 4]);
-        const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-        const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+        float acc[8][8];
 #pragma unroll
         for (int i = 0; i < 8; i++)
 #pragma unroll
-          for (int j = 0; j < 8; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-      }
-      if (more) KILN_GEMM_STORE(cur ^ 1);
-      __syncthreads();
-    }
-#undef KILN_GEMM_LOAD_A
-#undef KILN_GEMM_LOAD_B
+          for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
+
+        float ra[4], rb[4];
+        /* The elements of the k-step at k0 that lie inside both bounds. */
+#define KILN_GEMM_LOAD(k0)                                                                                \
+  do {                                                                                                    \
+    const int64_t left_ = K - (k0);                                                                       \
+    const int a_avail_ = !TA ? (a_fixed ? kiln_gemm_avail(left_ - rw_k > 0 ? left_ - rw_k : 0) : 0)       \
+                             : (cw_k < left_ ? a_fixed : 0);                                              \
+    const int b_avail_ = !TB ? (cw_k < left_ ? b_fixed : 0)                                               \
+                             : (b_fixed ? kiln_gemm_avail(left_ - rw_k > 0 ? left_ - rw_k : 0) : 0);      \
+    kiln_gemm_load4<VEC>(A + (!TA ? (k0) : (k0) * p.lda), a_avail_, ra);                                  \
+    kiln_gemm_load4<VEC>(TB ? B : B + (k0) * p.ldb, b_avail_, rb);                                        \
+  } while (0)
+#define KILN_GEMM_STORE(buf)                                                                              \
+  do {                                                                                                    \
+    if (!TA) {                                                                                            \
+      _Pragma("unroll") for (int j = 0; j < 4; j++) As[buf][rw_k + j][rw_row] = ra[j];                    \
+    } else {                                                                                              \
+      *reinterpret_cast<float4 *>(&As[buf][cw_k][cw_col]) = make_float4(ra[0], ra[1], ra[2], ra[3]);      \
+    }                                                                                                     \
+    if (!TB) {                                                                                            \
+      *reinterpret_cast<float4 *>(&Bs[buf][cw_k][cw_col]) = make_float4(rb[0], rb[1], rb[2], rb[3]);      \
+    } else {                                                                                              \
+      _Pragma("unroll") for (int j = 0; j < 4; j++) Bs[buf][rw_k + j][rw_row] = rb[j];                    \
+    }                                                                                                     \
+  } while (0)
+
+        if (K > 0) {
+          KILN_GEMM_LOAD(0);
+          KILN_GEMM_STORE(0);
+        }
+        __syncthreads();
+
+        int cur = 0;
+#pragma unroll 1
+        for (int64_t k0 = 0; k0 < K; k0 += KILN_GEMM_BK) {
+          const bool more = k0 + KILN_GEMM_BK < K;
+          if (more) {
+            if (TB) B += KILN_GEMM_BK;
+            KILN_GEMM_LOAD(k0 + KILN_GEMM_BK);
+          }
+          /* Fragments double-buffered by hand: those of kk+1 load while kk's
+           * 64 products run. */
+          float4 a0 = *reinterpret_cast<const float4 *>(&As[cur][0][ty * 4]);
+          float4 a1 = *reinterpret_cast<const float4 *>(&As[cur][0][64 + ty * 4]);
+          float4 b0 = *reinterpret_cast<const float4 *>(&Bs[cur][0][tx * 4]);
+          float4 b1 = *reinterpret_cast<const float4 *>(&Bs[cur][0][64 + tx * 4]);
+#pragma unroll
+          for (int kk = 0; kk < KILN_GEMM_BK; kk++) {
+            float4 na0 = a0, na1 = a1, nb0 = b0, nb1 = b1; /* the last kk loads nothing more */
+            if (kk + 1 < KILN_GEMM_BK) {
+              na0 = *reinterpret_cast<const float4 *>(&As[cur][kk + 1][ty * 4]);
+              na1 = *reinterpret_cast<const float4 *>(&As[cur][kk + 1][64 + ty * 4]);
+              nb0 = *reinterpret_cast<const float4 *>(&Bs[cur][kk + 1][tx * 4]);
+              nb1 = *reinterpret_cast<const float4 *>(&Bs[cur][kk + 1][64 + tx * 4]);
+            }
+            const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+              for (int j = 0; j < 8; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+            if (kk + 1 < KILN_GEMM_BK) {
+              a0 = na0;
+              a1 = na1;
+              b0 = nb0;
+              b1 = nb1;
+            }
+          }
+          if (more) KILN_GEMM_STORE(cur ^ 1);
+          __syncthreads();
+          cur ^= 1;
+        }
+#undef KILN_GEMM_LOAD
 #undef KILN_GEMM_STORE
 
+        float *__restrict__ C = (float *)p.c + z * p.stride_c;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-      const int row = bm + (i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4));
-      if (row >= M) continue;
-      float *crow = C + (int64_t)row * p.ldc;
+        for (int i = 0; i < 8; i++) {
+          const int64_t row = bm + (i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4));
+          if (row >= M) continue;
+          float *crow = C + row * p.ldc;
 #pragma unroll
-      for (int half = 0; half < 2; half++) {
-        const int col = bn + half * 64 + tx * 4;
-        const float *v = &acc[i][half * 4];
-        if (p.c_vec && col + 3 < N) {
-          *reinterpret_cast<float4 *>(crow + col) = make_float4(v[0], v[1], v[2], v[3]);
-        } else {
+          for (int half = 0; half < 2; half++) {
+            const int64_t col = bn + half * 64 + tx * 4;
+            const float *v = &acc[i][half * 4];
+            if (p.c_vec && col + 3 < N) {
+              *reinterpret_cast<float4 *>(crow + col) = make_float4(v[0], v[1], v[2], v[3]);
+            } else {
 #pragma unroll
-          for (int j = 0; j < 4; j++)
-            if (col + j < N) crow[col + j] = v[j];
+              for (int j = 0; j < 4; j++)
+                if (col + j < N) crow[col + j] = v[j];
+            }
+          }
         }
       }
-    }
-  }
 }
 
 #define KILN_GEMM_KERNEL_(NAME, TA, TB, VEC)                                                      \

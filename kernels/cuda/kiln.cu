@@ -347,17 +347,44 @@ template <typename T> __device__ void kiln_reduce_parts(const kiln_cuda_reduce_a
 KILN_KERNEL kiln_reduce_parts_f32(const kiln_cuda_reduce_args_t p) { kiln_reduce_parts<float>(p); }
 KILN_KERNEL kiln_reduce_parts_i32(const kiln_cuda_reduce_args_t p) { kiln_reduce_parts<int>(p); }
 
-/* inner > 1 (and any len == 0): neighbouring threads read neighbouring
- * columns, so every load is coalesced. */
+/* inner > 1 (and any len == 0): a block is p.width neighbouring columns by
+ * KILN_CUDA_BLOCK / p.width lanes along the axis, so a warp reads whole
+ * lines (32 columns of one position, or with 4 columns, 4 of 8 consecutive
+ * positions), and a long axis is split over blocks (p.chunks) like a long
+ * row: reducing axis 0 of [1e6, 4] runs on hundreds of blocks, not 4
+ * threads. The lanes of a column meet in a fixed tree, so the result does
+ * not depend on timing. */
 template <typename T> __device__ void kiln_reduce_cols(const kiln_cuda_reduce_args_t &p) {
+  __shared__ part_t shared[KILN_CUDA_BLOCK];
   const T *__restrict__ in = (const T *)p.in;
   const bool squares = p.op == 4;
-  KILN_FOR_EACH(o, p.outer * p.inner) {
-    const int64_t row = o / p.inner, col = o % p.inner;
-    const T *x = in + row * p.len * p.inner + col;
+  const int width = p.width, lanes = KILN_CUDA_BLOCK / p.width;
+  const int tx = (int)threadIdx.x % width, ty = (int)threadIdx.x / width;
+  const int64_t tiles = (p.inner + width - 1) / width;
+  for (int64_t b = blockIdx.x; b < p.outer * tiles * p.chunks; b += gridDim.x) {
+    const int64_t chunk = b % p.chunks, tile = (b / p.chunks) % tiles, row = b / p.chunks / tiles;
+    const int64_t col = tile * width + tx;
+    const int64_t begin = chunk * p.chunk;
+    const int64_t end = begin + p.chunk < p.len ? begin + p.chunk : p.len;
     part_t acc = kiln_part_empty();
-    for (int64_t l = 0; l < p.len; l++) kiln_part_add<T>(acc, x[l * p.inner], l, squares);
-    kiln_reduce_finish<T>(p, o, acc);
+    if (col < p.inner) {
+      const T *x = in + row * p.len * p.inner + col;
+      for (int64_t l = begin + ty; l < end; l += lanes) kiln_part_add<T>(acc, x[l * p.inner], l, squares);
+    }
+    shared[threadIdx.x] = acc;
+    __syncthreads();
+    for (int half = lanes / 2; half > 0; half /= 2) {
+      if (ty < half) shared[threadIdx.x] = kiln_part_merge(shared[threadIdx.x], shared[threadIdx.x + half * width]);
+      __syncthreads();
+    }
+    if (ty == 0 && col < p.inner) {
+      const int64_t o = row * p.inner + col;
+      if (p.chunks == 1)
+        kiln_reduce_finish<T>(p, o, shared[tx]);
+      else
+        ((part_t *)p.parts)[o * p.chunks + chunk] = shared[tx];
+    }
+    __syncthreads(); /* shared is written again by the next block's items */
   }
 }
 

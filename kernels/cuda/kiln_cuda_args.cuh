@@ -45,16 +45,24 @@ typedef struct kiln_cuda_reduce_part_t {
   uint32_t pad_;
 } kiln_cuda_reduce_part_t;
 
-/* REDUCE over the middle axis of [outer, len, inner]. rows kernel: inner == 1,
- * block b handles chunk (b % chunks) of row (b / chunks); with chunks > 1 it
- * writes parts[b] and the parts kernel finishes each row. cols kernel: one
- * thread per output. */
+/* REDUCE over the middle axis of [outer, len, inner], the axis split into
+ * `chunks` chunks of `chunk` elements when there are too few outputs to fill
+ * the GPU; with chunks > 1 each block writes parts and the parts kernel
+ * finishes each output, merging its chunks in order (deterministic).
+ * rows kernel (inner == 1): block b handles chunk (b % chunks) of row
+ * (b / chunks), parts[b]. cols kernel (inner > 1, or len == 0): a block is
+ * `width` neighbouring columns (a power of two up to 32) times
+ * KILN_CUDA_BLOCK / width lanes walking the axis, so a warp reads whole
+ * lines of memory; block b handles chunk (b % chunks) of column tile
+ * (b / chunks) % ceil(inner / width) of outer row b / chunks / tiles, and
+ * writes parts[(row * inner + col) * chunks + chunk], so the parts kernel
+ * finishes the outputs as outer * inner rows. */
 typedef struct kiln_cuda_reduce_args_t {
   uint64_t in, out, parts;
   int64_t outer, len, inner;
   int64_t chunk, chunks;
-  int32_t op; /* kiln_reduce_op_t */
-  int32_t pad_;
+  int32_t op;    /* kiln_reduce_op_t */
+  int32_t width; /* cols kernel: columns per block */
 } kiln_cuda_reduce_args_t;
 
 /* SOFTMAX (one block per row) and CROSS_ENTROPY (rows kernel: one block per
@@ -69,13 +77,17 @@ typedef struct kiln_cuda_rows_args_t {
 /* SGEMM, row-major, per batch b (blockIdx.z and beyond):
  * C[b] (m x n, ldc) = op(A[b]) (m x k) @ op(B[b]) (k x n).
  * !trans_a: A(i,l) at a[i*lda + l]; trans_a: a[l*lda + i] (likewise B).
+ * Sizes are 64-bit; m and n below 2^38 (the plugin checks), so that tile
+ * indices fit in an int. Blocks loop over the m tiles (y) and batches (z)
+ * their grid does not cover; x covers every n tile.
  * The _vec kernels load A and B with float4 and need a, b 16-byte aligned
  * and lda, ldb, stride_a, stride_b multiples of 4; c_vec says the same of C
  * for the stores. */
 typedef struct kiln_cuda_gemm_args_t {
   uint64_t a, b, c;
-  int32_t m, n, k;
+  int64_t m, n, k;
   int32_t c_vec;
+  int32_t pad_;
   int64_t lda, ldb, ldc;
   int64_t stride_a, stride_b, stride_c;
   int64_t batch;

@@ -1,4 +1,4 @@
-/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, events, provider choice, TF32 off by default, CAST; skipped (77) without one. */
+/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, transfers from pageable memory, events, provider choice, TF32 off by default, CAST, long reductions and tall matmuls; skipped (77) without one. */
 #include <math.h>
 #include <stdint.h>
 
@@ -35,9 +35,26 @@ START_TEST(test_describes_the_device) {
   ck_assert_uint_gt(info.compute_units, 0);
   ck_assert_uint_le(info.memory_free_bytes, info.memory_bytes);
   ck_assert_msg(!info.memory_free_is_estimate, "free memory comes from cuMemGetInfo, not an estimate");
+  /* The fatbin covers this GPU with SASS of its major version and a minor
+   * no higher than its own, or the device carries a warning saying it does
+   * not (PTX JIT, or no code at all). */
   const char *archs = property(gpu, "compiled_architectures");
-  ck_assert_msg(archs && strstr(archs, "sm_90") && strstr(archs, "PTX"), "compiled_architectures '%s'",
+  ck_assert_msg(archs && !strncmp(archs, "sm_", 3) && strstr(archs, "PTX"), "compiled_architectures '%s'",
                 archs ? archs : "(missing)");
+  int major = 0, minor = 0;
+  ck_assert_msg(sscanf(info.compute_capability, "%d.%d", &major, &minor) == 2, "compute capability '%s'",
+                info.compute_capability);
+  bool sass = false;
+  for (const char *at = strstr(archs, "sm_"); at; at = strstr(at + 3, "sm_")) {
+    const int arch = atoi(at + 3);
+    if (arch / 10 == major && arch % 10 <= minor) sass = true;
+  }
+  const char *warning = property(gpu, "warning");
+  ck_assert_msg(sass != (warning != NULL), "compute capability %s, compiled_architectures '%s', warning '%s'",
+                info.compute_capability, archs, warning ? warning : "(none)");
+  const char *pool = property(gpu, "memory_pool");
+  ck_assert_msg(pool && (strstr(pool, "cuMemPoolCreate") || strstr(pool, "cuMemAlloc")), "memory_pool '%s'",
+                pool ? pool : "(missing)");
   const char *providers = kiln_device_providers(gpu, "matmul");
   ck_assert_msg(providers && !strncmp(providers, "native", 6), "matmul providers '%s'", providers ? providers : "");
 }
@@ -86,6 +103,48 @@ START_TEST(test_buffer_round_trip) {
 }
 END_TEST
 
+/* Non-blocking transfers from and to pageable memory (malloc) go through
+ * pinned staging: the bytes arrive all the same, in queue order, covered by
+ * the queue's finish and by events recorded after them. */
+START_TEST(test_pageable_transfers_are_staged) {
+  enum { N = 3 << 18 }; /* 3 MiB of words: above the smallest staging class */
+  uint32_t *data = malloc(N * sizeof *data), *back = malloc(N * sizeof *back);
+  ck_assert_ptr_nonnull(data);
+  ck_assert_ptr_nonnull(back);
+  for (uint32_t i = 0; i < N; i++) data[i] = i * 2246822519u + 7u;
+  kiln_buffer_t *buffer;
+  KT_OK(kiln_buffer_create(gpu, N * sizeof *data, &buffer));
+  kiln_queue_t *queue;
+  KT_OK(kiln_queue_create(gpu, &queue));
+  KT_OK(kiln_buffer_write(queue, buffer, 0, data, N * sizeof *data, false, 0, NULL, NULL));
+  /* Overwrite part of it again, in order, from another pageable block. */
+  uint32_t patch[100];
+  for (int i = 0; i < 100; i++) patch[i] = 0xabc00000u + (uint32_t)i;
+  KT_OK(kiln_buffer_write(queue, buffer, 4000, patch, sizeof patch, false, 0, NULL, NULL));
+  memset(back, 0, N * sizeof *back);
+  kiln_event_t *read_done;
+  KT_OK(kiln_buffer_read(queue, buffer, 0, back, N * sizeof *back, false, 0, NULL, &read_done));
+  KT_OK(kiln_event_wait(read_done));
+  kiln_event_release(read_done);
+  for (uint32_t i = 0; i < N; i++) {
+    const uint32_t want = i >= 1000 && i < 1100 ? patch[i - 1000] : data[i];
+    ck_assert_msg(back[i] == want, "word %u: %#x, expected %#x", i, back[i], want);
+  }
+  /* Many small ones in a row reuse the staging blocks. */
+  for (int round = 0; round < 64; round++) {
+    uint32_t word = (uint32_t)round * 3u, got = 0;
+    KT_OK(kiln_buffer_write(queue, buffer, 4 * (size_t)round, &word, 4, false, 0, NULL, NULL));
+    KT_OK(kiln_buffer_read(queue, buffer, 4 * (size_t)round, &got, 4, false, 0, NULL, NULL));
+    KT_OK(kiln_queue_finish(queue));
+    ck_assert_uint_eq(got, word);
+  }
+  kiln_queue_release(queue);
+  kiln_buffer_release(buffer);
+  free(data);
+  free(back);
+}
+END_TEST
+
 START_TEST(test_copies_between_devices) {
   enum { N = 300000 };
   float *data = malloc(N * sizeof *data), *back = malloc(N * sizeof *back);
@@ -107,6 +166,11 @@ START_TEST(test_copies_between_devices) {
   KT_OK(kiln_buffer_read(q, b, 0, back, N * sizeof(float), true, 0, NULL, NULL));
   ck_assert_int_eq(memcmp(back, data, N * sizeof(float)), 0);
   if (gpu2) {
+    /* Direct access comes from the pools (cuMemPoolSetAccess): devinfo lists
+     * a peer only where it was granted. */
+    const char *peers = property(gpu2, "peer_access");
+    ck_assert_msg(peers && (!strcmp(peers, "none") || strstr(peers, "cuda:")), "peer_access '%s'",
+                  peers ? peers : "(missing)");
     /* Peer copy (direct or staged by the driver), ordered on the destination. */
     kiln_buffer_t *c;
     KT_OK(kiln_buffer_create(gpu2, N * sizeof(float), &c));
@@ -143,6 +207,20 @@ START_TEST(test_events_time_work) {
   KT_OK(kiln_event_elapsed(start, end, &ms));
   /* Two gigabytes written take time on any GPU; no upper bound asserted. */
   ck_assert_msg(ms > 0.0, "elapsed %f ms", ms);
+  /* Events are reused once released: a new one waits and times as well. */
+  for (int round = 0; round < 3; round++) {
+    kiln_event_t *a, *b;
+    KT_OK(kiln_queue_record(queue, &a));
+    KT_OK(kiln_buffer_fill(queue, buffer, 0, size / 8, &pattern, 4, 0, NULL, NULL));
+    KT_OK(kiln_queue_record(queue, &b));
+    KT_OK(kiln_event_wait(b));
+    KT_OK(kiln_event_query(a));
+    double again = -1.0;
+    KT_OK(kiln_event_elapsed(a, b, &again));
+    ck_assert_msg(again >= 0.0, "elapsed %f ms", again);
+    kiln_event_release(a);
+    kiln_event_release(b);
+  }
 
   /* A second queue ordered after the first through an event. */
   kiln_queue_t *other;
@@ -180,6 +258,11 @@ static float *matmul_with(const char *provider, int64_t m, int64_t n, int64_t k,
   KT_OK(kiln_set_providers(""));
   return c;
 }
+
+/* A failed assertion leaves a test through a long jump (CK_NOFORK), past the
+ * kiln_set_providers("") at the end of matmul_with and conv_with: the
+ * overrides are cleared here, after every test, failed or not. */
+static void providers_reset(void) { (void)kiln_set_providers(""); }
 
 START_TEST(test_cublas_and_native_matmul_agree) {
   if (!has_provider(gpu, "matmul", "cublas")) {
@@ -330,6 +413,74 @@ START_TEST(test_cast_runs) {
 }
 END_TEST
 
+/* Axis 0 of a tall, narrow tensor: the long axis is split over many blocks
+ * and merged in a second pass. Small integers keep every sum exact. */
+START_TEST(test_column_reduction_of_a_long_axis) {
+  enum { ROWS = 100003, COLS = 4 };
+  float *x = malloc((size_t)ROWS * COLS * sizeof *x);
+  ck_assert_ptr_nonnull(x);
+  double sum[COLS] = {0};
+  float best[COLS];
+  int32_t arg[COLS];
+  for (int c = 0; c < COLS; c++) best[c] = -INFINITY, arg[c] = 0;
+  for (int r = 0; r < ROWS; r++)
+    for (int c = 0; c < COLS; c++) {
+      const float v = (float)((r * 31 + c * 17) % 23) - 11.0f + (r == 77777 && c == 2 ? 100.0f : 0.0f);
+      x[(size_t)r * COLS + c] = v;
+      sum[c] += v;
+      if (v > best[c]) best[c] = v, arg[c] = r;
+    }
+  const int64_t shape[2] = {ROWS, COLS};
+  kiln_tensor_t *t, *s, *m, *a;
+  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 2, shape, x, &t));
+  KT_OK(kiln_tensor_sum(t, 0, false, &s));
+  KT_OK(kiln_tensor_max(t, 0, false, &m));
+  KT_OK(kiln_tensor_argmax(t, 0, false, &a));
+  float got_s[COLS], got_m[COLS];
+  int32_t got_a[COLS];
+  KT_OK(kiln_tensor_read(s, got_s, sizeof got_s));
+  KT_OK(kiln_tensor_read(m, got_m, sizeof got_m));
+  KT_OK(kiln_tensor_read(a, got_a, sizeof got_a));
+  for (int c = 0; c < COLS; c++) {
+    ck_assert_msg(got_s[c] == (float)sum[c], "sum[%d] = %.1f, expected %.1f", c, got_s[c], sum[c]);
+    ck_assert_msg(got_m[c] == best[c], "max[%d] = %g, expected %g", c, got_m[c], best[c]);
+    ck_assert_msg(got_a[c] == arg[c], "argmax[%d] = %d, expected %d", c, got_a[c], arg[c]);
+  }
+  kiln_tensor_release(t);
+  kiln_tensor_release(s);
+  kiln_tensor_release(m);
+  kiln_tensor_release(a);
+  free(x);
+}
+END_TEST
+
+/* More rows than the grid's 65535 row tiles of 128: the native SGEMM loops
+ * over the rest instead of refusing (m above 8,388,480). */
+START_TEST(test_native_matmul_of_many_rows) {
+  const int64_t m = 65535 * 128 + 129, k = 2, n = 1;
+  float *a = malloc((size_t)(m * k) * sizeof *a), *c = malloc((size_t)m * sizeof *c);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_ptr_nonnull(c);
+  for (int64_t i = 0; i < m; i++) a[2 * i] = (float)(i % 7), a[2 * i + 1] = 1.0f;
+  const float b[2] = {2.0f, 3.0f};
+  KT_OK(kiln_set_providers("matmul=native"));
+  const int64_t sa[2] = {m, k}, sb[2] = {k, n};
+  kiln_tensor_t *ta, *tb, *tc;
+  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 2, sa, a, &ta));
+  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 2, sb, b, &tb));
+  KT_OK(kiln_tensor_matmul(ta, tb, false, false, &tc));
+  ck_assert_str_eq(kiln_last_provider(), "native");
+  KT_OK(kiln_tensor_read(tc, c, (size_t)m * sizeof *c));
+  for (int64_t i = 0; i < m; i++)
+    ck_assert_msg(c[i] == (float)(2 * (i % 7) + 3), "c[%lld] = %g", (long long)i, c[i]);
+  kiln_tensor_release(ta);
+  kiln_tensor_release(tb);
+  kiln_tensor_release(tc);
+  free(a);
+  free(c);
+}
+END_TEST
+
 int main(void) {
   kt_private_cache_dir();
   size_t backends = 0;
@@ -365,14 +516,18 @@ int main(void) {
   Suite *suite = suite_create("cuda");
   TCase *tc = tcase_create("cuda");
   tcase_set_timeout(tc, 300);
+  tcase_add_checked_fixture(tc, NULL, providers_reset);
   tcase_add_test(tc, test_describes_the_device);
   tcase_add_test(tc, test_buffer_round_trip);
+  tcase_add_test(tc, test_pageable_transfers_are_staged);
   tcase_add_test(tc, test_copies_between_devices);
   tcase_add_test(tc, test_events_time_work);
   tcase_add_test(tc, test_cublas_and_native_matmul_agree);
   tcase_add_test(tc, test_tf32_off_by_default);
   tcase_add_test(tc, test_cudnn_and_native_agree);
   tcase_add_test(tc, test_cast_runs);
+  tcase_add_test(tc, test_column_reduction_of_a_long_axis);
+  tcase_add_test(tc, test_native_matmul_of_many_rows);
   suite_add_tcase(suite, tc);
   SRunner *runner = srunner_create(suite);
   /* CUDA cannot be used in a child forked after it started: run in-process. */

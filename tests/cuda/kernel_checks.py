@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""tests/cuda/kernel_checks.py: what nvcc and ptxas made of kiln's CUDA kernels, checked without a GPU.
+
+  kernel_checks.py PTXAS ARCH KILN_PTX strict|report
+
+KILN_PTX is kernels/cuda/kiln.cu compiled to PTX for ARCH (sm_90) as the
+fatbin's kernels are (-O3, no fast math). Checks:
+  - kiln_random_uniform holds no fused multiply-add: its transform is
+    low + (high - low) * u rounded twice, as the CPU computes it, so that
+    uniform numbers are bit-identical on every backend (kernels/philox.h);
+  - ptxas allocates every native SGEMM kernel without spilling registers to
+    local memory at the plugin's launch bounds (kernels/cuda/gemm.cuh):
+    required with `strict` (sm_90), reported otherwise.
+It prints ptxas's register report for the SGEMM and reduction kernels (the
+table in backends/cuda/README.md).
+"""
+import re
+import subprocess
+import sys
+import tempfile
+
+ENTRY = re.compile(r"^\.visible \.entry (\w+)\(", re.M)
+
+
+def entry_body(ptx, name):
+    """The text of one .entry, from its name to the closing brace at column 0."""
+    match = re.search(r"^\.visible \.entry " + re.escape(name) + r"\(", ptx, re.M)
+    if not match:
+        return None
+    end = ptx.find("\n}\n", match.end())
+    return ptx[match.start():end if end >= 0 else len(ptx)]
+
+
+def ptxas_report(ptxas, arch, ptx_path):
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run([ptxas, "-v", "-O3", "-arch=" + arch, ptx_path, "-o", tmp + "/kiln.cubin"],
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError("ptxas failed: " + done.stderr[-2000:])
+    report, current = {}, None
+    for line in done.stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            current = m.group(1)
+            report[current] = {"regs": None, "spill_stores": 0, "spill_loads": 0, "stack": 0}
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            report[current].update(stack=int(m.group(1)), spill_stores=int(m.group(2)),
+                                   spill_loads=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            report[current]["regs"] = int(m.group(1))
+    return report
+
+
+def main():
+    ptxas, arch, ptx_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    strict = len(sys.argv) < 5 or sys.argv[4] == "strict"
+    with open(ptx_path) as f:
+        ptx = f.read()
+    failures = []
+
+    body = entry_body(ptx, "kiln_random_uniform")
+    if body is None:
+        failures.append("kiln_random_uniform is not in the PTX")
+    else:
+        fused = re.findall(r"^\s*(?:fma|mad)\.\S*f32\b.*$", body, re.M)
+        if fused:
+            failures.append("kiln_random_uniform fuses a multiply-add (%s): uniform numbers would differ from the "
+                            "CPU's in the last bit" % fused[0].strip())
+        if not re.search(r"\bmul\.rn\.f32\b", body) or not re.search(r"\badd\.rn\.f32\b", body):
+            failures.append("kiln_random_uniform lacks the separately rounded mul.rn.f32 and add.rn.f32")
+        else:
+            print("kiln_random_uniform: mul.rn.f32 then add.rn.f32, no fma")
+
+    report = ptxas_report(ptxas, arch, ptx_path)
+    shown = sorted(k for k in report if k.startswith("kiln_sgemm_") or k.startswith("kiln_reduce_"))
+    print("ptxas -v, %s:" % arch)
+    print("  %-24s %9s %12s %11s" % ("kernel", "registers", "spill stores", "spill loads"))
+    for name in shown:
+        r = report[name]
+        print("  %-24s %9s %12d %11d" % (name, r["regs"], r["spill_stores"], r["spill_loads"]))
+    sgemm = [k for k in report if k.startswith("kiln_sgemm_")]
+    if len(sgemm) != 8:
+        failures.append("expected 8 kiln_sgemm_* kernels, ptxas compiled %d" % len(sgemm))
+    for name in sgemm:
+        r = report[name]
+        if (r["spill_stores"] or r["spill_loads"]) and strict:
+            failures.append("%s spills on %s: %d bytes stored, %d loaded (see kernels/cuda/gemm.cuh, Registers)"
+                            % (name, arch, r["spill_stores"], r["spill_loads"]))
+    for failure in failures:
+        print("FAIL: " + failure)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
