@@ -534,12 +534,21 @@ static kiln_status_t check_update(const char *call, int count, const char *const
   return KILN_OK;
 }
 
+/* value within the bounds, and a finite float that keeps its sign (the
+ * kernels compute in f32: 1e39 would be inf there, 1e-50 would be 0). */
 static kiln_status_t need_finite(const char *call, const char *name, double value, double low, bool low_open,
                                  double high, bool high_open) {
-  bool ok = isfinite(value) && (low_open ? value > low : value >= low) && (high_open ? value < high : value <= high);
-  if (ok) return KILN_OK;
-  return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s = %g is outside %s%g, %g%s", call, name, value,
-                         low_open ? "(" : "[", low, high, high_open ? ")" : "]");
+  bool in_range = isfinite(value) && (low_open ? value > low : value >= low) && (high_open ? value < high : value <= high);
+  if (!in_range)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s = %g is outside %s%g, %g%s", call, name, value,
+                           low_open ? "(" : "[", low, high, high_open ? ")" : "]");
+  const float as_float = (float)value;
+  if (!isfinite(as_float) || (value != 0 && as_float == 0))
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "%s: %s = %g is beyond what a float holds (the kernels compute in f32); use a value of "
+                           "magnitude between 1e-38 and 3e38",
+                           call, name, value);
+  return KILN_OK;
 }
 
 kiln_status_t kiln_tensor_accumulate(kiln_tensor_t *a, double alpha, const kiln_tensor_t *b) {
@@ -547,8 +556,8 @@ kiln_status_t kiln_tensor_accumulate(kiln_tensor_t *a, double alpha, const kiln_
   const char *const names[2] = {"a", "b"};
   const kiln_tensor_t *tensors[2] = {a, b};
   kiln_status_t status = check_update(call, 2, names, tensors);
-  if (status == KILN_OK && !isfinite(alpha))
-    status = kiln__set_error(KILN_INVALID_ARGUMENT, "%s: alpha = %g; pass a finite number", call, alpha);
+  if (status == KILN_OK && !(isfinite(alpha) && isfinite((float)alpha)))
+    status = kiln__set_error(KILN_INVALID_ARGUMENT, "%s: alpha = %g; pass a number finite as a float", call, alpha);
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_ACCUMULATE;
@@ -589,7 +598,9 @@ kiln_status_t kiln_tensor_sgd_update(kiln_tensor_t *param, const kiln_tensor_t *
   memset(&op.u.update, 0, sizeof op.u.update);
   op.u.update.lr = (float)p.lr;
   op.u.update.momentum = (float)p.momentum;
-  op.u.update.dampening = (float)p.dampening;
+  /* torch.optim.SGD's first step sets the buffer to g: with a zero buffer,
+   * that is dampening 0. */
+  op.u.update.dampening = p.first_step ? 0.0f : (float)p.dampening;
   op.u.update.weight_decay = (float)p.weight_decay;
   op.u.update.nesterov = p.nesterov;
   kiln__tensor_view(grad, &op.in[0]);

@@ -280,6 +280,9 @@ static kt_in_t kt_in(kiln_dtype_t dtype, kt_gen_t gen, uint32_t seed, int ndim, 
 
 typedef struct kt_row_t kt_row_t;
 typedef struct kt_case_t kt_case_t;
+
+/* Inputs of a case at most (Adam: param, grad, m, v). */
+#define KT_MAX_IN 4
 typedef struct kt_result_t kt_result_t;
 
 /* One case of a row: its inputs (made on a device by the machinery) and the
@@ -288,7 +291,7 @@ typedef struct kt_result_t kt_result_t;
 struct kt_case_t {
   const kt_row_t *row;
   int n_in;
-  kt_in_t in[3];
+  kt_in_t in[KT_MAX_IN];
   /* The result's dtype (creation, cast) and shape (creation). */
   kiln_dtype_t dtype;
   int ndim;
@@ -301,6 +304,13 @@ struct kt_case_t {
   bool must_fail;   /* invalid arguments: the reference must return an error */
   kiln_conv2d_params_t conv;
   kiln_pool2d_params_t pool;
+  /* The updates: hyperparameters, how many calls (Adam's step counting
+   * from step0), and whether SGD gets its momentum buffer (in[2]). */
+  kiln_sgd_params_t sgd;
+  kiln_adam_params_t adam;
+  int steps;
+  int64_t step0;
+  bool with_buffer;
   char label[640];
 };
 
@@ -341,11 +351,14 @@ struct kt_row_t {
   void (*expect)(const kt_case_t *c, const kt_result_t *in, kt_result_t *out);
   kt_place_t inputs, result;
   /* Arguments the functions above read. */
-  int sub;               /* kiln_unary_op_t / kiln_binary_op_t */
+  int sub;               /* kiln_unary_op_t / kiln_binary_op_t; softmax_backward: 1
+                          * for the log form; updates: the tensor compared (0 the
+                          * one updated, 1 SGD's buffer or Adam's m, 2 Adam's v) */
   kt_gen_t gen;          /* f32 input values, where the row picks them */
   kt_gen_t gen_i32_rhs;  /* i32 right operand values (binary) */
   bool i32_status_only;  /* unary ops with no i32 formula: i32 once, for the status */
   int ulps;              /* kt_tol_row_ulps: 0 is exact */
+  double atol;           /* kt_tol_row_grad: absolute slack besides the ulps */
   kt_values_t values;    /* fill values */
   float a, b;            /* uniform's low and high, normal's mean and stddev */
 };
@@ -366,12 +379,12 @@ struct kt_result_t {
 };
 
 static kiln_status_t kt_run(kiln_device_t *dev, const kt_case_t *c, kiln_tensor_t **out) {
-  kiln_tensor_t *in[3] = {NULL, NULL, NULL};
+  kiln_tensor_t *in[KT_MAX_IN] = {NULL};
   kiln_status_t status = KILN_OK;
   kiln_device_t *where = c->row->inputs == KT_ON_REF ? kt_ref : dev;
   for (int i = 0; i < c->n_in && status == KILN_OK; i++) status = kt_make(where, &c->in[i], &in[i]);
   if (status == KILN_OK) status = c->row->run(c, dev, in, out);
-  for (int i = 0; i < 3; i++) kiln_tensor_release(in[i]);
+  for (int i = 0; i < KT_MAX_IN; i++) kiln_tensor_release(in[i]);
   return status;
 }
 
@@ -497,7 +510,7 @@ static void kt_check_expected(const kt_case_t *c, const kt_result_t *ref) {
             kiln_status_name(ref->status), ref->message);
     return;
   }
-  kt_result_t in[3], expected;
+  kt_result_t in[KT_MAX_IN], expected;
   memset(in, 0, sizeof in);
   memset(&expected, 0, sizeof expected);
   bool made = true;
@@ -516,7 +529,7 @@ static void kt_check_expected(const kt_case_t *c, const kt_result_t *ref) {
     expected.device = kt_ref;
     kt_compare(c, kt_ref, "native", "the documented values", &expected, ref);
   }
-  for (int i = 0; i < 3; i++) kt_result_free(&in[i]);
+  for (int i = 0; i < KT_MAX_IN; i++) kt_result_free(&in[i]);
   kt_result_free(&expected);
 }
 
@@ -525,10 +538,15 @@ static void kt_check(const kt_case_t *c) {
   kt_result_t want;
   KT_OK(kiln_set_providers(""));
   kt_result_get(kt_ref, c, &want);
+  /* Every kind has a native kernel on every backend: the reference cannot
+   * lack one (it would make the comparisons below vacuous). */
+  if (want.status == KILN_UNSUPPORTED)
+    kt_fail("%s on %s, provider native: the reference has no kernel: %s", c->label, kiln_device_name(kt_ref),
+            want.message);
   if (c->must_fail && want.status == KILN_OK)
     kt_fail("%s on %s, provider native: succeeded, but its arguments are invalid and it must fail", c->label,
             kiln_device_name(kt_ref));
-  if (c->row->expect) kt_check_expected(c, &want);
+  if (c->row->expect && !c->must_fail) kt_check_expected(c, &want);
   for (size_t d = 0; d < kt_ndev; d++) {
     const char *list = kiln_device_providers(kt_devs[d], c->row->op);
     ck_assert_msg(list != NULL, "kiln_device_providers does not know the op \"%s\"", c->row->op);
@@ -721,14 +739,15 @@ KT_RUN(kt_run_uniform) { return kiln_tensor_uniform(dev, c->ndim, c->shape, c->s
 
 KT_RUN(kt_run_normal) { return kiln_tensor_normal(dev, c->ndim, c->shape, c->seed, c->row->a, c->row->b, out); }
 
-/* The same Philox stream on every device: within 1e-6 relative (and 1e-6 of
- * the spread near zero, where normal's log and cos dominate). */
-static kt_tol_t kt_tol_random(double spread) {
-  kt_tol_t t = {1e-6, 1e-6 * spread, 2, false};
+/* The same Philox stream on every device. Uniform numbers are bit-identical
+ * to the CPU's on every device (kernels/philox.h keeps every compiler from
+ * fusing low + (high - low) * u into one FMA, which changes the last bit of
+ * about a third of them). Normal numbers go through the dialect's own log,
+ * sqrt and cos: within 1e-6 relative (and 1e-6 of the spread near zero). */
+static kt_tol_t kt_tol_normal(const kt_case_t *c) {
+  kt_tol_t t = {1e-6, 1e-6 * (double)c->row->b, 2, false};
   return t;
 }
-static kt_tol_t kt_tol_uniform(const kt_case_t *c) { return kt_tol_random((double)c->row->b - (double)c->row->a); }
-static kt_tol_t kt_tol_normal(const kt_case_t *c) { return kt_tol_random((double)c->row->b); }
 
 /* ---- movement ----------------------------------------------------------------------------- */
 
@@ -821,8 +840,9 @@ KT_RUN(kt_run_unary) { return kiln_tensor_unary((kiln_unary_op_t)c->row->sub, in
 static void kt_build_binary(const kt_row_t *row) {
   for (int dt = 0; dt < 2; dt++) {
     kiln_dtype_t dtype = dt ? KILN_I32 : KILN_F32;
-    kt_gen_t gen_a = dt ? KT_INT_EDGE : KT_WIDE;
-    kt_gen_t gen_b = !dt ? KT_WIDE : row->gen_i32_rhs != KT_UNSET ? row->gen_i32_rhs : KT_INT_EDGE;
+    kt_gen_t gen_f32 = row->gen != KT_UNSET ? row->gen : KT_WIDE;
+    kt_gen_t gen_a = dt ? KT_INT_EDGE : gen_f32;
+    kt_gen_t gen_b = !dt ? gen_f32 : row->gen_i32_rhs != KT_UNSET ? row->gen_i32_rhs : KT_INT_EDGE;
     for (const kt_shape_t *s = kt_elementwise_shapes; s->ndim >= 0; s++) {
       if (kt_skip(s)) continue;
       kt_case_t c = kt_case(row);
@@ -874,7 +894,8 @@ static void kt_build_binary_scalar(const kt_row_t *row) {
         if (kt_skip(s) || (s->ndim >= 2 && !s->view && k > 0)) continue;
         kt_case_t c = kt_case(row);
         c.n_in = 1;
-        c.in[0] = kt_in(dt ? KILN_I32 : KILN_F32, dt ? KT_INT_EDGE : KT_WIDE, 31, s->ndim, s->s, s->view);
+        c.in[0] = kt_in(dt ? KILN_I32 : KILN_F32, dt ? KT_INT_EDGE : row->gen != KT_UNSET ? row->gen : KT_WIDE, 31,
+                        s->ndim, s->s, s->view);
         c.scalar = dt ? i32_scalars[k] : f32_scalars[k];
         char a[160];
         kt_in_text(&c.in[0], a, sizeof a);
@@ -1303,6 +1324,1006 @@ static void kt_build_max_pool2d(const kt_row_t *row) {
 
 KT_RUN(kt_run_max_pool2d) { return kiln_tensor_max_pool2d(in[0], &c->pool, out); }
 
+/* ---- training: gradients ------------------------------------------------------------------
+ * Each backward op over awkward shapes, against cpu:0; where the result has
+ * a simple documented form (a derivative formula, a sum or a broadcast, the
+ * routing of max pooling) the reference is checked against it too, computed
+ * in double on the host. tests/test_grad.c checks the gradients themselves
+ * against finite differences and PyTorch. */
+
+static kt_run_fn kt_run_conv2d_backward_input, kt_run_conv2d_backward_weight, kt_run_accumulate, kt_run_sgd,
+    kt_run_adam;
+
+/* An f32 or i32 result of `ndim` dims of `shape`, values to be written. */
+static void kt_result_alloc(kt_result_t *out, kiln_dtype_t dtype, int ndim, const int64_t *shape) {
+  out->status = KILN_OK;
+  out->dtype = dtype;
+  out->ndim = ndim;
+  for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
+  out->numel = kt_numel(ndim, shape);
+  out->data = calloc((size_t)(out->numel > 0 ? out->numel : 1), 4);
+  ck_assert_ptr_nonnull(out->data);
+}
+
+/* The flat index in `small` (which broadcasts to `big`, NumPy's rule) of the
+ * element that big's flat index `flat` reads. */
+static int64_t kt_broadcast_index(int big_ndim, const int64_t *big, int64_t flat, int small_ndim,
+                                  const int64_t *small) {
+  int64_t index = 0, stride = 1;
+  for (int i = big_ndim - 1; i >= 0; i--) {
+    int64_t at = big[i] ? flat % big[i] : 0;
+    flat = big[i] ? flat / big[i] : 0;
+    int j = i - (big_ndim - small_ndim);
+    if (j < 0) continue;
+    if (small[j] != 1) index += at * stride;
+    stride *= small[j];
+  }
+  return index;
+}
+
+/* Unary derivatives: each op's own values, small integers (zero among them:
+ * relu'(0) = abs'(0) = 0) where the op takes every x, and the special values
+ * of the conversions (NaN, infinities, -0.0, denormals, huge, arbitrary
+ * bits); dy in [-1, 1); over the elementwise shapes (x a permuted view where
+ * the list says, dy too from three dims); then i32 and shapes that differ,
+ * for the status. */
+static void kt_build_unary_backward(const kt_row_t *row) {
+  static const char *const what[] = {"", " (small integers)", " (special values)"};
+  for (int variant = 0; variant < 3; variant++) {
+    if (variant == 1 && row->gen == KT_POSITIVE) continue;
+    const kt_gen_t gen = variant == 0 ? row->gen : variant == 1 ? KT_STEPS : KT_CAST_F32;
+    for (const kt_shape_t *s = kt_elementwise_shapes; s->ndim >= 0; s++) {
+      if (kt_skip(s)) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = 2;
+      c.in[0] = kt_in(KILN_F32, gen, 111 + (uint32_t)row->sub, s->ndim, s->s, s->view);
+      c.in[1] = kt_in(KILN_F32, KT_SIGNED, 112, s->ndim, s->s, s->view && s->ndim >= 3);
+      char x[160], dy[160];
+      kt_in_text(&c.in[0], x, sizeof x);
+      kt_in_text(&c.in[1], dy, sizeof dy);
+      snprintf(c.label, sizeof c.label, "%s x %s, dy %s%s", row->name, x, dy, what[variant]);
+      kt_check(&c);
+    }
+  }
+  const int64_t four[1] = {4}, three[1] = {3};
+  kt_case_t c = kt_case(row);
+  c.must_fail = true;
+  c.n_in = 2;
+  c.in[0] = kt_in(KILN_I32, KT_INT, 1, 1, four, false);
+  c.in[1] = kt_in(KILN_F32, KT_SIGNED, 2, 1, four, false);
+  snprintf(c.label, sizeof c.label, "%s x i32 [4], dy f32 [4] (dtype)", row->name);
+  kt_check(&c);
+  c.in[0] = kt_in(KILN_F32, KT_SIGNED, 1, 1, three, false);
+  snprintf(c.label, sizeof c.label, "%s x [3], dy [4] (shapes differ)", row->name);
+  kt_check(&c);
+}
+
+KT_RUN(kt_run_unary_backward) {
+  return kiln_tensor_unary_backward((kiln_unary_op_t)c->row->sub, in[0], in[1], out);
+}
+
+/* dy * f'(x) as kernels/ops.def documents it, in double. */
+static void kt_expect_unary_backward(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
+  kt_result_alloc(out, KILN_F32, in[0].ndim, in[0].shape);
+  const float *xs = in[0].data, *dys = in[1].data;
+  float *dx = out->data;
+  for (int64_t i = 0; i < out->numel; i++) {
+    const double x = xs[i], dy = dys[i];
+    double v = 0;
+    switch ((kiln_unary_op_t)c->row->sub) {
+      case KILN_UNARY_NEG: v = -dy; break;
+      case KILN_UNARY_ABS: v = x > 0 ? dy : x < 0 ? -dy : x == 0 ? 0.0 : x; break;
+      /* exp(x) is a float first: past FLT_MAX it is inf (as in PyTorch,
+       * whose exp backward multiplies dy by the forward's result). */
+      case KILN_UNARY_EXP: v = dy * (double)(float)exp(x); break;
+      case KILN_UNARY_LOG: v = dy / x; break;
+      case KILN_UNARY_SQRT: v = dy * 0.5 / sqrt(x); break;
+      case KILN_UNARY_RELU: v = x > 0 ? dy : isnan(x) ? x : 0.0; break;
+      case KILN_UNARY_SIGMOID: {
+        const double s = 1.0 / (1.0 + exp(-x));
+        v = dy * s * (1.0 - s);
+        break;
+      }
+      case KILN_UNARY_TANH: v = dy * (1.0 - tanh(x) * tanh(x)); break;
+      default: v = NAN; break;
+    }
+    dx[i] = (float)v;
+  }
+}
+
+/* The row's ulps, and its absolute slack: sigmoid' and tanh' subtract from 1
+ * a value that rounds near 1 (s(1 - s), 1 - tanh^2), so their error is
+ * absolute, about ulp(1) * |dy|. */
+static kt_tol_t kt_tol_row_grad(const kt_case_t *c) {
+  kt_tol_t t = {0, c->row->atol, c->row->ulps, false};
+  return t;
+}
+
+/* sum_to: pairs (a, shape a sums to): every kind of reduced run (leading
+ * dims, size-1 dims, several runs apart), nothing to reduce, empty operands
+ * and empty reduced axes, 0-d, views; then shapes that do not broadcast. */
+static const kt_shape_t kt_sum_to_pairs[][2] = {
+    {{2, {3, 5}, false, false}, {1, {5}, false, false}},
+    {{2, {3, 5}, true, false}, {2, {3, 1}, false, false}},
+    {{2, {3, 5}, false, false}, {2, {1, 5}, false, false}},
+    {{2, {3, 5}, false, false}, {2, {1, 1}, false, false}},
+    {{2, {3, 5}, true, false}, {0, {0}, false, false}},
+    {{2, {3, 5}, false, false}, {2, {3, 5}, false, false}},
+    {{2, {3, 5}, true, false}, {2, {3, 5}, false, false}},
+    {{2, {3, 5}, false, false}, {1, {1}, false, false}},
+    {{3, {2, 3, 4}, true, false}, {2, {3, 1}, false, false}},
+    {{3, {2, 3, 4}, false, false}, {3, {2, 1, 4}, false, false}},
+    {{3, {2, 3, 4}, false, false}, {3, {1, 3, 1}, false, false}},
+    {{3, {2, 1, 7}, false, false}, {2, {1, 7}, false, false}},
+    {{3, {1, 1, 7}, false, false}, {1, {7}, false, false}},
+    {{0, {0}, false, false}, {0, {0}, false, false}},
+    {{1, {1}, false, false}, {0, {0}, false, false}},
+    {{1, {7}, false, false}, {1, {1}, false, false}},
+    {{2, {0, 3}, false, false}, {1, {3}, false, false}},
+    {{2, {3, 0}, false, false}, {2, {3, 1}, false, false}},
+    {{2, {0, 3}, false, false}, {2, {0, 1}, false, false}},
+    {{2, {13, 257}, false, true}, {1, {257}, false, false}},
+    {{2, {13, 257}, true, true}, {2, {13, 1}, false, false}},
+    {{4, {2, 3, 5, 7}, true, true}, {3, {3, 1, 7}, false, false}},
+    {{4, {2, 3, 5, 7}, false, true}, {4, {2, 1, 5, 1}, false, false}},
+    {{3, {4, 5, 67}, false, true}, {2, {5, 1}, false, false}},
+    {{2, {1031, 3}, false, true}, {1, {3}, false, false}},
+    {{2, {3, 40009}, false, true}, {2, {3, 1}, false, false}},
+    {{1, {262147}, false, true}, {0, {0}, false, false}},
+};
+
+static void kt_build_sum_to(const kt_row_t *row) {
+  for (int dt = 0; dt < 2; dt++) {
+    for (size_t i = 0; i < sizeof kt_sum_to_pairs / sizeof kt_sum_to_pairs[0]; i++) {
+      const kt_shape_t *a = &kt_sum_to_pairs[i][0], *to = &kt_sum_to_pairs[i][1];
+      if (kt_skip(a)) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = 1;
+      c.in[0] = kt_in(dt ? KILN_I32 : KILN_F32, dt ? KT_INT_EDGE : KT_SIGNED, 121, a->ndim, a->s, a->view);
+      kt_case_shape(&c, to);
+      char in[160], shape[128];
+      kt_in_text(&c.in[0], in, sizeof in);
+      kt_shape_text(to->ndim, to->s, shape, sizeof shape);
+      snprintf(c.label, sizeof c.label, "sum_to %s to %s", in, shape);
+      kt_check(&c);
+    }
+  }
+  static const kt_shape_t bad[][2] = {
+      {{2, {3, 5}, false, false}, {1, {4}, false, false}},
+      {{2, {3, 5}, false, false}, {3, {2, 3, 5}, false, false}},
+  };
+  for (size_t i = 0; i < 2; i++) {
+    kt_case_t c = kt_case(row);
+    c.must_fail = true;
+    c.n_in = 1;
+    c.in[0] = kt_in(KILN_F32, KT_SIGNED, 1, bad[i][0].ndim, bad[i][0].s, false);
+    kt_case_shape(&c, &bad[i][1]);
+    char in[160], shape[128];
+    kt_in_text(&c.in[0], in, sizeof in);
+    kt_shape_text(bad[i][1].ndim, bad[i][1].s, shape, sizeof shape);
+    snprintf(c.label, sizeof c.label, "sum_to %s to %s (does not broadcast)", in, shape);
+    kt_check(&c);
+  }
+}
+
+KT_RUN(kt_run_sum_to) { return kiln_tensor_sum_to(in[0], c->ndim, c->shape, out); }
+
+/* Each element of a added into the element of the shape it broadcasts from
+ * (in double; i32 wraps as the kernels' sums do). */
+static void kt_expect_sum_to(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
+  kt_result_alloc(out, in[0].dtype, c->ndim, c->shape);
+  double *sums = calloc((size_t)(out->numel > 0 ? out->numel : 1), sizeof *sums);
+  uint32_t *wrapped = calloc((size_t)(out->numel > 0 ? out->numel : 1), sizeof *wrapped);
+  ck_assert(sums && wrapped);
+  for (int64_t i = 0; i < in[0].numel; i++) {
+    int64_t j = kt_broadcast_index(in[0].ndim, in[0].shape, i, c->ndim, c->shape);
+    if (in[0].dtype == KILN_F32)
+      sums[j] += ((const float *)in[0].data)[i];
+    else
+      wrapped[j] += (uint32_t)((const int32_t *)in[0].data)[i];
+  }
+  for (int64_t j = 0; j < out->numel; j++) {
+    if (in[0].dtype == KILN_F32)
+      ((float *)out->data)[j] = (float)sums[j];
+    else
+      ((int32_t *)out->data)[j] = (int32_t)wrapped[j];
+  }
+  free(sums);
+  free(wrapped);
+}
+
+/* A sum of as many terms as go into one result element. */
+static kt_tol_t kt_tol_sum_to(const kt_case_t *c) {
+  int64_t from = kt_numel(c->in[0].ndim, c->in[0].shape), to = kt_numel(c->ndim, c->shape);
+  return kt_sum_tol(to > 0 ? from / to : 1, 1.0);
+}
+
+/* broadcast_to: pairs (a, shape); then shapes a does not broadcast to. */
+static const kt_shape_t kt_broadcast_to_pairs[][2] = {
+    {{1, {5}, false, false}, {2, {3, 5}, false, false}},
+    {{2, {3, 1}, false, false}, {2, {3, 5}, false, false}},
+    {{2, {1, 5}, false, false}, {3, {2, 3, 5}, false, false}},
+    {{0, {0}, false, false}, {2, {2, 3}, false, false}},
+    {{0, {0}, false, false}, {0, {0}, false, false}},
+    {{1, {1}, false, false}, {1, {7}, false, false}},
+    {{1, {1}, false, false}, {1, {0}, false, false}},
+    {{1, {3}, false, false}, {2, {0, 3}, false, false}},
+    {{2, {3, 4}, true, false}, {3, {2, 3, 4}, false, false}},
+    {{3, {2, 1, 4}, false, false}, {3, {2, 3, 4}, false, false}},
+    {{2, {3, 5}, false, false}, {2, {3, 5}, false, false}},
+    {{3, {4, 3, 1}, true, false}, {4, {2, 4, 3, 5}, false, false}},
+    {{1, {257}, false, true}, {2, {13, 257}, false, true}},
+    {{2, {13, 1}, false, true}, {2, {13, 257}, false, true}},
+    {{3, {1, 13, 1}, false, true}, {4, {3, 5, 13, 7}, false, true}},
+    {{2, {7, 13}, true, true}, {3, {11, 7, 13}, false, true}},
+    {{1, {1}, false, true}, {1, {262147}, false, true}},
+};
+
+static void kt_build_broadcast_to(const kt_row_t *row) {
+  for (int dt = 0; dt < 2; dt++) {
+    for (size_t i = 0; i < sizeof kt_broadcast_to_pairs / sizeof kt_broadcast_to_pairs[0]; i++) {
+      const kt_shape_t *a = &kt_broadcast_to_pairs[i][0], *to = &kt_broadcast_to_pairs[i][1];
+      if (kt_skip(a) || kt_skip(to)) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = 1;
+      c.in[0] = kt_in(dt ? KILN_I32 : KILN_F32, dt ? KT_INT_EDGE : KT_WIDE, 131, a->ndim, a->s, a->view);
+      kt_case_shape(&c, to);
+      char in[160], shape[128];
+      kt_in_text(&c.in[0], in, sizeof in);
+      kt_shape_text(to->ndim, to->s, shape, sizeof shape);
+      snprintf(c.label, sizeof c.label, "broadcast_to %s to %s", in, shape);
+      kt_check(&c);
+    }
+  }
+  static const kt_shape_t bad[][2] = {
+      {{1, {3}, false, false}, {1, {4}, false, false}},
+      {{2, {2, 3}, false, false}, {1, {3}, false, false}},
+  };
+  for (size_t i = 0; i < 2; i++) {
+    kt_case_t c = kt_case(row);
+    c.must_fail = true;
+    c.n_in = 1;
+    c.in[0] = kt_in(KILN_F32, KT_SIGNED, 1, bad[i][0].ndim, bad[i][0].s, false);
+    kt_case_shape(&c, &bad[i][1]);
+    char in[160], shape[128];
+    kt_in_text(&c.in[0], in, sizeof in);
+    kt_shape_text(bad[i][1].ndim, bad[i][1].s, shape, sizeof shape);
+    snprintf(c.label, sizeof c.label, "broadcast_to %s to %s (does not broadcast)", in, shape);
+    kt_check(&c);
+  }
+}
+
+KT_RUN(kt_run_broadcast_to) { return kiln_tensor_broadcast_to(in[0], c->ndim, c->shape, out); }
+
+static void kt_expect_broadcast_to(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
+  kt_result_alloc(out, in[0].dtype, c->ndim, c->shape);
+  for (int64_t i = 0; i < out->numel; i++) {
+    int64_t j = kt_broadcast_index(c->ndim, c->shape, i, in[0].ndim, in[0].shape);
+    memcpy((char *)out->data + 4 * i, (const char *)in[0].data + 4 * j, 4);
+  }
+}
+
+/* softmax_backward (sub 0) and its log form (sub 1), from the forward's
+ * result on the device: y = softmax(x) or log_softmax(x), x in [-4, 4) and
+ * up to 100, dy in [-1, 1), over the softmax shapes; then i32, for the status. */
+static void kt_build_softmax_backward(const kt_row_t *row) {
+  for (int big = 0; big < 2; big++) {
+    for (const kt_shape_t *s = kt_softmax_shapes; s->ndim >= 0; s++) {
+      if (kt_skip(s)) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = 2;
+      c.in[0] = kt_in(KILN_F32, big ? KT_BIG : KT_WIDE, 141, s->ndim, s->s, false);
+      c.in[1] = kt_in(KILN_F32, KT_SIGNED, 142, s->ndim, s->s, s->view);
+      char x[160], dy[160];
+      kt_in_text(&c.in[0], x, sizeof x);
+      kt_in_text(&c.in[1], dy, sizeof dy);
+      snprintf(c.label, sizeof c.label, "%s y = %s(x %s), dy %s%s", row->name, row->sub ? "log_softmax" : "softmax",
+               x, dy, big ? " (x up to 100)" : "");
+      kt_check(&c);
+    }
+  }
+  kt_case_t c = kt_case(row);
+  c.must_fail = true;
+  c.n_in = 2;
+  c.in[0] = kt_in(KILN_I32, KT_INT, 1, 2, (const int64_t[]){2, 5}, false);
+  c.in[1] = kt_in(KILN_F32, KT_SIGNED, 2, 2, (const int64_t[]){2, 5}, false);
+  snprintf(c.label, sizeof c.label, "%s y i32 [2x5] (dtype)", row->name);
+  kt_check(&c);
+}
+
+/* in[0] is x: the forward runs first, on the same device; an i32 x goes to
+ * the backward as it is (for the status). */
+KT_RUN(kt_run_softmax_backward) {
+  kiln_tensor_t *y = NULL;
+  kiln_status_t status = KILN_OK;
+  if (kiln_tensor_dtype(in[0]) != KILN_F32)
+    y = kiln_tensor_retain(in[0]);
+  else
+    status = c->row->sub ? kiln_tensor_log_softmax(in[0], &y) : kiln_tensor_softmax(in[0], &y);
+  if (status == KILN_OK) status = kiln_tensor_softmax_backward(y, in[1], c->row->sub != 0, out);
+  kiln_tensor_release(y);
+  return status;
+}
+
+/* A sum over the row (dy * y, or dy): relative 1e-4 and absolute growing
+ * with sqrt(columns). */
+static kt_tol_t kt_tol_softmax_backward(const kt_case_t *c) {
+  const kt_in_t *a = &c->in[0];
+  return kt_sum_tol(a->ndim ? a->shape[a->ndim - 1] : 1, 1.0);
+}
+
+/* cross_entropy_backward: logits [N, C] (values in [-4, 4) and up to 100),
+ * labels in [0, C), without dloss and with a 0-d or one-element dloss; then
+ * labels outside [0, C) (rows of NaN) and mismatched operands. */
+static const struct { int64_t n, c; bool view, large; } kt_ce_backward_cases[] = {
+    {1, 1, false, false}, {1, 7, false, false}, {7, 13, false, false}, {5, 3, true, false},
+    {0, 5, false, false}, {3, 0, false, false}, {257, 13, false, true}, {13, 257, true, true},
+    {64, 1000, false, true},
+};
+
+static void kt_build_cross_entropy_backward(const kt_row_t *row) {
+  for (size_t i = 0; i < sizeof kt_ce_backward_cases / sizeof kt_ce_backward_cases[0]; i++) {
+    if (kt_small && kt_ce_backward_cases[i].large) continue;
+    for (int variant = 0; variant < 4; variant++) {
+      /* 0: no dloss; 1: 0-d dloss; 2: [1] dloss; 3: logits up to 100, no dloss. */
+      kt_case_t c = kt_case(row);
+      const int64_t ls[2] = {kt_ce_backward_cases[i].n, kt_ce_backward_cases[i].c};
+      const int64_t bs[1] = {kt_ce_backward_cases[i].n}, one[1] = {1};
+      c.n_in = variant == 1 || variant == 2 ? 3 : 2;
+      c.in[0] = kt_in(KILN_F32, variant == 3 ? KT_BIG : KT_WIDE, 151, 2, ls, kt_ce_backward_cases[i].view);
+      c.in[1] = kt_in(KILN_I32, KT_LABELS, 152, 1, bs, false);
+      c.in[1].hi = kt_ce_backward_cases[i].c;
+      c.in[2] = kt_in(KILN_F32, KT_WIDE, 153 + (uint32_t)variant, variant == 2 ? 1 : 0, one, false);
+      char in[160];
+      kt_in_text(&c.in[0], in, sizeof in);
+      static const char *const what[] = {"", ", dloss 0-d", ", dloss [1]", " (values up to 100)"};
+      snprintf(c.label, sizeof c.label, "cross_entropy_backward logits %s, labels i32 [%lld]%s", in,
+               (long long)ls[0], what[variant]);
+      kt_check(&c);
+    }
+  }
+  /* Labels in [-50, 50] for 7 classes: most rows NaN, the same everywhere. */
+  kt_case_t c = kt_case(row);
+  c.n_in = 2;
+  c.in[0] = kt_in(KILN_F32, KT_WIDE, 154, 2, (const int64_t[]){11, 7}, false);
+  c.in[1] = kt_in(KILN_I32, KT_INT, 155, 1, (const int64_t[]){11}, false);
+  snprintf(c.label, sizeof c.label, "cross_entropy_backward logits f32 [11x7], labels outside [0, 7)");
+  kt_check(&c);
+  c = kt_case(row);
+  c.must_fail = true;
+  c.n_in = 2;
+  c.in[0] = kt_in(KILN_F32, KT_WIDE, 1, 2, (const int64_t[]){3, 4}, false);
+  c.in[1] = kt_in(KILN_F32, KT_SIGNED, 2, 1, (const int64_t[]){3}, false);
+  snprintf(c.label, sizeof c.label, "cross_entropy_backward labels f32 (dtype)");
+  kt_check(&c);
+  c.in[1] = kt_in(KILN_I32, KT_LABELS, 2, 1, (const int64_t[]){4}, false);
+  c.in[1].hi = 4;
+  snprintf(c.label, sizeof c.label, "cross_entropy_backward logits [3x4], labels [4] (shapes)");
+  kt_check(&c);
+}
+
+KT_RUN(kt_run_cross_entropy_backward) {
+  return kiln_tensor_cross_entropy_backward(in[0], in[1], c->n_in > 2 ? in[2] : NULL, out);
+}
+
+/* (softmax(logits) - onehot(labels)) / N * dloss in double; a row of NaN
+ * where the label is outside [0, C). */
+static void kt_expect_cross_entropy_backward(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
+  kt_result_alloc(out, KILN_F32, 2, in[0].shape);
+  const int64_t n = in[0].shape[0], classes = in[0].shape[1];
+  const double dloss = c->n_in > 2 ? (double)((const float *)in[2].data)[0] : 1.0;
+  const float *x = in[0].data;
+  const int32_t *labels = in[1].data;
+  float *dx = out->data;
+  for (int64_t r = 0; r < n; r++) {
+    double m = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < classes; i++) m = fmax(m, (double)x[r * classes + i]);
+    for (int64_t i = 0; i < classes; i++) sum += exp((double)x[r * classes + i] - m);
+    const bool valid = labels[r] >= 0 && labels[r] < classes;
+    for (int64_t i = 0; i < classes; i++) {
+      const double p = exp((double)x[r * classes + i] - m) / sum - (i == labels[r] ? 1.0 : 0.0);
+      dx[r * classes + i] = valid ? (float)(p / (double)n * dloss) : NAN;
+    }
+  }
+}
+
+/* softmax entries (within 1e-6 of 1) minus 0 or 1, over N, times dloss. */
+static kt_tol_t kt_tol_cross_entropy_backward(const kt_case_t *c) {
+  kt_tol_t t = {1e-5, c->n_in > 2 ? 4e-6 : 1e-6, 8, false};
+  return t;
+}
+
+/* The convolutions of the backward rows: prime sizes, strides that do not
+ * divide (rows of x no window reaches: their gradient is 0), dilation,
+ * padding past half the kernel and as large as it (windows wholly in the
+ * padding), batch 1, an empty batch (dw all zeros), no output channels. */
+static const kt_conv_t kt_conv2d_backward_cases[] = {
+    {1, 1, 1, 1, 1, 1, 1, {1, 1}, {0, 0}, {1, 1}, false, false, false},
+    {2, 3, 7, 5, 4, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, false, false},
+    {1, 2, 7, 6, 3, 3, 2, {2, 1}, {1, 0}, {2, 1}, false, false, false},
+    {1, 2, 5, 7, 3, 2, 3, {1, 2}, {0, 2}, {1, 2}, false, true, false},   /* permuted views */
+    {1, 2, 7, 7, 3, 3, 3, {2, 2}, {1, 1}, {2, 2}, false, false, false},  /* stride 2, padding 1, dilation 2 */
+    {1, 3, 11, 13, 2, 3, 3, {2, 2}, {2, 2}, {1, 1}, false, false, false}, /* padding 2 > 3/2 */
+    {1, 1, 3, 3, 1, 3, 3, {1, 1}, {3, 3}, {1, 1}, false, false, false},  /* windows wholly in the padding */
+    {3, 1, 5, 5, 2, 2, 2, {3, 3}, {0, 0}, {1, 1}, false, false, false},  /* row and column 2 unreached */
+    {1, 1, 3, 3, 1, 3, 3, {5, 5}, {0, 0}, {1, 1}, false, false, false},  /* stride past the input */
+    {2, 5, 3, 2, 7, 1, 1, {1, 1}, {0, 0}, {1, 1}, false, true, false},   /* 1x1 */
+    {0, 3, 5, 5, 2, 3, 3, {1, 1}, {0, 0}, {1, 1}, false, false, false},  /* N = 0: dw zeros */
+    {1, 3, 5, 5, 0, 3, 3, {1, 1}, {0, 0}, {1, 1}, false, false, false},  /* K = 0: dx zeros */
+    {2, 3, 13, 7, 5, 3, 3, {2, 2}, {1, 1}, {1, 1}, false, false, true},
+    {2, 4, 17, 19, 8, 5, 5, {2, 2}, {3, 3}, {1, 1}, false, false, true},
+    {1, 16, 33, 33, 16, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, false, true},
+    {1, 3, 29, 31, 7, 3, 5, {3, 2}, {2, 1}, {2, 3}, false, true, true},
+    {4, 8, 23, 23, 16, 3, 3, {1, 1}, {1, 1}, {1, 1}, false, false, true},
+};
+
+static int64_t kt_window_out(int64_t size, int32_t pad, int32_t dil, int64_t k, int32_t stride) {
+  int64_t span = size + 2 * (int64_t)pad - (int64_t)dil * (k - 1) - 1;
+  return span < 0 ? 0 : span / stride + 1;
+}
+
+/* The case `v` of a backward conv row: x_shape or w_shape in c->shape. */
+static void kt_conv_backward_case(const kt_row_t *row, const kt_conv_t *v, kt_case_t *c) {
+  *c = kt_case(row);
+  const int64_t P = kt_window_out(v->h, v->pad[0], v->dil[0], v->r, v->stride[0]);
+  const int64_t Q = kt_window_out(v->w, v->pad[1], v->dil[1], v->s, v->stride[1]);
+  const int64_t xs[4] = {v->n, v->c, v->h, v->w}, ws[4] = {v->k, v->c, v->r, v->s}, ys[4] = {v->n, v->k, P, Q};
+  for (int d = 0; d < 2; d++) {
+    c->conv.stride[d] = v->stride[d];
+    c->conv.padding[d] = v->pad[d];
+    c->conv.dilation[d] = v->dil[d];
+  }
+  c->n_in = 2;
+  c->ndim = 4;
+  if (row->run == kt_run_conv2d_backward_input) {
+    c->in[0] = kt_in(KILN_F32, KT_SIGNED, 161, 4, ys, v->view);
+    c->in[1] = kt_in(KILN_F32, KT_SIGNED, 162, 4, ws, v->view);
+    memcpy(c->shape, xs, sizeof xs);
+  } else if (row->run == kt_run_conv2d_backward_weight) {
+    c->in[0] = kt_in(KILN_F32, KT_SIGNED, 163, 4, xs, v->view);
+    c->in[1] = kt_in(KILN_F32, KT_SIGNED, 164, 4, ys, v->view);
+    memcpy(c->shape, ws, sizeof ws);
+  } else {
+    c->n_in = 1;
+    c->in[0] = kt_in(KILN_F32, KT_SIGNED, 165, 4, ys, v->view);
+  }
+  char a[160], b[160] = "";
+  kt_in_text(&c->in[0], a, sizeof a);
+  if (c->n_in > 1) kt_in_text(&c->in[1], b, sizeof b);
+  snprintf(c->label, sizeof c->label,
+           "%s %s%s%s for x [%lldx%lldx%lldx%lld], w [%lldx%lldx%lldx%lld], stride %dx%d, padding %dx%d, "
+           "dilation %dx%d",
+           row->name, a, c->n_in > 1 ? ", " : "", b, (long long)v->n, (long long)v->c, (long long)v->h,
+           (long long)v->w, (long long)v->k, (long long)v->c, (long long)v->r, (long long)v->s, v->stride[0],
+           v->stride[1], v->pad[0], v->pad[1], v->dil[0], v->dil[1]);
+}
+
+/* The case list; then shapes that belong to no one convolution. */
+static void kt_build_conv2d_backward(const kt_row_t *row) {
+  for (size_t i = 0; i < sizeof kt_conv2d_backward_cases / sizeof kt_conv2d_backward_cases[0]; i++) {
+    const kt_conv_t *v = &kt_conv2d_backward_cases[i];
+    if (kt_small && v->large) continue;
+    kt_case_t c;
+    kt_conv_backward_case(row, v, &c);
+    kt_check(&c);
+  }
+  /* dy one row too many; x with 3 channels for a weight of 4; dy of 3 dims. */
+  static const kt_conv_t bad = {1, 3, 5, 5, 2, 3, 3, {1, 1}, {0, 0}, {1, 1}, false, false, false};
+  kt_case_t c;
+  kt_conv_backward_case(row, &bad, &c);
+  c.must_fail = true;
+  if (row->run == kt_run_conv2d_backward_input) {
+    c.in[0].shape[2] = 4;
+    snprintf(c.label, sizeof c.label, "%s dy [1x2x4x3] for x [1x3x5x5], w [2x3x3x3] (dy's shape)", row->name);
+  } else if (row->run == kt_run_conv2d_backward_weight) {
+    c.shape[1] = 4;
+    snprintf(c.label, sizeof c.label, "%s x [1x3x5x5], w_shape [2x4x3x3] (channels differ)", row->name);
+  } else {
+    c.in[0].ndim = 3;
+    snprintf(c.label, sizeof c.label, "%s dy [1x2x3] (not 4-D)", row->name);
+  }
+  kt_check(&c);
+}
+
+KT_RUN(kt_run_conv2d_backward_input) {
+  return kiln_tensor_conv2d_backward_input(in[0], in[1], c->shape, &c->conv, out);
+}
+
+KT_RUN(kt_run_conv2d_backward_weight) {
+  return kiln_tensor_conv2d_backward_weight(in[0], in[1], c->shape, &c->conv, out);
+}
+
+KT_RUN(kt_run_conv2d_backward_bias) { return kiln_tensor_conv2d_backward_bias(in[0], out); }
+
+/* dx: at most K*R*S products per element; dw: N*P*Q; db: N*P*Q terms. */
+static kt_tol_t kt_tol_conv2d_backward(const kt_case_t *c) {
+  const int64_t *a = c->in[0].shape;
+  if (c->row->run == kt_run_conv2d_backward_input) {
+    const int64_t *w = c->in[1].shape;
+    return kt_sum_tol(w[0] * w[2] * w[3], 1.0);
+  }
+  return kt_sum_tol(c->row->run == kt_run_conv2d_backward_weight ? a[0] * c->in[1].shape[2] * c->in[1].shape[3]
+                                                                  : a[0] * a[2] * a[3],
+                    1.0);
+}
+
+/* max_pool2d_backward: overlapping windows (kernel 3 stride 2, stride 1),
+ * padding up to half the kernel, strides that do not divide, batch 1, an
+ * empty batch, views; x with distinct-ish values, with small integers (ties:
+ * the first maximum in row-major order wins) and with NaN (the first NaN
+ * wins), infinities and other special values; dy multiples of 2^-12 (sums of
+ * a few are exact in any order: compared exactly). */
+static const kt_pool_t kt_max_pool2d_backward_cases[] = {
+    {1, 1, 1, 1, {1, 1}, {0, 0}, {0, 0}, false, false},
+    {2, 3, 7, 5, {2, 2}, {0, 0}, {0, 0}, false, false},
+    {1, 2, 7, 6, {3, 2}, {2, 1}, {1, 1}, false, false},
+    {2, 3, 5, 5, {3, 3}, {1, 1}, {1, 1}, true, false},
+    {0, 3, 5, 5, {2, 2}, {0, 0}, {0, 0}, false, false},
+    {1, 1, 3, 3, {3, 3}, {5, 5}, {1, 1}, false, false},
+    {1, 2, 11, 13, {3, 3}, {2, 2}, {0, 0}, false, false},
+    {1, 3, 9, 9, {3, 3}, {2, 2}, {1, 1}, true, false},
+    {1, 1, 7, 7, {5, 5}, {1, 1}, {2, 2}, false, false},
+    {2, 2, 8, 9, {3, 2}, {1, 2}, {1, 1}, false, false},
+    {2, 3, 13, 7, {3, 3}, {2, 2}, {1, 1}, false, true},
+    {2, 16, 33, 31, {2, 3}, {2, 3}, {1, 1}, true, true},
+    {1, 8, 31, 29, {3, 3}, {2, 2}, {1, 1}, false, true},
+};
+
+static void kt_build_max_pool2d_backward(const kt_row_t *row) {
+  for (size_t i = 0; i < sizeof kt_max_pool2d_backward_cases / sizeof kt_max_pool2d_backward_cases[0]; i++) {
+    const kt_pool_t *v = &kt_max_pool2d_backward_cases[i];
+    if (kt_small && v->large) continue;
+    for (int steps = 0; steps < 3; steps++) {
+      if (steps == 2 && v->large) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = 2;
+      int32_t stride[2];
+      for (int d = 0; d < 2; d++) {
+        c.pool.kernel[d] = v->kernel[d];
+        c.pool.stride[d] = v->stride[d];
+        c.pool.padding[d] = v->pad[d];
+        stride[d] = v->stride[d] ? v->stride[d] : v->kernel[d];
+      }
+      const int64_t P = kt_window_out(v->h, v->pad[0], 1, v->kernel[0], stride[0]);
+      const int64_t Q = kt_window_out(v->w, v->pad[1], 1, v->kernel[1], stride[1]);
+      const kt_gen_t gen = steps == 0 ? KT_WIDE : steps == 1 ? KT_STEPS : KT_CAST_F32;
+      c.in[0] = kt_in(KILN_F32, gen, 171, 4, (const int64_t[]){v->n, v->c, v->h, v->w}, v->view);
+      c.in[1] = kt_in(KILN_F32, KT_SIGNED, 172, 4, (const int64_t[]){v->n, v->c, P, Q}, v->view);
+      char x[160];
+      kt_in_text(&c.in[0], x, sizeof x);
+      snprintf(c.label, sizeof c.label, "max_pool2d_backward x %s, kernel %dx%d, stride %dx%d, padding %dx%d%s", x,
+               v->kernel[0], v->kernel[1], v->stride[0], v->stride[1], v->pad[0], v->pad[1],
+               steps == 0 ? "" : steps == 1 ? " (ties)" : " (NaN, infinities, special values)");
+      kt_check(&c);
+    }
+  }
+  kt_case_t c = kt_case(row);
+  c.must_fail = true;
+  c.n_in = 2;
+  c.pool = (kiln_pool2d_params_t){{2, 2}, {2, 2}, {0, 0}};
+  c.in[0] = kt_in(KILN_F32, KT_WIDE, 1, 4, (const int64_t[]){1, 1, 4, 4}, false);
+  c.in[1] = kt_in(KILN_F32, KT_SIGNED, 2, 4, (const int64_t[]){1, 1, 3, 2}, false);
+  snprintf(c.label, sizeof c.label, "max_pool2d_backward x [1x1x4x4], dy [1x1x3x2] (dy's shape)");
+  kt_check(&c);
+}
+
+KT_RUN(kt_run_max_pool2d_backward) { return kiln_tensor_max_pool2d_backward(in[0], in[1], &c->pool, out); }
+
+/* Each window's dy added to its first maximum in row-major order (NaN wins,
+ * padded cells never do), in double. */
+static void kt_expect_max_pool2d_backward(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
+  kt_result_alloc(out, KILN_F32, 4, in[0].shape);
+  const int64_t N = in[0].shape[0], C = in[0].shape[1], H = in[0].shape[2], W = in[0].shape[3];
+  const int64_t P = in[1].shape[2], Q = in[1].shape[3];
+  const float *x = in[0].data, *dy = in[1].data;
+  double *dx = calloc((size_t)(out->numel > 0 ? out->numel : 1), sizeof *dx);
+  ck_assert_ptr_nonnull(dx);
+  int32_t kernel[2], stride[2], pad[2];
+  for (int d = 0; d < 2; d++) {
+    kernel[d] = c->pool.kernel[d];
+    stride[d] = c->pool.stride[d] ? c->pool.stride[d] : c->pool.kernel[d];
+    pad[d] = c->pool.padding[d];
+  }
+  for (int64_t nc = 0; nc < N * C; nc++) {
+    for (int64_t p = 0; p < P; p++) {
+      for (int64_t q = 0; q < Q; q++) {
+        int64_t best = -1;
+        float m = 0;
+        for (int64_t i = 0; i < kernel[0]; i++) {
+          for (int64_t j = 0; j < kernel[1]; j++) {
+            int64_t h = p * stride[0] - pad[0] + i, w = q * stride[1] - pad[1] + j;
+            if (h < 0 || h >= H || w < 0 || w >= W) continue;
+            float v = x[(nc * H + h) * W + w];
+            if (best < 0 || (!isnan(m) && (v > m || isnan(v)))) {
+              best = (nc * H + h) * W + w;
+              m = v;
+            }
+          }
+        }
+        if (best >= 0) dx[best] += dy[(nc * P + p) * Q + q];
+      }
+    }
+  }
+  for (int64_t i = 0; i < out->numel; i++) ((float *)out->data)[i] = (float)dx[i];
+  free(dx);
+}
+
+/* ---- training: updates in place -------------------------------------------------------------
+ * Several calls in a row on fresh tensors, then one of the updated tensors
+ * compared (the row's sub: 0 the parameter, 1 SGD's buffer or Adam's m, 2
+ * Adam's v), against cpu:0 and against the documented formula in double on
+ * the host. Each run also checks what "in place" promises: the update lands
+ * in the tensor's own memory (a view of it taken before sees it), the
+ * operands it only reads are unchanged to the bit, and the device's pool
+ * counts no allocation and no byte more. */
+
+static const kt_shape_t kt_update_shapes[] = {
+    {0, {0}, false, false},  {1, {0}, false, false},      {1, {1}, false, false},
+    {1, {7}, false, false},  {2, {3, 5}, false, false},   {3, {2, 3, 4}, false, false},
+    {1, {257}, false, true}, {2, {13, 257}, false, true}, {1, {262147}, false, true},
+    {-1, {0}, false, false},
+};
+
+/* What the update must leave alone: input i still holds the values it was
+ * made with. */
+static void kt_check_untouched(const kt_case_t *c, kiln_device_t *dev, int i, const kiln_tensor_t *t,
+                               const char *name) {
+  const int64_t n = kt_numel(c->in[i].ndim, c->in[i].shape);
+  float *made = malloc((size_t)(n > 0 ? n : 1) * 4), *now = malloc((size_t)(n > 0 ? n : 1) * 4);
+  ck_assert(made && now);
+  kt_fill(&c->in[i], made, n);
+  kiln_status_t status = kiln_tensor_read(t, now, (size_t)n * 4);
+  if (status != KILN_OK) {
+    kt_fail("%s on %s: reading %s back failed with %s: %s", c->label, kiln_device_name(dev), name,
+            kiln_status_name(status), kiln_last_error());
+  } else {
+    for (int64_t k = 0; k < n; k++) {
+      if (memcmp(&made[k], &now[k], 4) != 0) {
+        kt_fail("%s on %s: the update wrote into %s, which it only reads (element %lld: %.9g, was %.9g)", c->label,
+                kiln_device_name(dev), name, (long long)k, (double)now[k], (double)made[k]);
+        break;
+      }
+    }
+  }
+  free(made);
+  free(now);
+}
+
+/* Before the calls: a flat view of the updated tensor (sharing its memory)
+ * and the pool's counters. */
+typedef struct kt_inplace_t {
+  kiln_tensor_t *view;
+  kiln_buffer_t *buffer;
+  size_t offset;
+  kiln_memory_stats_t before;
+} kt_inplace_t;
+
+static kiln_status_t kt_inplace_begin(kiln_device_t *dev, kiln_tensor_t *t, kt_inplace_t *state) {
+  memset(state, 0, sizeof *state);
+  const int64_t n = kiln_tensor_numel(t);
+  state->buffer = kiln_tensor_buffer(t);
+  state->offset = kiln_tensor_offset_bytes(t);
+  kiln_status_t status = kiln_tensor_reshape(t, 1, &n, &state->view);
+  if (status == KILN_OK) status = kiln_device_memory_stats(dev, &state->before);
+  return status;
+}
+
+/* After the calls: nothing allocated, the tensor still in its memory, and
+ * the view taken before reads what the tensor reads. */
+static void kt_inplace_end(const kt_case_t *c, kiln_device_t *dev, kiln_tensor_t *t, kt_inplace_t *state,
+                           const char *name) {
+  kiln_memory_stats_t after;
+  KT_OK(kiln_device_memory_stats(dev, &after));
+  if (after.allocations != state->before.allocations || after.in_use_bytes != state->before.in_use_bytes)
+    kt_fail("%s on %s: %d update call(s) allocated: %llu allocations and %llu bytes in use before, %llu and %llu "
+            "after",
+            c->label, kiln_device_name(dev), c->steps, (unsigned long long)state->before.allocations,
+            (unsigned long long)state->before.in_use_bytes, (unsigned long long)after.allocations,
+            (unsigned long long)after.in_use_bytes);
+  if (kiln_tensor_buffer(t) != state->buffer || kiln_tensor_offset_bytes(t) != state->offset)
+    kt_fail("%s on %s: %s moved to other memory", c->label, kiln_device_name(dev), name);
+  const int64_t n = kiln_tensor_numel(t);
+  float *a = malloc((size_t)(n > 0 ? n : 1) * 4), *b = malloc((size_t)(n > 0 ? n : 1) * 4);
+  ck_assert(a && b);
+  KT_OK(kiln_tensor_read(t, a, (size_t)n * 4));
+  KT_OK(kiln_tensor_read(state->view, b, (size_t)n * 4));
+  if (memcmp(a, b, (size_t)n * 4) != 0)
+    kt_fail("%s on %s: a view of %s taken before the update does not see it", c->label, kiln_device_name(dev), name);
+  free(a);
+  free(b);
+  kiln_tensor_release(state->view);
+  state->view = NULL;
+}
+
+/* The tensor the row compares, retained into *out: by the row's sub, the
+ * first input (a, param) or the state the update keeps (SGD's buffer in[2],
+ * Adam's m and v in[2] and in[3]). */
+static kiln_status_t kt_update_result(const kt_case_t *c, kiln_tensor_t *const *in, kiln_tensor_t **out) {
+  kiln_tensor_t *t = c->row->sub == 0 ? in[0] : in[c->row->sub + 1];
+  *out = kiln_tensor_retain(t);
+  return KILN_OK;
+}
+
+static void kt_update_case_label(kt_case_t *c, const char *what) {
+  char a[160];
+  kt_in_text(&c->in[0], a, sizeof a);
+  static const char *const accumulate[] = {"a"}, *const sgd[] = {"param", "momentum_buf"},
+                           *const adam[] = {"param", "m", "v"};
+  const char *of = c->row->run == kt_run_accumulate ? accumulate[0]
+                   : c->row->run == kt_run_sgd      ? sgd[c->row->sub]
+                                                    : adam[c->row->sub];
+  snprintf(c->label, sizeof c->label, "%s %s, %s, %d call(s) (%s compared)", c->row->name, a, what, c->steps, of);
+}
+
+/* accumulate: a += alpha * b, three times, over the update shapes. */
+static void kt_build_accumulate(const kt_row_t *row) {
+  static const double alphas[] = {1.0, -0.5, 0.0, 3.25};
+  for (size_t k = 0; k < sizeof alphas / sizeof alphas[0]; k++) {
+    for (const kt_shape_t *s = kt_update_shapes; s->ndim >= 0; s++) {
+      if (kt_skip(s) || (k > 1 && s->large)) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = 2;
+      c.in[0] = kt_in(KILN_F32, KT_WIDE, 181, s->ndim, s->s, false);
+      c.in[1] = kt_in(KILN_F32, KT_WIDE, 182, s->ndim, s->s, false);
+      c.scalar = alphas[k];
+      c.steps = 3;
+      char what[64];
+      snprintf(what, sizeof what, "alpha %g", c.scalar);
+      kt_update_case_label(&c, what);
+      kt_check(&c);
+    }
+  }
+  kt_case_t c = kt_case(row);
+  c.must_fail = true;
+  c.n_in = 2;
+  c.steps = 1;
+  c.scalar = 1;
+  c.in[0] = kt_in(KILN_F32, KT_WIDE, 1, 1, (const int64_t[]){4}, false);
+  c.in[1] = kt_in(KILN_F32, KT_WIDE, 2, 1, (const int64_t[]){5}, false);
+  snprintf(c.label, sizeof c.label, "accumulate a [4], b [5] (shapes differ)");
+  kt_check(&c);
+}
+
+KT_RUN(kt_run_accumulate) {
+  kt_inplace_t state;
+  kiln_status_t status = kt_inplace_begin(dev, in[0], &state);
+  for (int s = 0; s < c->steps && status == KILN_OK; s++) status = kiln_tensor_accumulate(in[0], c->scalar, in[1]);
+  if (status != KILN_OK) {
+    kiln_tensor_release(state.view);
+    return status;
+  }
+  kt_inplace_end(c, dev, in[0], &state, "a");
+  kt_check_untouched(c, dev, 1, in[1], "b");
+  return kt_update_result(c, in, out);
+}
+
+static void kt_expect_accumulate(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
+  kt_result_alloc(out, KILN_F32, in[0].ndim, in[0].shape);
+  for (int64_t i = 0; i < out->numel; i++) {
+    double a = ((const float *)in[0].data)[i];
+    for (int s = 0; s < c->steps; s++) a += c->scalar * ((const float *)in[1].data)[i];
+    ((float *)out->data)[i] = (float)a;
+  }
+}
+
+/* A few roundings per call, of values up to 4 (and of differences of such
+ * values, near zero: the absolute slack), over a few calls. */
+static kt_tol_t kt_tol_update(const kt_case_t *c) {
+  (void)c;
+  kt_tol_t t = {1e-5, 2e-6, 8, false};
+  return t;
+}
+
+static const struct {
+  kiln_sgd_params_t p;
+  bool with_buffer;
+} kt_sgd_cases[] = {
+    {{0.1, 0, 0, 0, false}, false},
+    {{0.1, 0, 0, 0, false}, true}, /* momentum 0: the buffer given is left alone */
+    {{0.05, 0.9, 0, 0, false}, true},
+    {{0.05, 0.9, 0, 0.01, true}, true},
+    {{0.01, 0.5, 0.25, 0.1, false}, true},
+    {{0.5, 0, 1, 0.5, false}, false},
+};
+
+/* SGD: param in [-4, 4), grad in [-4, 4), the buffer in [-1, 1) (any state a
+ * previous step may have left), three calls, over the update shapes. */
+static void kt_build_sgd(const kt_row_t *row) {
+  for (size_t k = 0; k < sizeof kt_sgd_cases / sizeof kt_sgd_cases[0]; k++) {
+    if (row->sub == 1 && !kt_sgd_cases[k].with_buffer) continue;
+    for (const kt_shape_t *s = kt_update_shapes; s->ndim >= 0; s++) {
+      if (kt_skip(s) || (k > 2 && s->large)) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = 3;
+      c.in[0] = kt_in(KILN_F32, KT_WIDE, 191, s->ndim, s->s, false);
+      c.in[1] = kt_in(KILN_F32, KT_WIDE, 192, s->ndim, s->s, false);
+      c.in[2] = kt_in(KILN_F32, KT_SIGNED, 193, s->ndim, s->s, false);
+      c.sgd = kt_sgd_cases[k].p;
+      c.with_buffer = kt_sgd_cases[k].with_buffer;
+      c.steps = 3;
+      char what[160];
+      snprintf(what, sizeof what, "lr %g, momentum %g, dampening %g, weight_decay %g%s%s", c.sgd.lr, c.sgd.momentum,
+               c.sgd.dampening, c.sgd.weight_decay, c.sgd.nesterov ? ", nesterov" : "",
+               c.with_buffer ? "" : ", no buffer");
+      kt_update_case_label(&c, what);
+      kt_check(&c);
+    }
+  }
+  kt_case_t c = kt_case(row);
+  c.must_fail = true;
+  c.n_in = 3;
+  c.steps = 1;
+  c.with_buffer = true;
+  c.sgd = kt_sgd_cases[2].p;
+  c.in[0] = kt_in(KILN_F32, KT_WIDE, 1, 1, (const int64_t[]){4}, false);
+  c.in[1] = kt_in(KILN_F32, KT_WIDE, 2, 1, (const int64_t[]){4}, false);
+  c.in[2] = kt_in(KILN_F32, KT_WIDE, 3, 1, (const int64_t[]){5}, false);
+  snprintf(c.label, sizeof c.label, "sgd_update param [4], grad [4], momentum_buf [5] (shapes differ)");
+  kt_check(&c);
+}
+
+KT_RUN(kt_run_sgd) {
+  kiln_tensor_t *buf = c->with_buffer ? in[2] : NULL;
+  kt_inplace_t state, buf_state;
+  kiln_status_t status = kt_inplace_begin(dev, in[0], &state);
+  memset(&buf_state, 0, sizeof buf_state);
+  if (status == KILN_OK && buf) status = kt_inplace_begin(dev, buf, &buf_state);
+  for (int s = 0; s < c->steps && status == KILN_OK; s++) status = kiln_tensor_sgd_update(in[0], in[1], buf, &c->sgd);
+  if (status != KILN_OK) {
+    kiln_tensor_release(state.view);
+    kiln_tensor_release(buf_state.view);
+    return status;
+  }
+  /* The counters were read after both views were made. */
+  if (buf) state.before = buf_state.before;
+  kt_inplace_end(c, dev, in[0], &state, "param");
+  if (buf) kt_inplace_end(c, dev, buf, &buf_state, "momentum_buf");
+  kt_check_untouched(c, dev, 1, in[1], "grad");
+  if (buf && c->sgd.momentum == 0) kt_check_untouched(c, dev, 2, buf, "momentum_buf (momentum 0)");
+  return kt_update_result(c, in, out);
+}
+
+/* tensor.h's formula: g = grad + wd * param; buf = momentum * buf +
+ * (1 - dampening) * g; param -= lr * (nesterov ? g + momentum * buf : buf),
+ * buf = g without momentum. */
+static void kt_expect_sgd(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
+  kt_result_alloc(out, KILN_F32, in[0].ndim, in[0].shape);
+  const kiln_sgd_params_t p = c->sgd;
+  for (int64_t i = 0; i < out->numel; i++) {
+    double param = ((const float *)in[0].data)[i], grad = ((const float *)in[1].data)[i];
+    double buf = ((const float *)in[2].data)[i];
+    for (int s = 0; s < c->steps; s++) {
+      double g = grad + p.weight_decay * param, step;
+      if (p.momentum > 0) {
+        buf = p.momentum * buf + (1 - p.dampening) * g;
+        step = p.nesterov ? g + p.momentum * buf : buf;
+      } else {
+        step = g;
+      }
+      param -= p.lr * step;
+    }
+    ((float *)out->data)[i] = (float)(c->row->sub == 1 ? buf : param);
+  }
+}
+
+static const struct {
+  kiln_adam_params_t p;
+  int64_t step0;
+} kt_adam_cases[] = {
+    {{1e-3, 0.9, 0.999, 1e-8, 0}, 1},
+    {{0.01, 0.5, 0.75, 1e-3, 0.1}, 1},
+    {{0.1, 0, 0, 1e-6, 0}, 1},           /* betas 0: no averaging, no correction */
+    {{0.01, 0.9, 0.999, 1e-8, 0.01}, 1000}, /* late steps: corrections near 1 */
+};
+
+/* Adam: param and grad in [-4, 4), m in [-1, 1), v in [1/64, 4] (a state
+ * earlier steps may have left), three calls from the case's step, over the
+ * update shapes. */
+static void kt_build_adam(const kt_row_t *row) {
+  for (size_t k = 0; k < sizeof kt_adam_cases / sizeof kt_adam_cases[0]; k++) {
+    for (const kt_shape_t *s = kt_update_shapes; s->ndim >= 0; s++) {
+      if (kt_skip(s) || (k > 1 && s->large)) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = 4;
+      c.in[0] = kt_in(KILN_F32, KT_WIDE, 201, s->ndim, s->s, false);
+      c.in[1] = kt_in(KILN_F32, KT_WIDE, 202, s->ndim, s->s, false);
+      c.in[2] = kt_in(KILN_F32, KT_SIGNED, 203, s->ndim, s->s, false);
+      c.in[3] = kt_in(KILN_F32, KT_POSITIVE, 204, s->ndim, s->s, false);
+      c.adam = kt_adam_cases[k].p;
+      c.step0 = kt_adam_cases[k].step0;
+      c.steps = 3;
+      char what[160];
+      snprintf(what, sizeof what, "lr %g, betas %g %g, eps %g, weight_decay %g, from step %lld", c.adam.lr,
+               c.adam.beta1, c.adam.beta2, c.adam.eps, c.adam.weight_decay, (long long)c.step0);
+      kt_update_case_label(&c, what);
+      kt_check(&c);
+    }
+  }
+  kt_case_t c = kt_case(row);
+  c.must_fail = true;
+  c.n_in = 4;
+  c.steps = 1;
+  c.step0 = 1;
+  c.adam = kt_adam_cases[0].p;
+  for (int i = 0; i < 4; i++) c.in[i] = kt_in(KILN_F32, KT_POSITIVE, 1 + (uint32_t)i, 1, (const int64_t[]){4}, false);
+  c.in[3].shape[0] = 3;
+  snprintf(c.label, sizeof c.label, "adam_update param [4], grad [4], m [4], v [3] (shapes differ)");
+  kt_check(&c);
+}
+
+KT_RUN(kt_run_adam) {
+  kt_inplace_t state[3];
+  memset(state, 0, sizeof state);
+  kiln_status_t status = KILN_OK;
+  const int updated[3] = {0, 2, 3};
+  for (int i = 0; i < 3 && status == KILN_OK; i++) status = kt_inplace_begin(dev, in[updated[i]], &state[i]);
+  for (int s = 0; s < c->steps && status == KILN_OK; s++)
+    status = kiln_tensor_adam_update(in[0], in[1], in[2], in[3], c->step0 + s, &c->adam);
+  if (status != KILN_OK) {
+    for (int i = 0; i < 3; i++) kiln_tensor_release(state[i].view);
+    return status;
+  }
+  static const char *const names[3] = {"param", "m", "v"};
+  for (int i = 0; i < 3; i++) {
+    state[i].before = state[2].before;
+    kt_inplace_end(c, dev, in[updated[i]], &state[i], names[i]);
+  }
+  kt_check_untouched(c, dev, 1, in[1], "grad");
+  return kt_update_result(c, in, out);
+}
+
+/* tensor.h's formula, torch.optim.Adam's: g = grad + wd * param; m = b1 m +
+ * (1 - b1) g; v = b2 v + (1 - b2) g^2; param -= lr * (m / c1) / (sqrt(v / c2)
+ * + eps), c = 1 - beta^step. */
+static void kt_expect_adam(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
+  kt_result_alloc(out, KILN_F32, in[0].ndim, in[0].shape);
+  const kiln_adam_params_t p = c->adam;
+  for (int64_t i = 0; i < out->numel; i++) {
+    double param = ((const float *)in[0].data)[i], grad = ((const float *)in[1].data)[i];
+    double m = ((const float *)in[2].data)[i], v = ((const float *)in[3].data)[i];
+    for (int s = 0; s < c->steps; s++) {
+      const double step = (double)(c->step0 + s);
+      const double c1 = 1 - pow(p.beta1, step), c2 = 1 - pow(p.beta2, step);
+      const double g = grad + p.weight_decay * param;
+      m = p.beta1 * m + (1 - p.beta1) * g;
+      v = p.beta2 * v + (1 - p.beta2) * g * g;
+      param -= p.lr * (m / c1) / (sqrt(v / c2) + p.eps);
+    }
+    ((float *)out->data)[i] = (float)(c->row->sub == 0 ? param : c->row->sub == 1 ? m : v);
+  }
+}
+
+/* eq of the values conversions plant (NaN, -0.0, infinities, denormals) in
+ * both operands at once: 1 where they are equal except for NaN, against
+ * tensor.h's words on the host. */
+static void kt_build_eq_special(const kt_row_t *row) {
+  for (int dt = 0; dt < 2; dt++) {
+    for (const kt_shape_t *s = kt_elementwise_shapes; s->ndim >= 0; s++) {
+      if (kt_skip(s)) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = 2;
+      kt_gen_t gen = dt ? KT_CAST_I32 : KT_CAST_F32;
+      c.in[0] = kt_in(dt ? KILN_I32 : KILN_F32, gen, 211, s->ndim, s->s, false);
+      c.in[1] = kt_in(dt ? KILN_I32 : KILN_F32, gen, 212, s->ndim, s->s, false);
+      char a[160];
+      kt_in_text(&c.in[0], a, sizeof a);
+      snprintf(c.label, sizeof c.label, "eq %s, %s (special values)", a, a);
+      kt_check(&c);
+    }
+  }
+}
+
+static void kt_expect_eq(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
+  (void)c;
+  kt_result_alloc(out, in[0].dtype, in[0].ndim, in[0].shape);
+  for (int64_t i = 0; i < out->numel; i++) {
+    if (in[0].dtype == KILN_F32)
+      ((float *)out->data)[i] = ((const float *)in[0].data)[i] == ((const float *)in[1].data)[i] ? 1.0f : 0.0f;
+    else
+      ((int32_t *)out->data)[i] = ((const int32_t *)in[0].data)[i] == ((const int32_t *)in[1].data)[i];
+  }
+}
+
 /* ---- the rows ------------------------------------------------------------------------------
  * One per operation; a test per row, in the Check test case its group names. */
 
@@ -1313,6 +2334,10 @@ KT_RUN(kt_run_max_pool2d) { return kiln_tensor_max_pool2d(in[0], &c->pool, out);
 #define KT_BINARY_ROW(OP, op_, ulps_, gen_i32_rhs_)                                                     \
   {.group = "elementwise", .name = #op_, .op = #op_, .build = kt_build_binary, .run = kt_run_binary,  \
    .tol = kt_tol_row_ulps, .sub = KILN_BINARY_##OP, .ulps = ulps_, .gen_i32_rhs = gen_i32_rhs_}
+#define KT_GRAD_ROW(OP, op_, gen_, ulps_, atol_)                                                        \
+  {.group = "training: gradients", .name = #op_ "_backward", .op = "unary_backward",                   \
+   .build = kt_build_unary_backward, .run = kt_run_unary_backward, .tol = kt_tol_row_grad,             \
+   .expect = kt_expect_unary_backward, .sub = KILN_UNARY_##OP, .gen = gen_, .ulps = ulps_, .atol = atol_}
 #define KT_SCALAR_ROW(OP, op_, ulps_)                                                                   \
   {.group = "elementwise", .name = #op_ "_scalar", .op = #op_, .build = kt_build_binary_scalar,       \
    .run = kt_run_binary_scalar, .tol = kt_tol_row_ulps, .sub = KILN_BINARY_##OP, .ulps = ulps_}
@@ -1329,7 +2354,11 @@ static const kt_row_t kt_rows[] = {
     {.group = "creation", .name = "arange", .op = "arange", .build = kt_build_arange, .run = kt_run_arange,
      .tol = kt_tol_row_ulps, .ulps = 2},
     {.group = "creation", .name = "uniform", .op = "random", .build = kt_build_random, .run = kt_run_uniform,
-     .tol = kt_tol_uniform, .a = -2.0f, .b = 3.0f},
+     .tol = kt_tol_bits, .a = -2.0f, .b = 3.0f},
+    /* A spread that is no power of two: (high - low) * u rounds in nearly
+     * half the elements, where a fused multiply-add would differ. */
+    {.group = "creation", .name = "uniform (odd range)", .op = "random", .build = kt_build_random,
+     .run = kt_run_uniform, .tol = kt_tol_bits, .a = -0.3f, .b = 1.9f},
     {.group = "creation", .name = "normal", .op = "random", .build = kt_build_random, .run = kt_run_normal,
      .tol = kt_tol_normal, .a = 1.0f, .b = 0.5f},
 
@@ -1371,6 +2400,13 @@ static const kt_row_t kt_rows[] = {
     KT_SCALAR_ROW(DIV, div, 3),
     KT_SCALAR_ROW(MAXIMUM, maximum, 0),
     KT_SCALAR_ROW(MINIMUM, minimum, 0),
+    /* eq: small integers, so that equal pairs are common; 0 and 1 exactly. */
+    {.group = "elementwise", .name = "eq", .op = "eq", .build = kt_build_binary, .run = kt_run_binary,
+     .tol = kt_tol_bits, .sub = KILN_BINARY_EQ, .gen = KT_STEPS},
+    {.group = "elementwise", .name = "eq_scalar", .op = "eq", .build = kt_build_binary_scalar,
+     .run = kt_run_binary_scalar, .tol = kt_tol_bits, .sub = KILN_BINARY_EQ, .gen = KT_STEPS},
+    {.group = "elementwise", .name = "eq", .op = "eq", .build = kt_build_eq_special, .run = kt_run_binary,
+     .tol = kt_tol_bits, .expect = kt_expect_eq, .sub = KILN_BINARY_EQ},
     {.group = "elementwise", .name = "cast", .op = "cast", .build = kt_build_cast, .run = kt_run_cast,
      .tol = kt_tol_bits, .expect = kt_expect_cast},
 
@@ -1404,11 +2440,58 @@ static const kt_row_t kt_rows[] = {
      .run = kt_run_conv2d, .tol = kt_tol_conv2d},
     {.group = "neural-network operations", .name = "max_pool2d", .op = "max_pool2d", .build = kt_build_max_pool2d,
      .run = kt_run_max_pool2d, .tol = kt_tol_exact},
+
+    /* training: gradients. Derivatives: exact where they only move dy; a
+     * few ulps over the forward's own where they evaluate it. */
+    KT_GRAD_ROW(NEG, neg, KT_WIDE, 0, 0),
+    KT_GRAD_ROW(ABS, abs, KT_WIDE, 0, 0),
+    KT_GRAD_ROW(EXP, exp, KT_WIDE, 6, 1e-7),
+    KT_GRAD_ROW(LOG, log, KT_POSITIVE, 4, 1e-7),
+    KT_GRAD_ROW(SQRT, sqrt, KT_POSITIVE, 8, 1e-7),
+    KT_GRAD_ROW(RELU, relu, KT_WIDE, 0, 0),
+    KT_GRAD_ROW(SIGMOID, sigmoid, KT_WIDE, 16, 1e-6),
+    KT_GRAD_ROW(TANH, tanh, KT_WIDE, 16, 1e-6),
+    {.group = "training: gradients", .name = "sum_to", .op = "reduce", .build = kt_build_sum_to,
+     .run = kt_run_sum_to, .tol = kt_tol_sum_to, .expect = kt_expect_sum_to},
+    {.group = "training: gradients", .name = "broadcast_to", .op = "copy", .build = kt_build_broadcast_to,
+     .run = kt_run_broadcast_to, .tol = kt_tol_bits, .expect = kt_expect_broadcast_to},
+    {.group = "training: gradients", .name = "softmax_backward", .op = "softmax_backward",
+     .build = kt_build_softmax_backward, .run = kt_run_softmax_backward, .tol = kt_tol_softmax_backward, .sub = 0},
+    {.group = "training: gradients", .name = "softmax_backward (log)", .op = "softmax_backward",
+     .build = kt_build_softmax_backward, .run = kt_run_softmax_backward, .tol = kt_tol_softmax_backward, .sub = 1},
+    {.group = "training: gradients", .name = "cross_entropy_backward", .op = "cross_entropy_backward",
+     .build = kt_build_cross_entropy_backward, .run = kt_run_cross_entropy_backward,
+     .tol = kt_tol_cross_entropy_backward, .expect = kt_expect_cross_entropy_backward},
+    {.group = "training: gradients", .name = "conv2d_backward_input", .op = "conv2d_backward_input",
+     .build = kt_build_conv2d_backward, .run = kt_run_conv2d_backward_input, .tol = kt_tol_conv2d_backward},
+    {.group = "training: gradients", .name = "conv2d_backward_weight", .op = "conv2d_backward_weight",
+     .build = kt_build_conv2d_backward, .run = kt_run_conv2d_backward_weight, .tol = kt_tol_conv2d_backward},
+    {.group = "training: gradients", .name = "conv2d_backward_bias", .op = "reduce",
+     .build = kt_build_conv2d_backward, .run = kt_run_conv2d_backward_bias, .tol = kt_tol_conv2d_backward},
+    /* dy values whose sums are exact in any order: routing compared exactly. */
+    {.group = "training: gradients", .name = "max_pool2d_backward", .op = "max_pool2d_backward",
+     .build = kt_build_max_pool2d_backward, .run = kt_run_max_pool2d_backward, .tol = kt_tol_exact,
+     .expect = kt_expect_max_pool2d_backward},
+
+    /* training: updates in place, each tensor they write compared */
+    {.group = "training: updates", .name = "accumulate", .op = "accumulate", .build = kt_build_accumulate,
+     .run = kt_run_accumulate, .tol = kt_tol_update, .expect = kt_expect_accumulate},
+    {.group = "training: updates", .name = "sgd_update", .op = "sgd_update", .build = kt_build_sgd,
+     .run = kt_run_sgd, .tol = kt_tol_update, .expect = kt_expect_sgd, .sub = 0},
+    {.group = "training: updates", .name = "sgd_update", .op = "sgd_update", .build = kt_build_sgd,
+     .run = kt_run_sgd, .tol = kt_tol_update, .expect = kt_expect_sgd, .sub = 1},
+    {.group = "training: updates", .name = "adam_update", .op = "adam_update", .build = kt_build_adam,
+     .run = kt_run_adam, .tol = kt_tol_update, .expect = kt_expect_adam, .sub = 0},
+    {.group = "training: updates", .name = "adam_update", .op = "adam_update", .build = kt_build_adam,
+     .run = kt_run_adam, .tol = kt_tol_update, .expect = kt_expect_adam, .sub = 1},
+    {.group = "training: updates", .name = "adam_update", .op = "adam_update", .build = kt_build_adam,
+     .run = kt_run_adam, .tol = kt_tol_update, .expect = kt_expect_adam, .sub = 2},
 };
 
 #undef KT_UNARY_ROW
 #undef KT_BINARY_ROW
 #undef KT_SCALAR_ROW
+#undef KT_GRAD_ROW
 
 /* Every case of one row; failures are collected, then asserted once. */
 START_TEST(test_row) {
@@ -1442,8 +2525,11 @@ static bool kt_has_row(kt_run_fn *run, int sub) {
  * kinds unary, binary and binary_scalar are covered by a row per op of
  * KILN_UNARY_OPS and KILN_BINARY_OPS. */
 START_TEST(test_rows_cover_ops) {
-  for (int op = 0; op < KILN_UNARY_COUNT_; op++)
+  for (int op = 0; op < KILN_UNARY_COUNT_; op++) {
     ck_assert_msg(kt_has_row(kt_run_unary, op), "the unary op %s has no row in kt_rows", kt_unary_names[op]);
+    ck_assert_msg(kt_has_row(kt_run_unary_backward, op), "the derivative of %s has no row in kt_rows",
+                  kt_unary_names[op]);
+  }
   for (int op = 0; op < KILN_BINARY_COUNT_; op++) {
     ck_assert_msg(kt_has_row(kt_run_binary, op), "the binary op %s has no row in kt_rows", kt_binary_names[op]);
     ck_assert_msg(kt_has_row(kt_run_binary_scalar, op), "the op %s_scalar has no row in kt_rows",

@@ -310,12 +310,15 @@ typedef struct kiln_sgd_params_t {
   double dampening;    /* in [0, 1] */
   double weight_decay; /* >= 0: g += weight_decay * param (L2) */
   bool nesterov;       /* needs momentum > 0 and dampening 0 */
+  bool first_step;     /* the buffer's first update: buf = g, whatever the dampening */
 } kiln_sgd_params_t;
 
 /* SGD as PyTorch's torch.optim.SGD, with a momentum buffer that starts at
- * zero: g = grad + wd * param; buf = momentum * buf + (1 - dampening) * g;
+ * zero: g = grad + wd * param; buf = momentum * buf + (1 - dampening) * g,
+ * except on the buffer's first update (first_step), where torch sets buf = g;
  * param -= lr * (nesterov ? g + momentum * buf : buf) (buf = g without
- * momentum). momentum_buf may be NULL only when momentum is 0. */
+ * momentum). momentum_buf may be NULL only when momentum is 0. Every
+ * hyperparameter must also be finite as a float (the kernels compute in f32). */
 kiln_status_t kiln_tensor_sgd_update(kiln_tensor_t *param, const kiln_tensor_t *grad, kiln_tensor_t *momentum_buf,
                                      const kiln_sgd_params_t *params);
 
