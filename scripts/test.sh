@@ -8,8 +8,11 @@ start=$SECONDS
 # matplotlib too: the benchmark's plots are part of what is tested below.
 kiln_install_deps "${KILN_PLOT_PACKAGES[@]}"
 # The Python package (python/): its suite runs in `meson test` when Debian's
-# python3 has its headers, pytest and NumPy (PyTorch, when present, adds checks).
-kiln_install_deps python3-dev python3-pytest python3-numpy
+# python3 has its headers, pytest and NumPy. PyTorch is the reference of the
+# training tests (tests/nn/check_train_torch.py: the same first losses from
+# the same parameters) and of the DLPack exchange; without it those checks
+# would be skipped, so it is installed here too.
+kiln_install_deps python3-dev python3-pytest python3-numpy python3-torch
 
 # Warnings are errors here, in CI or not.
 export KILN_WERROR=1
