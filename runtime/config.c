@@ -368,6 +368,7 @@ static const char *const known_variables[] = {
     "KILN_BACKEND", "KILN_DEVICE", "KILN_POLICY", "KILN_PROVIDER", "KILN_CACHE_DIR", "KILN_CPU_DEVICES",
     "KILN_BACKEND_PATH", "KILN_LOG", "KILN_OPENCL_BUILD_OPTIONS", "KILN_CUDA_TF32", "KILN_CUDA_VENDOR_LIBS",
     "KILN_DATA_DIR", "KILN_BENCH_PYTHON", "KILN_BENCH_SCRIPTS", "KILN_BENCH_TRAIN_EPOCHS",
+    "KILN_PYTHON_EXTENSION_DIR",
 };
 /* What kiln's own tests, benchmark and scripts pass to themselves: never
  * reported. Whole families, so that a new test variable needs no entry. */
