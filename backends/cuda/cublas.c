@@ -28,6 +28,46 @@ struct kiln_cuda_cublas_t {
 static kiln_cuda_cublas_t cublas;
 static char cublas_version[64];
 
+/* KILN_CUDA_VENDOR_LIBS: which vendor libraries may load (bit 0 cuBLAS, bit 1
+ * cuDNN); both unless the variable says otherwise. */
+static unsigned vendor_libs_allowed = 3u;
+
+kiln_status_t kiln_cuda_read_vendor_libs_setting(void) {
+  static const char *const known[2] = {"cublas", "cudnn"};
+  const char *value = getenv("KILN_CUDA_VENDOR_LIBS");
+  vendor_libs_allowed = 3u;
+  if (!value || !*value) return KILN_OK;
+  if (!strcmp(value, "none")) {
+    vendor_libs_allowed = 0u;
+    return KILN_OK;
+  }
+  unsigned allowed = 0u;
+  for (const char *item = value;;) {
+    const size_t n = strcspn(item, ",");
+    unsigned bit = 0u;
+    for (unsigned k = 0; k < 2; k++)
+      if (n == strlen(known[k]) && !strncmp(item, known[k], n)) bit = 1u << k;
+    if (!bit)
+      return kiln_cuda_error(KILN_INVALID_ARGUMENT,
+                             "KILN_CUDA_VENDOR_LIBS='%s' is not valid: use a comma-separated list of cublas and "
+                             "cudnn (the vendor libraries the CUDA backend may load), or none",
+                             value);
+    allowed |= bit;
+    if (!item[n]) break;
+    item += n + 1;
+  }
+  vendor_libs_allowed = allowed;
+  return KILN_OK;
+}
+
+bool kiln_cuda_vendor_library_wanted(const char *which, char *out_reason, size_t reason_size) {
+  const unsigned bit = !strcmp(which, "cudnn") ? 2u : 1u;
+  if (vendor_libs_allowed & bit) return true;
+  snprintf(out_reason, reason_size, "not loaded: KILN_CUDA_VENDOR_LIBS='%s' leaves %s out",
+           getenv("KILN_CUDA_VENDOR_LIBS") ? getenv("KILN_CUDA_VENDOR_LIBS") : "", which);
+  return false;
+}
+
 /* Where vendor libraries are looked for: the loader's own search first (the
  * usual install), then the toolkit named by CUDA_PATH / CUDA_HOME, then the
  * toolkit kiln was built against. */
@@ -56,6 +96,7 @@ void *kiln_cuda_open_vendor_library(const char *const *names, size_t name_count,
 bool kiln_cuda_cublas_load(char *out_reason, size_t reason_size) {
   static const char *const names[] = {"libcublas.so.13", "libcublas.so"};
   memset(&cublas, 0, sizeof cublas);
+  if (!kiln_cuda_vendor_library_wanted("cublas", out_reason, reason_size)) return false;
   void *library = kiln_cuda_open_vendor_library(names, 2, out_reason, reason_size);
   if (!library) return false;
   /* dlsym returns void *; copying the bytes avoids an object-to-function

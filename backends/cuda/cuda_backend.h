@@ -160,6 +160,12 @@ CUdeviceptr kiln_cuda_view_ptr(const kiln_view_t *view);
  * $CUDA_PATH/lib64, $CUDA_HOME/lib64 and the toolkit kiln was built with.
  * NULL with the loader's message in out_reason when none loads. */
 void *kiln_cuda_open_vendor_library(const char *const *names, size_t name_count, char *out_reason, size_t reason_size);
+/* KILN_CUDA_VENDOR_LIBS (unset: cublas,cudnn; or none): read at start-up;
+ * KILN_INVALID_ARGUMENT for a malformed value. */
+kiln_status_t kiln_cuda_read_vendor_libs_setting(void);
+/* false, with the reason, when the setting leaves `which` ("cublas",
+ * "cudnn") out. */
+bool kiln_cuda_vendor_library_wanted(const char *which, char *out_reason, size_t reason_size);
 /* Load the library once; false (with *out_reason) when it is absent. */
 bool kiln_cuda_cublas_load(char *out_reason, size_t reason_size);
 bool kiln_cuda_cublas_available(void);

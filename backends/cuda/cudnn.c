@@ -104,6 +104,7 @@ static kiln_status_t check(cudnnStatus_t status, const char *call_fmt, const cha
 bool kiln_cuda_cudnn_load(char *out_reason, size_t reason_size) {
   static const char *const names[] = {"libcudnn.so.9", "libcudnn.so"};
   memset(&dnn, 0, sizeof dnn);
+  if (!kiln_cuda_vendor_library_wanted("cudnn", out_reason, reason_size)) return false;
   void *library = kiln_cuda_open_vendor_library(names, 2, out_reason, reason_size);
   if (!library) return false;
 #define KILN_CUDNN_SYM_(field, symbol)                                                              \

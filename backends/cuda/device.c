@@ -240,6 +240,7 @@ static void enable_peers(void) {
 static kiln_status_t cuda_initialize(const kiln_host_t *host) {
   kiln_cuda_host = *host;
   kiln_status_t status = read_tf32_setting();
+  if (status == KILN_OK) status = kiln_cuda_read_vendor_libs_setting();
   if (status != KILN_OK) return status;
 
   CUresult r = cuInit(0);
