@@ -151,6 +151,20 @@ void fc_handle_remove(const void *handle) {
   }
 }
 
+void fc_handles_each(fc_kind_t kind, void (*fn)(void *handle, void *arg), void *arg) {
+  pthread_mutex_lock(&fc_lock);
+  size_t count = 0;
+  for (size_t i = 0; i < handle_count; i++) count += *(const fc_kind_t *)handles[i] == kind;
+  void **snapshot = malloc((count ? count : 1) * sizeof *snapshot);
+  if (!snapshot) abort();
+  count = 0;
+  for (size_t i = 0; i < handle_count; i++)
+    if (*(const fc_kind_t *)handles[i] == kind) snapshot[count++] = (void *)handles[i];
+  pthread_mutex_unlock(&fc_lock);
+  for (size_t i = 0; i < count; i++) fn(snapshot[i], arg);
+  free(snapshot);
+}
+
 bool fc_handle_is(const void *handle, fc_kind_t kind) {
   if (!handle) return false;
   const size_t at = handle_slot(handle);
@@ -461,6 +475,8 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) {
 
 /* ---- primary contexts and the context stack ------------------------------------------------ */
 
+static void report_leaks(fc_device_t *d, struct CUctx_st *ctx);
+
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
   CUresult r;
   fc_device_t *d = fc_device_of(dev, "cuDevicePrimaryCtxRetain", &r);
@@ -485,10 +501,26 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
                      "the primary context of device %d is released more often than it was retained", dev);
   }
   const bool last = --ctx->primary_refs == 0;
+  const bool faulted = ctx->sticky != CUDA_SUCCESS;
   pthread_mutex_unlock(&fc_lock);
   if (!last) return CUDA_SUCCESS;
-  /* The context goes away: the driver would free what it still holds. Here
-   * that is reported, since kiln's plugin must release everything first. */
+  /* The context goes away, and with it what it still holds, as in the
+   * driver. That is reported, since kiln's plugin must release everything
+   * first; after a fault it cannot, and the fault was reported already. */
+  if (!faulted) report_leaks(d, ctx);
+  fc_context_streams_destroy(ctx);
+  fc_context_events_destroy(ctx);
+  fc_context_modules_destroy(ctx);
+  fc_device_memory_release(d);
+  pthread_mutex_lock(&fc_lock);
+  ctx->peers = 0;
+  ctx->sticky = CUDA_SUCCESS;
+  pthread_mutex_unlock(&fc_lock);
+  return CUDA_SUCCESS;
+}
+
+static void report_leaks(fc_device_t *d, struct CUctx_st *ctx) {
+  const int dev = d->ordinal;
   for (int i = 0; i < context_stack.depth; i++)
     if (context_stack.items[i] == ctx) {
       fc_complain("the primary context of device %d was released for the last time while pushed on this thread",
@@ -506,11 +538,6 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
     fc_complain("the primary context of device %d was released for the last time with %zu stream(s), %zu "
                 "event(s) and %zu module(s) not destroyed",
                 dev, streams, events, modules);
-  pthread_mutex_lock(&fc_lock);
-  ctx->peers = 0;
-  ctx->sticky = CUDA_SUCCESS;
-  pthread_mutex_unlock(&fc_lock);
-  return CUDA_SUCCESS;
 }
 
 CUresult cuCtxPushCurrent(CUcontext ctx) {

@@ -146,6 +146,9 @@ const char *fc_result_name(CUresult result);
 /* ---- handles and contexts (driver.c) ------------------------------------------------ */
 
 void fc_handle_add(const void *handle);
+/* Call fn on every live handle of `kind` (a snapshot taken first, so fn may
+ * remove handles; it runs without fc_lock). */
+void fc_handles_each(fc_kind_t kind, void (*fn)(void *handle, void *arg), void *arg);
 void fc_handle_remove(const void *handle);
 /* Is handle live and of this kind? Called with fc_lock held. */
 bool fc_handle_is(const void *handle, fc_kind_t kind);
@@ -170,6 +173,8 @@ bool fc_range_is(uintptr_t ptr, size_t size, fc_alloc_kind_t kind, fc_device_t *
 void fc_pool_free_now(uintptr_t ptr);
 /* Allocations, pinned host blocks, of a device (or of all when NULL). */
 size_t fc_live_allocations(const fc_device_t *device, fc_alloc_kind_t kind, size_t *out_bytes);
+/* Free every allocation of the device (its context went away). */
+void fc_device_memory_release(fc_device_t *device);
 
 /* ---- streams (stream.c) ----------------------------------------------------------------- */
 
@@ -187,10 +192,14 @@ void fc_context_drain(struct CUctx_st *ctx);
 /* Streams and events alive in ctx. */
 size_t fc_live_streams(const struct CUctx_st *ctx);
 size_t fc_live_events(const struct CUctx_st *ctx);
+/* Destroy what is left of them when ctx goes away. */
+void fc_context_streams_destroy(struct CUctx_st *ctx);
+void fc_context_events_destroy(struct CUctx_st *ctx);
 
 /* ---- kernels (module.c, fiber.c) ---------------------------------------------------- */
 
 size_t fc_live_modules(const struct CUctx_st *ctx);
+void fc_context_modules_destroy(struct CUctx_st *ctx);
 /* Run a whole grid in the calling thread, block after block. Returns
  * CUDA_SUCCESS, or the fault's CUresult with *out_message set. */
 CUresult fc_run_grid(const fakecuda_kernel_t *kernel, void *const *params, fakecuda_dim3 grid, fakecuda_dim3 block,

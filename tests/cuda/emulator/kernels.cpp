@@ -1,10 +1,13 @@
-/* tests/cuda/emulator/kernels.cpp: kiln's CUDA kernels (kernels/cuda/kiln.cu, unchanged) built for the host under the shim, and the launch table the test driver resolves kernel names with. */
+/* tests/cuda/emulator/kernels.cpp: kiln's CUDA kernels (kernels/cuda/kiln.cu, unchanged) and the test driver's own test kernels built for the host under the shim, and the launch table that resolves kernel names. */
 #include "cuda_shim.h"
 
 #include "kiln.cu"
 
-/* FAKECUDA_KERNEL_LIST: every entry point of kiln.cu as nvcc and ptxas see
- * it (gen_kernel_table.py), sorted by name. */
+/* The test driver's own test kernels (test_fakecuda.c launches them). */
+#include "selftest.cu"
+
+/* FAKECUDA_KERNEL_LIST: every entry point of both as nvcc and ptxas see
+ * them (gen_kernel_table.py), sorted by name. */
 #include "fakecuda_kernels.inc"
 
 #include <cstddef>

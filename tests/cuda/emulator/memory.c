@@ -47,13 +47,18 @@ static size_t find_at_or_below(uintptr_t p) {
   return lo == 0 ? alloc_count : lo - 1;
 }
 
-static fc_alloc_t *find_containing(uintptr_t p, size_t size) {
+/* The allocation holding [p, p + size): for calls, not one whose free is
+ * queued already; for work that runs, any not freed yet (stream order may
+ * still put it before the free). */
+static fc_alloc_t *find_range(uintptr_t p, size_t size, bool even_freeing) {
   const size_t i = find_at_or_below(p);
   if (i == alloc_count) return NULL;
   fc_alloc_t *a = &allocs[i];
-  if (a->free_pending || p - a->base > a->size || size > a->size - (p - a->base)) return NULL;
+  if ((a->free_pending && !even_freeing) || p - a->base > a->size || size > a->size - (p - a->base)) return NULL;
   return a;
 }
+
+static fc_alloc_t *find_containing(uintptr_t p, size_t size) { return find_range(p, size, false); }
 
 static void register_alloc(const fc_alloc_t *a) {
   if (alloc_count == alloc_capacity) {
@@ -188,6 +193,18 @@ static void release_alloc(fc_alloc_t *a) {
   void *p = (void *)a->base;
   unregister_alloc(a);
   free(p);
+}
+
+void fc_device_memory_release(fc_device_t *device) {
+  pthread_rwlock_wrlock(&memory_lock);
+  pthread_mutex_lock(&fc_lock);
+  for (size_t i = alloc_count; i-- > 0;)
+    if (allocs[i].device == device) release_alloc(&allocs[i]);
+  struct CUmemPoolHandle_st *pool = device->pool;
+  device->used_bytes -= (size_t)pool->reserved;
+  pool->used = pool->reserved = 0;
+  pthread_mutex_unlock(&fc_lock);
+  pthread_rwlock_unlock(&memory_lock);
 }
 
 CUresult cuMemFree(CUdeviceptr dptr) {
@@ -426,7 +443,8 @@ typedef struct copy_command_t {
  * If not, stream order freed it first: on a GPU, an illegal address. */
 static CUresult still_there(const char *call, uintptr_t p, size_t size) {
   pthread_mutex_lock(&fc_lock);
-  const bool ok = fc_range_is(p, size, FC_ALLOC_DEVICE, NULL);
+  const fc_alloc_t *a = find_range(p, size, true);
+  const bool ok = a && a->kind != FC_ALLOC_HOST;
   pthread_mutex_unlock(&fc_lock);
   if (ok) return CUDA_SUCCESS;
   fc_complain("%s: [0x%llx, +%zu) was freed before the work queued on it ran (a free ordered before its last use): "

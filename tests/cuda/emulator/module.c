@@ -114,22 +114,33 @@ CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin) {
   return load(module, fatCubin, "cuModuleLoadFatBinary");
 }
 
-CUresult cuModuleUnload(CUmodule hmod) {
-  CUresult r;
-  struct CUctx_st *ctx = fc_require_context("cuModuleUnload", &r);
-  if (!ctx) return r;
+/* Forget a module and its functions; false when it is not loaded. Launches
+ * already queued hold the kernel, not the module. */
+static bool unload(struct CUmod_st *m, const struct CUctx_st *only_of) {
   pthread_mutex_lock(&fc_lock);
-  const bool ok = fc_handle_is(hmod, FC_KIND_MODULE);
+  const bool ok = fc_handle_is(m, FC_KIND_MODULE) && (!only_of || m->ctx == only_of);
   if (ok) {
-    for (unsigned k = 0; k < fakecuda__kernel_count; k++) fc_handle_remove(&hmod->functions[k]);
-    fc_handle_remove(hmod);
-    hmod->ctx->live_modules--;
+    for (unsigned k = 0; k < fakecuda__kernel_count; k++) fc_handle_remove(&m->functions[k]);
+    fc_handle_remove(m);
+    m->ctx->live_modules--;
   }
   pthread_mutex_unlock(&fc_lock);
-  if (!ok) return fc_reject(CUDA_ERROR_INVALID_HANDLE, "cuModuleUnload", "%p is not a loaded module", (void *)hmod);
-  /* Launches already queued hold the kernel, not the module. */
-  free(hmod->functions);
-  free(hmod);
+  if (ok) {
+    free(m->functions);
+    free(m);
+  }
+  return ok;
+}
+
+static void unload_module_of(void *handle, void *ctx) { (void)unload(handle, ctx); }
+
+void fc_context_modules_destroy(struct CUctx_st *ctx) { fc_handles_each(FC_KIND_MODULE, unload_module_of, ctx); }
+
+CUresult cuModuleUnload(CUmodule hmod) {
+  CUresult r;
+  if (!fc_require_context("cuModuleUnload", &r)) return r;
+  if (!unload(hmod, NULL))
+    return fc_reject(CUDA_ERROR_INVALID_HANDLE, "cuModuleUnload", "%p is not a loaded module", (void *)hmod);
   return CUDA_SUCCESS;
 }
 
@@ -155,8 +166,9 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
       bsearch(name, fakecuda__kernels, fakecuda__kernel_count, sizeof fakecuda__kernels[0], compare_name);
   if (!k)
     return fc_reject(CUDA_ERROR_NOT_FOUND, "cuModuleGetFunction",
-                     "no kernel '%s' in the module (the kernels are kernels/cuda/kiln.cu's %u entry points)", name,
-                     fakecuda__kernel_count);
+                     "no kernel '%s' in the module (the test driver has the %u entry points of "
+                     "kernels/cuda/kiln.cu and its own selftest.cu)",
+                     name, fakecuda__kernel_count);
   *hfunc = &hmod->functions[k - fakecuda__kernels];
   return CUDA_SUCCESS;
 }

@@ -146,6 +146,32 @@ size_t fc_live_events(const struct CUctx_st *ctx) {
 
 /* ---- streams ------------------------------------------------------------------------------ */
 
+/* End the worker (after it ran what was queued) and free the stream. */
+static void stream_destroy(struct CUstream_st *s) {
+  pthread_mutex_lock(&fc_lock);
+  s->closing = true;
+  fc_handle_remove(s);
+  pthread_cond_signal(&s->wake);
+  pthread_mutex_unlock(&fc_lock);
+  pthread_join(s->worker, NULL);
+  pthread_mutex_lock(&fc_lock);
+  for (struct CUstream_st **link = &fc_streams; *link; link = &(*link)->next_live)
+    if (*link == s) {
+      *link = s->next_live;
+      break;
+    }
+  pthread_mutex_unlock(&fc_lock);
+  pthread_cond_destroy(&s->wake);
+  free(s);
+}
+
+static void destroy_stream_of(void *handle, void *ctx) {
+  struct CUstream_st *s = handle;
+  if (s->ctx == ctx) stream_destroy(s);
+}
+
+void fc_context_streams_destroy(struct CUctx_st *ctx) { fc_handles_each(FC_KIND_STREAM, destroy_stream_of, ctx); }
+
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {
   CUresult r;
   struct CUctx_st *ctx = fc_require_context("cuStreamCreate", &r);
@@ -181,21 +207,7 @@ CUresult cuStreamDestroy(CUstream hStream) {
   if (!fc_stream_check(hStream, ctx, "cuStreamDestroy", &r)) return r;
   /* The driver returns at once and finishes the stream's work later; here
    * the worker finishes it first, then ends. */
-  pthread_mutex_lock(&fc_lock);
-  hStream->closing = true;
-  fc_handle_remove(hStream);
-  pthread_cond_signal(&hStream->wake);
-  pthread_mutex_unlock(&fc_lock);
-  pthread_join(hStream->worker, NULL);
-  pthread_mutex_lock(&fc_lock);
-  for (struct CUstream_st **link = &fc_streams; *link; link = &(*link)->next_live)
-    if (*link == hStream) {
-      *link = hStream->next_live;
-      break;
-    }
-  pthread_mutex_unlock(&fc_lock);
-  pthread_cond_destroy(&hStream->wake);
-  free(hStream);
+  stream_destroy(hStream);
   return CUDA_SUCCESS;
 }
 
@@ -236,6 +248,19 @@ static bool event_ok(CUevent event, const char *call, CUresult *out_result) {
 static void event_unref(struct CUevent_st *e) {
   if (--e->refs == 0) free(e);
 }
+
+static void destroy_event_of(void *handle, void *ctx) {
+  struct CUevent_st *e = handle;
+  pthread_mutex_lock(&fc_lock);
+  if (e->ctx == ctx && fc_handle_is(e, FC_KIND_EVENT)) {
+    fc_handle_remove(e);
+    e->ctx->live_events--;
+    event_unref(e);
+  }
+  pthread_mutex_unlock(&fc_lock);
+}
+
+void fc_context_events_destroy(struct CUctx_st *ctx) { fc_handles_each(FC_KIND_EVENT, destroy_event_of, ctx); }
 
 CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
   CUresult r;
