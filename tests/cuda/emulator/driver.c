@@ -285,13 +285,15 @@ CUresult cuInit(unsigned int Flags) {
     /* KILN_FAKECUDA_DEVICES: how many devices (0: the driver sees none);
      * KILN_FAKECUDA_CC: their compute capability, "9.0" by default. */
     const int count = read_count("KILN_FAKECUDA_DEVICES", 1, 0, FC_MAX_DEVICES);
+    /* KILN_FAKECUDA_POOLS=0: devices without stream-ordered allocation. */
+    const int pools = read_count("KILN_FAKECUDA_POOLS", 1, 0, 1);
     int major = 9, minor = 0;
     const char *cc = getenv("KILN_FAKECUDA_CC");
     if (cc && *cc && (sscanf(cc, "%d.%d", &major, &minor) != 2 || major < 1 || major > 20 || minor < 0 || minor > 9)) {
       fprintf(stderr, "kiln-fakecuda: error: KILN_FAKECUDA_CC='%s' is not a compute capability such as 9.0\n", cc);
       major = -1;
     }
-    if (count < 0 || major < 0) {
+    if (count < 0 || pools < 0 || major < 0) {
       pthread_mutex_unlock(&fc_lock);
       return CUDA_ERROR_INVALID_VALUE;
     }
@@ -306,6 +308,7 @@ CUresult cuInit(unsigned int Flags) {
       d->cc_major = major;
       d->cc_minor = minor;
       d->total_bytes = FC_MEMORY_BYTES;
+      d->pools = pools == 1;
       d->primary = calloc(1, sizeof *d->primary);
       d->pool = calloc(1, sizeof *d->pool);
       if (!d->primary || !d->pool) abort();
@@ -355,7 +358,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
   fc_device_t *d = fc_device_of(dev, "cuDeviceGetName", &r);
   if (!d) return r;
   if (!name || len <= 0) return fc_reject(CUDA_ERROR_INVALID_VALUE, "cuDeviceGetName", "name is NULL or len %d", len);
-  snprintf(name, (size_t)len, "kiln emulated GPU (sm_%d%d limits, kernels run on the host)", d->cc_major, d->cc_minor);
+  snprintf(name, (size_t)len, "kiln emulated GPU sm_%d%d (test driver)", d->cc_major, d->cc_minor);
   return CUDA_SUCCESS;
 }
 
@@ -443,8 +446,8 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) 
   case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
   case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
   case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
-  case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED:
-  case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
+  case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: v = 1; break;
+  case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = d->pools; break;
   default:
     /* A real driver answers every attribute; this one answers what kiln
      * reads, and says so for the rest rather than guess. */
@@ -469,6 +472,11 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) {
   fc_device_t *d = fc_device_of(dev, "cuDeviceGetDefaultMemPool", &r);
   if (!d) return r;
   if (!pool_out) return fc_reject(CUDA_ERROR_INVALID_VALUE, "cuDeviceGetDefaultMemPool", "pool_out is NULL");
+  if (!d->pools)
+    return fc_reject(CUDA_ERROR_NOT_SUPPORTED, "cuDeviceGetDefaultMemPool",
+                     "device %d has no memory pools (KILN_FAKECUDA_POOLS=0; check "
+                     "CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED first)",
+                     dev);
   *pool_out = d->pool;
   return CUDA_SUCCESS;
 }

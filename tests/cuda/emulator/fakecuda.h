@@ -50,6 +50,7 @@ typedef enum fc_kind_t {
 typedef struct fc_device_t {
   int ordinal;
   int cc_major, cc_minor;
+  bool pools; /* stream-ordered allocation supported */
   size_t total_bytes;
   size_t used_bytes; /* cuMemAlloc'd plus what the pool reserves; under fc_lock */
   struct CUctx_st *primary;
