@@ -25,9 +25,10 @@
 #include "fakecuda.h"
 
 /* x86-64 switches fibers with the few instructions below; elsewhere (and
- * with CET shadow stacks, which a hand-made switch would break) glibc's
- * ucontext does it, about thirty times slower (a system call per switch). */
-#if defined(__x86_64__) && !(defined(__CET__) && (__CET__ & 2))
+ * with CET shadow stacks, which a hand-made switch would break, or when
+ * FAKECUDA_UCONTEXT is defined) glibc's ucontext does it, about thirty
+ * times slower (a system call per switch). */
+#if defined(__x86_64__) && !(defined(__CET__) && (__CET__ & 2)) && !defined(FAKECUDA_UCONTEXT)
 #define FC_ASM_SWITCH 1
 #else
 #define FC_ASM_SWITCH 0

@@ -27,7 +27,7 @@ import tempfile
 
 ENTRY = re.compile(r"^\.(?:visible|weak)\s+\.entry\s+([A-Za-z_$][\w$]*)\s*\((.*?)\)\s*(.*?)\{", re.S | re.M)
 PARAM_ARRAY = re.compile(r"\.param\s+(?:\.ptr\s+\S+\s+)?\.align\s+(\d+)\s+\.b8\s+\w+\[(\d+)\]")
-PARAM_SCALAR = re.compile(r"\.param\s+\.([usfb])(8|16|32|64)\s+\w+")
+PARAM_SCALAR = re.compile(r"\.param\s+\.([usfb])(8|16|32|64)\b")  # a pointer adds .ptr, .global, .align
 NTID = re.compile(r"\.(maxntid|reqntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
 PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 PTXAS_STACK = re.compile(r"(\d+) bytes stack frame")
