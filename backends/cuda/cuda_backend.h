@@ -30,6 +30,8 @@ _Static_assert(KILN_MAX_DIMS <= KILN_CUDA_MAX_DIMS, "the kernels' argument struc
   X(reduce_rows_f32) X(reduce_rows_i32) X(reduce_parts_f32) X(reduce_parts_i32)                   \
   X(reduce_cols_f32) X(reduce_cols_i32) X(softmax_f32) X(xent_rows) X(xent_mean)                  \
   X(im2col_f32) X(bias_nchw_f32) X(max_pool2d_f32)                                                \
+  X(softmax_backward_f32) X(xent_backward_f32) X(col2im_f32) X(im2col_rows_f32) X(pack_dy_f32)     \
+  X(max_pool2d_argmax_f32) X(max_pool2d_backward_f32) X(accumulate_f32) X(sgd_f32) X(adam_f32)    \
   X(sgemm_nn) X(sgemm_nt) X(sgemm_tn) X(sgemm_tt)                                                  \
   X(sgemm_nn_vec) X(sgemm_nt_vec) X(sgemm_tn_vec) X(sgemm_tt_vec)
 
@@ -41,6 +43,7 @@ typedef enum kiln_cuda_kernel_t {
 #define KILN_UNARY_I32(NAME, expr) KILN_CUDA_K_unary_i32_##NAME,
 #define KILN_BINARY_F32(NAME, expr) KILN_CUDA_K_binary_f32_##NAME, KILN_CUDA_K_binary_scalar_f32_##NAME,
 #define KILN_BINARY_I32(NAME, expr) KILN_CUDA_K_binary_i32_##NAME, KILN_CUDA_K_binary_scalar_i32_##NAME,
+#define KILN_UNARY_GRAD_F32(NAME, expr) KILN_CUDA_K_unary_grad_f32_##NAME,
 #include "kernels/ops.def"
   KILN_CUDA_KERNEL_COUNT
 } kiln_cuda_kernel_t;
@@ -320,6 +323,35 @@ void kiln_cuda_reduce_plan(kiln_cuda_reduce_args_t *a, int sm_count, kiln_cuda_r
 kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *op);
 /* Device address of element 0 of a view. */
 CUdeviceptr kiln_cuda_view_ptr(const kiln_view_t *view);
+
+/* The native routines' shared parts (ops.c). ew_setup: the walk of an
+ * elementwise kernel over op's merged dimensions (ndim 0 when flat);
+ * launch_flat: a grid-stride kernel over n items; grid_rows: blocks for a
+ * kernel giving one block to each of `items` rows; conv_args: the sizes of
+ * op's convolution (kind CONV2D or one of its gradients). */
+void kiln_cuda_ew_setup(kiln_cuda_ew_args_t *a, const kiln_op_t *op, const kiln_view_t *in0,
+                        const kiln_view_t *in1);
+kiln_status_t kiln_cuda_launch_flat(kiln_backend_queue_t *queue, kiln_cuda_kernel_t kernel, int64_t n, void *args);
+unsigned kiln_cuda_grid_rows(int64_t items);
+void kiln_cuda_conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op);
+/* Scratch for the columns of a convolution's images per GEMM: images are
+ * taken in rounds whose columns fit (at least one image a round). */
+#define KILN_CUDA_IM2COL_BYTES ((size_t)256 << 20)
+
+/* The native routines of the training kinds (ops_train.c). */
+kiln_status_t kiln_cuda_run_unary_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                           const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_softmax_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                             const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_cross_entropy_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                   const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                  const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                   const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_max_pool2d_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_update(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op);
 
 /* ---- providers (cublas.c, cudnn.c) -------------------------------------------- */
 
