@@ -298,7 +298,8 @@ typedef struct kiln_cuda_op_impl_t {
 } kiln_cuda_op_impl_t;
 
 /* The rows: `native` for every kind, `cublas` for matmul, `cudnn` for
- * conv2d and max_pool2d; ended by KILN_OP_TABLE_END. */
+ * conv2d, max_pool2d, conv2d_backward_input, conv2d_backward_weight and
+ * softmax_backward; ended by KILN_OP_TABLE_END. */
 extern const kiln_op_entry_t kiln_cuda_ops[];
 
 /* The native SGEMM, shared with conv2d. Pointers are device addresses. */
@@ -401,12 +402,19 @@ bool kiln_cuda_cudnn_load(kiln_backend_context_t *ctx, char *out_reason, size_t 
 void kiln_cuda_cudnn_unload(kiln_backend_context_t *ctx);
 /* The device's table of plans (at open), and its release (at close). */
 kiln_status_t kiln_cuda_cudnn_device_init(kiln_backend_device_t *device);
-/* The cudnn rows' supports() (conv2d and max_pool2d) and routines. */
+/* The cudnn rows' supports() (conv2d, max_pool2d, conv2d_backward_input,
+ * conv2d_backward_weight, softmax_backward) and routines. */
 bool kiln_cuda_cudnn_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
                               const kiln_op_entry_t *entry, const kiln_op_t *op);
 kiln_status_t kiln_cuda_cudnn_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op);
 kiln_status_t kiln_cuda_cudnn_max_pool2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                          const kiln_op_t *op);
+kiln_status_t kiln_cuda_cudnn_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                    const kiln_op_t *op);
+kiln_status_t kiln_cuda_cudnn_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                     const kiln_op_t *op);
+kiln_status_t kiln_cuda_cudnn_softmax_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                               const kiln_op_t *op);
 void kiln_cuda_cudnn_queue_release(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue);
 void kiln_cuda_cudnn_device_release(kiln_backend_device_t *device);
 

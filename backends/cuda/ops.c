@@ -474,6 +474,9 @@ static const kiln_cuda_op_impl_t native_adam_update = {kiln_cuda_run_update};
 static const kiln_cuda_op_impl_t cublas_matmul = {kiln_cuda_cublas_matmul};
 static const kiln_cuda_op_impl_t cudnn_conv2d = {kiln_cuda_cudnn_conv2d};
 static const kiln_cuda_op_impl_t cudnn_max_pool2d = {kiln_cuda_cudnn_max_pool2d};
+static const kiln_cuda_op_impl_t cudnn_conv2d_backward_input = {kiln_cuda_cudnn_conv2d_backward_input};
+static const kiln_cuda_op_impl_t cudnn_conv2d_backward_weight = {kiln_cuda_cudnn_conv2d_backward_weight};
+static const kiln_cuda_op_impl_t cudnn_softmax_backward = {kiln_cuda_cudnn_softmax_backward};
 
 /* Native rows first: listings show providers in this order. */
 const kiln_op_entry_t kiln_cuda_ops[] = {
@@ -487,5 +490,13 @@ const kiln_op_entry_t kiln_cuda_ops[] = {
    .impl = &cudnn_conv2d},
   {.kind = KILN_OP_MAX_POOL2D, .provider = "cudnn", .supports = kiln_cuda_cudnn_supports, .run = run_row,
    .impl = &cudnn_max_pool2d},
+  /* Gradients cuDNN computes as kiln defines them (max_pool2d_backward is
+   * not among them: see cudnn.c). */
+  {.kind = KILN_OP_CONV2D_BACKWARD_INPUT, .provider = "cudnn", .supports = kiln_cuda_cudnn_supports, .run = run_row,
+   .impl = &cudnn_conv2d_backward_input},
+  {.kind = KILN_OP_CONV2D_BACKWARD_WEIGHT, .provider = "cudnn", .supports = kiln_cuda_cudnn_supports, .run = run_row,
+   .impl = &cudnn_conv2d_backward_weight},
+  {.kind = KILN_OP_SOFTMAX_BACKWARD, .provider = "cudnn", .supports = kiln_cuda_cudnn_supports, .run = run_row,
+   .impl = &cudnn_softmax_backward},
   KILN_OP_TABLE_END,
 };

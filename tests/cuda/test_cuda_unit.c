@@ -272,6 +272,19 @@ START_TEST(test_cudnn_refusals_are_remembered) {
   pool.in[0].buffer = pool.out.buffer = &f.buffer;
   ck_assert_int_eq(kiln_cuda_cudnn_max_pool2d(f.ctx, &f.queue, &pool), KILN_UNSUPPORTED);
   ck_assert(!kiln_cuda_cudnn_supports(f.ctx, &f.device, NULL, &pool));
+  /* And the gradients, each kind apart from the forward of the same shape. */
+  const kiln_op_kind_t gradients[2] = {KILN_OP_CONV2D_BACKWARD_INPUT, KILN_OP_CONV2D_BACKWARD_WEIGHT};
+  for (int i = 0; i < 2; i++) {
+    kiln_op_t grad = conv_op(&f, 3);
+    grad.kind = gradients[i];
+    ck_assert(kiln_cuda_cudnn_supports(f.ctx, &f.device, NULL, &grad));
+    const kiln_status_t status = i == 0 ? kiln_cuda_cudnn_conv2d_backward_input(f.ctx, &f.queue, &grad)
+                                        : kiln_cuda_cudnn_conv2d_backward_weight(f.ctx, &f.queue, &grad);
+    ck_assert_int_eq(status, KILN_UNSUPPORTED);
+    CONTAINS(message, kiln_backend_op_kind_name(gradients[i]));
+    CONTAINS(message, "another output shape");
+    ck_assert(!kiln_cuda_cudnn_supports(f.ctx, &f.device, NULL, &grad));
+  }
   /* A status cuDNN gives for the arguments is a refusal too; other shapes
    * and the device stay offered. */
   setenv("KILN_FAKE_CUDNN_FAIL", "refuse", 1);
