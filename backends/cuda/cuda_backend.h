@@ -149,6 +149,7 @@ struct kiln_backend_buffer_t {
   CUdeviceptr ptr; /* 0 for size 0 */
   size_t size;
   bool pooled;     /* from the pool: freed with cuMemFreeAsync */
+  bool wrapped;    /* another's memory (a DLPack import): never freed here */
 };
 
 struct kiln_backend_queue_t {
@@ -355,6 +356,20 @@ kiln_status_t kiln_cuda_run_max_pool2d_backward(kiln_backend_context_t *ctx, kil
 kiln_status_t kiln_cuda_run_update(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op);
 
 /* ---- providers (cublas.c, cudnn.c) -------------------------------------------- */
+
+/* ---- DLPack (dlpack.c): the interface's slots ------------------------------------ */
+
+/* kDLCUDA and the device's ordinal. */
+void kiln_cuda_dlpack_device(kiln_backend_context_t *ctx, kiln_backend_device_t *device, int32_t *out_type,
+                             int32_t *out_id);
+/* The buffer's CUdeviceptr (NULL when empty). */
+void *kiln_cuda_buffer_handle(kiln_backend_context_t *ctx, kiln_backend_buffer_t *buffer);
+/* A buffer over `size` bytes of device memory at the CUdeviceptr `handle`
+ * that kiln did not allocate: checked to be device memory of this device
+ * with `size` bytes in its allocation (KILN_INVALID_ARGUMENT,
+ * KILN_DEVICE_MISMATCH otherwise), never freed by kiln. */
+kiln_status_t kiln_cuda_buffer_wrap(kiln_backend_context_t *ctx, kiln_backend_device_t *device, void *handle,
+                                    size_t size, kiln_backend_buffer_t **out_buffer);
 
 /* ---- start-up checks (device.c) ------------------------------------------------ */
 

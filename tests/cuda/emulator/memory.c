@@ -700,17 +700,33 @@ CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUme
   return CUDA_SUCCESS;
 }
 
+/* What a DLPack import asks of a pointer: its memory type, and for device
+ * memory its device and its allocation's range. */
 CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr) {
-  if (attribute != CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
+  if (attribute != CU_POINTER_ATTRIBUTE_MEMORY_TYPE && attribute != CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL &&
+      attribute != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attribute != CU_POINTER_ATTRIBUTE_RANGE_SIZE)
     return fc_reject(CUDA_ERROR_INVALID_VALUE, "cuPointerGetAttribute", "attribute %d is not modelled", (int)attribute);
+  if (!data) return fc_reject(CUDA_ERROR_INVALID_VALUE, "cuPointerGetAttribute", "data is NULL");
   pthread_mutex_lock(&fc_lock);
-  fc_device_t *d = NULL;
-  const bool host = fc_range_is((uintptr_t)ptr, 1, FC_ALLOC_HOST, NULL);
-  const bool dev = !host && fc_range_is((uintptr_t)ptr, 1, FC_ALLOC_DEVICE, &d);
+  const fc_alloc_t *a = find_containing((uintptr_t)ptr, 1);
+  const bool host = a && a->kind == FC_ALLOC_HOST;
+  const uintptr_t base = a ? a->base : 0;
+  const size_t size = a ? a->size : 0;
+  const int ordinal = a && !host && a->device ? a->device->ordinal : -1;
   pthread_mutex_unlock(&fc_lock);
   /* Memory the driver does not know: CUDA_ERROR_INVALID_VALUE, quietly (an
    * ordinary answer, as the real driver gives it for pageable memory). */
-  if (!host && !dev) return CUDA_ERROR_INVALID_VALUE;
-  *(unsigned int *)data = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+  if (!a) return CUDA_ERROR_INVALID_VALUE;
+  switch (attribute) {
+  case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned int *)data = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE; break;
+  case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+    if (host)
+      return fc_reject(CUDA_ERROR_INVALID_VALUE, "cuPointerGetAttribute",
+                       "CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL of pinned host memory is not modelled");
+    *(int *)data = ordinal;
+    break;
+  case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = (CUdeviceptr)base; break;
+  default: *(size_t *)data = size; break; /* RANGE_SIZE */
+  }
   return CUDA_SUCCESS;
 }
