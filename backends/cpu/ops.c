@@ -12,11 +12,24 @@ static bool blas_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *de
                           const kiln_op_t *op) {
   if (!kiln_cpu_blas_available()) return false;
   if (!op) return true;
-  if (op->kind == KILN_OP_MATMUL)
+  switch (op->kind) {
+  case KILN_OP_MATMUL:
     return fits_int(op->u.matmul.m) && fits_int(op->u.matmul.n) && fits_int(op->u.matmul.k) &&
            fits_int(op->u.matmul.lda) && fits_int(op->u.matmul.ldb) && fits_int(op->u.matmul.ldc);
-  const int64_t crs = op->u.conv2d.c * op->u.conv2d.r * op->u.conv2d.s;
-  return fits_int(crs) && fits_int(op->u.conv2d.p * op->u.conv2d.q) && fits_int(op->u.conv2d.k);
+  case KILN_OP_CONV2D_BACKWARD_WEIGHT:
+    /* Where kiln's direct kernel applies it is the faster one; declining
+     * lets the core run `native` under every policy. */
+    if (kiln_cpu_conv2d_backward_weight_direct(op)) return false;
+    /* fall through */
+  case KILN_OP_CONV2D:
+  case KILN_OP_CONV2D_BACKWARD_INPUT: {
+    /* Every product's sizes and leading dimensions are at most C*R*S, P*Q
+     * and K, whichever way round (kernels/cpu/conv_backward.c). */
+    const int64_t crs = op->u.conv2d.c * op->u.conv2d.r * op->u.conv2d.s;
+    return fits_int(crs) && fits_int(op->u.conv2d.p * op->u.conv2d.q) && fits_int(op->u.conv2d.k);
+  }
+  default: return false;
+  }
 }
 
 /* ---- the table ------------------------------------------------------------------ */
@@ -41,5 +54,16 @@ const kiln_op_entry_t kiln_cpu_ops[] = {
     ROW(CONV2D, "native", NULL, conv2d_native),
     ROW(CONV2D, "blas", blas_supports, conv2d_blas),
     ROW(MAX_POOL2D, "native", NULL, max_pool2d_native),
+    ROW(UNARY_BACKWARD, "native", NULL, unary_backward),
+    ROW(SOFTMAX_BACKWARD, "native", NULL, softmax_backward),
+    ROW(CROSS_ENTROPY_BACKWARD, "native", NULL, cross_entropy_backward),
+    ROW(CONV2D_BACKWARD_INPUT, "native", NULL, conv2d_backward_input_native),
+    ROW(CONV2D_BACKWARD_INPUT, "blas", blas_supports, conv2d_backward_input_blas),
+    ROW(CONV2D_BACKWARD_WEIGHT, "native", NULL, conv2d_backward_weight_native),
+    ROW(CONV2D_BACKWARD_WEIGHT, "blas", blas_supports, conv2d_backward_weight_blas),
+    ROW(MAX_POOL2D_BACKWARD, "native", NULL, max_pool2d_backward_native),
+    ROW(ACCUMULATE, "native", NULL, accumulate),
+    ROW(SGD_UPDATE, "native", NULL, sgd_update),
+    ROW(ADAM_UPDATE, "native", NULL, adam_update),
     KILN_OP_TABLE_END,
 };

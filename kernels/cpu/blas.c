@@ -1,4 +1,4 @@
-/* kernels/cpu/blas.c: the CPU backend's `blas` provider: MATMUL and CONV2D through a CBLAS (OpenBLAS), split over the device's thread pool. */
+/* kernels/cpu/blas.c: the CPU backend's `blas` provider: MATMUL, CONV2D and its gradients through a CBLAS (OpenBLAS), split over the device's thread pool. */
 #include <stdlib.h>
 
 #include "kernels/cpu/gemm_internal.h"
@@ -115,7 +115,7 @@ bool kiln_cpu_blas_available(void) { return true; }
 /* ---- one product split over the par ------------------------------------------ */
 
 typedef struct blas_gemm_t {
-  bool trans_a, trans_b;
+  bool trans_a, trans_b, accumulate;
   int64_t m, n, k;
   const float *a;
   int64_t lda;
@@ -135,8 +135,8 @@ static void blas_sgemm_block(const blas_gemm_t *g, int64_t m0, int64_t m1, int64
   /* CBLAS insists on ld >= 1 even where nothing is read; the core keeps the
    * sizes within int for this provider. */
   cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
-              (int)(m1 - m0), (int)(n1 - n0), (int)g->k, 1.0f, a, clamp_ld(g->lda), b, clamp_ld(g->ldb), 0.0f,
-              g->c + m0 * g->ldc + n0, clamp_ld(g->ldc));
+              (int)(m1 - m0), (int)(n1 - n0), (int)g->k, 1.0f, a, clamp_ld(g->lda), b, clamp_ld(g->ldb),
+              g->accumulate ? 1.0f : 0.0f, g->c + m0 * g->ldc + n0, clamp_ld(g->ldc));
 }
 
 /* Blocks start on multiples of these, so that every block but the last is
@@ -178,12 +178,14 @@ static void blas_choose_grid(int64_t m, int64_t n, int threads, int *out_tm, int
   *out_tn = best_tn;
 }
 
-/* C = op(A) op(B) with at most `limit` threads of `par` (par NULL: this
- * thread alone), each running one single-threaded library call. */
-static void blas_sgemm(const kiln_cpu_par_t *par, int limit, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                       int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+/* C = op(A) op(B) (C += ... when accumulate) with at most `limit` threads of
+ * `par` (par NULL: this thread alone), each running one single-threaded
+ * library call. */
+static void blas_sgemm_acc(const kiln_cpu_par_t *par, int limit, bool trans_a, bool trans_b, bool accumulate,
+                           int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                           float *c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
-  blas_gemm_t g = {trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, 1, 1};
+  blas_gemm_t g = {trans_a, trans_b, accumulate, m, n, k, a, lda, b, ldb, c, ldc, 1, 1};
   int threads = kiln_cpu_par_threads(par);
   if (threads > limit) threads = limit;
   const int64_t work = m * n * (k > 0 ? k : 1);
@@ -195,6 +197,11 @@ static void blas_sgemm(const kiln_cpu_par_t *par, int limit, bool trans_a, bool 
     return;
   }
   kiln_cpu_parallel_for(par, g.tm * g.tn, 1, blas_gemm_task, &g);
+}
+
+static void blas_sgemm(const kiln_cpu_par_t *par, int limit, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                       int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
+  blas_sgemm_acc(par, limit, trans_a, trans_b, false, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 /* ---- MATMUL ---------------------------------------------------------------------- */
@@ -298,6 +305,46 @@ void kiln_cpu_conv2d_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *
   free(col);
 }
 
+/* ---- CONV2D's gradients ------------------------------------------------------------ */
+
+/* The drivers of conv_backward.c with the library's GEMM: one single-threaded
+ * call per product where the items are shared out over the par, or each
+ * product split over the par where they run one at a time. The library
+ * blocks for the caches itself, so its panels may be larger than kiln's. */
+#define KILN_BLAS_CONV_BWD_PANEL_FLOATS ((int64_t)(2 << 20) / (int64_t)sizeof(float))
+
+static void blas_conv_gemm(void *ctx, const kiln_cpu_par_t *par, const kiln_cpu_gemm_t *g, float *scratch) {
+  const int limit = *(const int *)ctx;
+  if (g->k <= 0) {
+    if (!g->accumulate)
+      for (int64_t i = 0; i < g->m; i++) memset(g->c + i * g->ldc, 0, sizeof(float) * (size_t)g->n);
+    return;
+  }
+  blas_sgemm_acc(par, limit, g->trans_a, g->trans_b, g->accumulate, g->m, g->n, g->k, g->a, g->lda, g->b, g->ldb,
+                 g->c, g->ldc);
+}
+
+void kiln_cpu_conv2d_backward_input_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out,
+                                         const void *const *in) {
+  const blas_threading_t threading = blas_threading();
+  int limit = blas_calls_begin(threading);
+  /* A library that threads itself is called from one thread only. */
+  const kiln_cpu_par_t *use = limit > 1 ? par : NULL;
+  const kiln_cpu_conv_gemm_t gemm = {blas_conv_gemm, &limit, false, KILN_BLAS_CONV_BWD_PANEL_FLOATS};
+  kiln_cpu_conv2d_backward_input_run(use, op, out, in[0], in[1], &gemm);
+  blas_calls_end(threading);
+}
+
+void kiln_cpu_conv2d_backward_weight_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out,
+                                          const void *const *in) {
+  const blas_threading_t threading = blas_threading();
+  int limit = blas_calls_begin(threading);
+  const kiln_cpu_par_t *use = limit > 1 ? par : NULL;
+  const kiln_cpu_conv_gemm_t gemm = {blas_conv_gemm, &limit, false, KILN_BLAS_CONV_BWD_PANEL_FLOATS};
+  kiln_cpu_conv2d_backward_weight_run(use, op, out, in[0], in[1], &gemm);
+  blas_calls_end(threading);
+}
+
 #else /* !KILN_HAVE_BLAS */
 
 bool kiln_cpu_blas_available(void) { return false; }
@@ -308,5 +355,9 @@ bool kiln_cpu_blas_available(void) { return false; }
 void kiln_cpu_matmul_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) { kiln_cpu_matmul_native(par, op, out, in); }
 
 void kiln_cpu_conv2d_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) { kiln_cpu_conv2d_native(par, op, out, in); }
+
+void kiln_cpu_conv2d_backward_input_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) { kiln_cpu_conv2d_backward_input_native(par, op, out, in); }
+
+void kiln_cpu_conv2d_backward_weight_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) { kiln_cpu_conv2d_backward_weight_native(par, op, out, in); }
 
 #endif /* KILN_HAVE_BLAS */

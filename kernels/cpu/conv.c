@@ -29,6 +29,11 @@ int64_t kiln_cpu_conv2d_panel_cols(const kiln_op_t *op) {
 
 void kiln_cpu_conv2d_im2col(const kiln_op_t *op, const float *x, int64_t j0, int64_t cols,
                             float *out_col) {
+  kiln_cpu_conv2d_im2col_ld(op, x, j0, cols, out_col, cols);
+}
+
+void kiln_cpu_conv2d_im2col_ld(const kiln_op_t *op, const float *x, int64_t j0, int64_t cols, float *out_col,
+                               int64_t ld) {
   const int64_t h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t r = op->u.conv2d.r, s = op->u.conv2d.s, q = op->u.conv2d.q;
   const int64_t c = op->u.conv2d.c;
@@ -39,7 +44,7 @@ void kiln_cpu_conv2d_im2col(const kiln_op_t *op, const float *x, int64_t j0, int
   for (int64_t ci = 0; ci < c; ci++) {
     for (int64_t ri = 0; ri < r; ri++) {
       for (int64_t si = 0; si < s; si++) {
-        float *dst = out_col + ((ci * r + ri) * s + si) * cols;
+        float *dst = out_col + ((ci * r + ri) * s + si) * ld;
         /* Walk the columns one output row (of q cells) at a time: a row
          * shares its input row, so only the column bounds vary within it. */
         int64_t jj = 0;

@@ -48,7 +48,10 @@ typedef void (*kiln_cpu_kernel_fn)(const kiln_cpu_par_t *par, const kiln_op_t *o
 
 #define KILN_CPU_KERNELS(X)                                                                                  \
   X(fill) X(arange) X(random) X(copy) X(cast) X(unary) X(binary) X(binary_scalar) X(reduce) X(softmax)       \
-  X(cross_entropy) X(matmul_native) X(conv2d_native) X(max_pool2d_native) X(matmul_blas) X(conv2d_blas)
+  X(cross_entropy) X(matmul_native) X(conv2d_native) X(max_pool2d_native) X(matmul_blas) X(conv2d_blas)      \
+  X(unary_backward) X(softmax_backward) X(cross_entropy_backward) X(conv2d_backward_input_native)            \
+  X(conv2d_backward_weight_native) X(max_pool2d_backward_native) X(accumulate) X(sgd_update) X(adam_update)   \
+  X(conv2d_backward_input_blas) X(conv2d_backward_weight_blas)
 #define KILN_CPU_KERNEL_DECL_(name) \
   void kiln_cpu_##name(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in);
 KILN_CPU_KERNELS(KILN_CPU_KERNEL_DECL_)
@@ -60,11 +63,17 @@ KILN_CPU_KERNELS(KILN_CPU_KERNEL_DECL_)
  * single-threaded library call per thread. */
 bool kiln_cpu_blas_available(void);
 
+/* Whether conv2d's weight gradient of `op` runs kiln's direct kernel (a
+ * vector ISA, unit column stride, at most 32 output channels), which needs
+ * no im2col and beats the GEMM there (LeNet's dW: 0.26 against 0.60 ms
+ * through OpenBLAS); the `blas` provider declines those. */
+bool kiln_cpu_conv2d_backward_weight_direct(const kiln_op_t *op);
+
 /* kiln's own SGEMM, row-major, beta = 0:
  * C (m x n, ldc) = op(A) (m x k) @ op(B) (k x n), with
  * !trans_a: A(i,l) = a[i*lda + l];  trans_a: A(i,l) = a[l*lda + i]; likewise B.
  * k == 0 writes zeros. Parallel with `par`; picks the widest ISA the CPU has
- * (AVX2+FMA, else portable C) at run time. */
+ * (AVX-512F, else AVX2+FMA, else portable C) at run time. */
 void kiln_cpu_sgemm(const kiln_cpu_par_t *par, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                     const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 

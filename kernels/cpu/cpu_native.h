@@ -16,7 +16,15 @@
 /* One row of SOFTMAX (log_out: log-softmax) with AVX2 + FMA (nn_avx2.c); call
  * only where the CPU has both. */
 void kiln_cpu_softmax_row_avx2(const float *x, float *y, int64_t cols, bool log_out);
+/* One row of SOFTMAX_BACKWARD from y and dy (log_in: y is log-softmax), the
+ * sums in double in the lanes of kiln_cpu_dot_f64 / kiln_cpu_sum_f64. */
+void kiln_cpu_softmax_backward_row_avx2(const float *y, const float *dy, float *dx, int64_t cols, bool log_in);
 #endif
+
+/* sum(a * b) and sum(a) in double, in eight lanes of a fixed order (nn.c):
+ * the same bits from the scalar and the vector rows. */
+double kiln_cpu_dot_f64(const float *a, const float *b, int64_t n);
+double kiln_cpu_sum_f64(const float *a, int64_t n);
 
 /* Bytes per element (the core's kiln_dtype_size, kept here so the kernels
  * need nothing from the core). */

@@ -1,4 +1,4 @@
-/* kernels/cpu/elementwise.c: UNARY, BINARY and BINARY_SCALAR for f32 and i32, expanded from the shared op table kernels/ops.def. */
+/* kernels/cpu/elementwise.c: UNARY, BINARY, BINARY_SCALAR (f32, i32) and UNARY_BACKWARD (f32), expanded from the shared op table kernels/ops.def. */
 #include <math.h>
 #include <string.h>
 
@@ -62,10 +62,33 @@
     }                                                                                          \
   }
 
+/* A derivative dy * f'(x) from x (px, stride sx) and dy (pdy, stride sdy). */
+#define KILN_CPU_GRAD_ROW_(NAME, expr)                                                          \
+  static void grad_f32_##NAME(const void *px_, int64_t sx, const void *pdy_, int64_t sdy,       \
+                              void *out_, int64_t n) {                                         \
+    const float *restrict px = px_;                                                            \
+    const float *restrict pdy = pdy_;                                                          \
+    float *restrict out = out_;                                                                \
+    if (sx == 1 && sdy == 1) {                                                                 \
+      for (int64_t i = 0; i < n; i++) {                                                        \
+        const float x = px[i], dy = pdy[i];                                                    \
+        (void)x; /* NEG's derivative does not read it */                                       \
+        out[i] = expr;                                                                         \
+      }                                                                                        \
+    } else {                                                                                   \
+      for (int64_t i = 0; i < n; i++) {                                                        \
+        const float x = px[i * sx], dy = pdy[i * sdy];                                         \
+        (void)x;                                                                               \
+        out[i] = expr;                                                                         \
+      }                                                                                        \
+    }                                                                                          \
+  }
+
 #define KILN_UNARY_F32(NAME, expr) KILN_CPU_UNARY_ROW_(float, f32, NAME, expr)
 #define KILN_UNARY_I32(NAME, expr) KILN_CPU_UNARY_ROW_(int, i32, NAME, expr)
 #define KILN_BINARY_F32(NAME, expr) KILN_CPU_BINARY_ROW_(float, f32, NAME, expr)
 #define KILN_BINARY_I32(NAME, expr) KILN_CPU_BINARY_ROW_(int, i32, NAME, expr)
+#define KILN_UNARY_GRAD_F32(NAME, expr) KILN_CPU_GRAD_ROW_(NAME, expr)
 #include "ops.def"
 
 /* The row functions by op and dtype (void pointers: f32 and i32 are both
@@ -87,6 +110,12 @@ static const binary_row_fn binary_f32[KILN_BINARY_COUNT_] = {
 };
 static const binary_row_fn binary_i32[KILN_BINARY_COUNT_] = {
 #define KILN_BINARY_I32(NAME, expr) [KILN_BINARY_##NAME] = binary_i32_##NAME,
+#include "ops.def"
+};
+
+/* The derivatives have the binary rows' shape: (x, dy) -> dx. */
+static const binary_row_fn grad_f32[KILN_UNARY_COUNT_] = {
+#define KILN_UNARY_GRAD_F32(NAME, expr) [KILN_UNARY_##NAME] = grad_f32_##NAME,
 #include "ops.def"
 };
 
@@ -136,11 +165,13 @@ static void binary_task(void *ctx, int64_t begin, int64_t end, int thread) {
   kiln_cpu_walk_range(&j->walk, begin, end, binary_rows, j);
 }
 
-/* Transcendentals cost tens of cycles per element, so they split earlier. */
+/* Transcendentals cost tens of cycles per element, so they split earlier
+ * (and so do the derivatives that divide or take a square root). */
 static int64_t unary_grain(kiln_unary_op_t op) {
   switch (op) {
   case KILN_UNARY_EXP:
   case KILN_UNARY_LOG:
+  case KILN_UNARY_SQRT:
   case KILN_UNARY_SIGMOID:
   case KILN_UNARY_TANH:
     return KILN_CPU_GRAIN_ELEMENTWISE / 8;
@@ -192,4 +223,16 @@ void kiln_cpu_binary_scalar(const kiln_cpu_par_t *par, const kiln_op_t *op, void
   j.in1 = (const char *)&scalar;
   j.out = out;
   kiln_cpu_parallel_for(par, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, binary_task, &j);
+}
+
+void kiln_cpu_unary_backward(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  /* x and dy are walked like the two operands of a binary op. */
+  elementwise_job_t j;
+  kiln_cpu_walk_init(&op->out, op->in, 2, &j.walk);
+  j.unary = NULL;
+  j.binary = (unsigned)op->u.unary.op < KILN_UNARY_COUNT_ ? grad_f32[op->u.unary.op] : NULL;
+  j.in0 = in[0];
+  j.in1 = in[1];
+  j.out = out;
+  kiln_cpu_parallel_for(par, j.walk.numel, unary_grain(op->u.unary.op), binary_task, &j);
 }

@@ -4,9 +4,9 @@
 
 #include "kernels/cpu/gemm_internal.h"
 
-enum { MR = KILN_CPU_GEMM_MR, NR = KILN_CPU_GEMM_NR };
+enum { MR = KILN_CPU_GEMM_MR, NR_MAX = KILN_CPU_GEMM_NR_MAX };
 
-/* Cache blocking. A KC x NR sliver of B (16 KiB) stays in L1 while the
+/* Cache blocking. A KC x nr sliver of B (16 or 32 KiB) stays in L1 while the
  * micro-kernel sweeps an MC x KC block of A (144 KiB) held in L2; the KC x NC
  * panel of B (up to 4 MiB) lives in the last-level cache. */
 enum { KC = 256, MC = 144, NC = 4096 };
@@ -17,8 +17,13 @@ enum { KC = 256, MC = 144, NC = 4096 };
 
 #define KILN_GEMM_ALIGN 64
 
+/* Products with at most this many rows (and a short k) run unpacked where
+ * the CPU has the AVX-512 kernel. */
+#define KILN_GEMM_SMALL_M 192
+
 typedef struct gemm_problem_t {
   bool trans_a, trans_b;
+  bool accumulate; /* C += op(A) op(B) */
   int64_t m, n, k;
   const float *a;
   int64_t lda;
@@ -27,16 +32,46 @@ typedef struct gemm_problem_t {
   float *c;
   int64_t ldc;
   kiln_cpu_gemm_ukernel_fn ukernel;
+  int nr;     /* the micro-kernel's columns: 16 or 32 */
+  bool small; /* unpacked (kiln_cpu_gemm_small_avx512) */
   int tm, tn; /* thread grid: tm slices of M by tn slices of N */
 } gemm_problem_t;
 
 static inline int64_t min_i64(int64_t x, int64_t y) { return x < y ? x : y; }
+
+typedef float kiln_gemm_v4 __attribute__((vector_size(16)));
+typedef int kiln_gemm_i4 __attribute__((vector_size(16)));
+
+/* Lanes of two vectors, picked by index (0-3 from a, 4-7 from b): the
+ * compilers' generic vector shuffles, so SSE on x86-64 and NEON on ARM. */
+#if defined(__clang__)
+#define KILN_GEMM_SHUFFLE(a, b, i0, i1, i2, i3) __builtin_shufflevector((a), (b), i0, i1, i2, i3)
+#else
+#define KILN_GEMM_SHUFFLE(a, b, i0, i1, i2, i3) __builtin_shuffle((a), (b), (kiln_gemm_i4){i0, i1, i2, i3})
+#endif
+
+/* The columns of the 4x4 block whose rows are r0..r3. */
+static inline void transpose4(kiln_gemm_v4 r0, kiln_gemm_v4 r1, kiln_gemm_v4 r2, kiln_gemm_v4 r3, kiln_gemm_v4 *c0,
+                              kiln_gemm_v4 *c1, kiln_gemm_v4 *c2, kiln_gemm_v4 *c3) {
+  const kiln_gemm_v4 t0 = KILN_GEMM_SHUFFLE(r0, r1, 0, 4, 1, 5), t1 = KILN_GEMM_SHUFFLE(r0, r1, 2, 6, 3, 7);
+  const kiln_gemm_v4 t2 = KILN_GEMM_SHUFFLE(r2, r3, 0, 4, 1, 5), t3 = KILN_GEMM_SHUFFLE(r2, r3, 2, 6, 3, 7);
+  *c0 = KILN_GEMM_SHUFFLE(t0, t2, 0, 1, 4, 5);
+  *c1 = KILN_GEMM_SHUFFLE(t0, t2, 2, 3, 6, 7);
+  *c2 = KILN_GEMM_SHUFFLE(t1, t3, 0, 1, 4, 5);
+  *c3 = KILN_GEMM_SHUFFLE(t1, t3, 2, 3, 6, 7);
+}
 static inline int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
 kiln_cpu_gemm_isa_t kiln_cpu_gemm_isa_best(void) {
-#if defined(KILN_HAVE_AVX2_KERNEL)
-  /* libgcc also checks that the OS saves the ymm state before it reports avx2. */
+  /* libgcc also checks that the OS saves the ymm (zmm) state before it
+   * reports avx2 (avx512f). */
+#if defined(KILN_HAVE_AVX512_KERNEL) || defined(KILN_HAVE_AVX2_KERNEL)
   __builtin_cpu_init();
+#endif
+#if defined(KILN_HAVE_AVX512_KERNEL)
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) return KILN_CPU_GEMM_ISA_AVX512;
+#endif
+#if defined(KILN_HAVE_AVX2_KERNEL)
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return KILN_CPU_GEMM_ISA_AVX2;
 #endif
   return KILN_CPU_GEMM_ISA_PORTABLE;
@@ -45,19 +80,28 @@ kiln_cpu_gemm_isa_t kiln_cpu_gemm_isa_best(void) {
 const char *kiln_cpu_gemm_isa_name(kiln_cpu_gemm_isa_t isa) {
   switch (isa) {
     case KILN_CPU_GEMM_ISA_AUTO: return kiln_cpu_gemm_isa_name(kiln_cpu_gemm_isa_best());
+    case KILN_CPU_GEMM_ISA_AVX512: return "avx512f+fma";
     case KILN_CPU_GEMM_ISA_AVX2: return "avx2+fma";
     case KILN_CPU_GEMM_ISA_PORTABLE: return "portable";
   }
   return "unknown";
 }
 
-static kiln_cpu_gemm_ukernel_fn ukernel_for(kiln_cpu_gemm_isa_t isa) {
-  if (isa == KILN_CPU_GEMM_ISA_AUTO || isa == KILN_CPU_GEMM_ISA_AVX2) {
-#if defined(KILN_HAVE_AVX2_KERNEL)
-    if (kiln_cpu_gemm_isa_best() == KILN_CPU_GEMM_ISA_AVX2) return kiln_cpu_gemm_ukernel_avx2;
+/* The micro-kernel for `isa` (the best one the CPU has at most as wide) and
+ * its column count. */
+static kiln_cpu_gemm_ukernel_fn ukernel_for(kiln_cpu_gemm_isa_t isa, int *out_nr) {
+  const kiln_cpu_gemm_isa_t best = kiln_cpu_gemm_isa_best();
+  if (isa == KILN_CPU_GEMM_ISA_AUTO || isa > best) isa = best;
+  *out_nr = 16;
+  switch (isa) {
+#if defined(KILN_HAVE_AVX512_KERNEL)
+  case KILN_CPU_GEMM_ISA_AVX512: *out_nr = 32; return kiln_cpu_gemm_ukernel_avx512;
 #endif
+#if defined(KILN_HAVE_AVX2_KERNEL)
+  case KILN_CPU_GEMM_ISA_AVX2: return kiln_cpu_gemm_ukernel_avx2;
+#endif
+  default: return kiln_cpu_gemm_ukernel_portable;
   }
-  return kiln_cpu_gemm_ukernel_portable;
 }
 
 /* Rows [i0, i0+mc) and columns [p0, p0+kc) of op(A) into MR-row slivers, each
@@ -82,49 +126,98 @@ static void pack_a(const gemm_problem_t *g, int64_t i0, int64_t mc, int64_t p0, 
         }
       }
     } else {
-      /* op(A)(i, l) = a[l*lda + i]: each k step is MR contiguous values. */
+      /* op(A)(i, l) = a[l*lda + i]: each k step is MR contiguous values.
+       * Loops of constant length (or a select) keep the compiler from
+       * calling memcpy and memset for every k step. */
       const float *src = g->a + p0 * g->lda + i0 + ir;
-      for (int64_t l = 0; l < kc; l++) {
-        const float *s = src + l * g->lda;
-        int i = 0;
-        for (; i < mr; i++) dst[l * MR + i] = s[i];
-        for (; i < MR; i++) dst[l * MR + i] = 0.0f;
+      if (mr == MR) {
+        for (int64_t l = 0; l < kc; l++) {
+          const float *s = src + l * g->lda;
+          for (int i = 0; i < MR; i++) dst[l * MR + i] = s[i];
+        }
+      } else {
+        for (int64_t l = 0; l < kc; l++) {
+          const float *s = src + l * g->lda;
+          for (int i = 0; i < MR; i++) dst[l * MR + i] = i < mr ? s[i] : 0.0f;
+        }
       }
     }
   }
 }
 
 /* Rows [p0, p0+kc) and columns [j0, j0+nc) of op(B) into NR-column slivers,
- * each stored k-major (NR values per k step), zero-padded past nc. */
-static void pack_b(const gemm_problem_t *g, int64_t j0, int64_t nc, int64_t p0, int64_t kc,
-                   float *restrict out) {
+ * each stored k-major (NR values per k step), zero-padded past nc. Written
+ * for a constant NR (16 or 32), so each width gets its own unrolled copy. */
+static inline __attribute__((always_inline)) void pack_b_nr(const gemm_problem_t *g, int64_t j0, int64_t nc,
+                                                            int64_t p0, int64_t kc, float *restrict out,
+                                                            const int NR) {
   for (int64_t jr = 0; jr < nc; jr += NR) {
     const int64_t nr = min_i64(NR, nc - jr);
     float *restrict dst = out + jr * kc;
     if (!g->trans_b) {
       const float *src = g->b + p0 * g->ldb + j0 + jr;
       if (nr == NR) {
-        for (int64_t l = 0; l < kc; l++) memcpy(dst + l * NR, src + l * g->ldb, sizeof(float) * NR);
-      } else {
+        /* In 16-byte pieces: the compiler keeps these as vector moves,
+         * where a plain copy loop becomes a call to memcpy per row, which
+         * costs more than the copy of 64 or 128 bytes. */
         for (int64_t l = 0; l < kc; l++) {
           const float *s = src + l * g->ldb;
-          int64_t j = 0;
-          for (; j < nr; j++) dst[l * NR + j] = s[j];
-          for (; j < NR; j++) dst[l * NR + j] = 0.0f;
+          float *d = dst + l * NR;
+          for (int j = 0; j < NR; j += 4) {
+            kiln_gemm_v4 t;
+            memcpy(&t, s + j, sizeof t);
+            memcpy(d + j, &t, sizeof t);
+          }
+        }
+      } else {
+        /* One select per element, likewise kept free of memcpy/memset calls. */
+        for (int64_t l = 0; l < kc; l++) {
+          const float *s = src + l * g->ldb;
+          float *d = dst + l * NR;
+          for (int64_t j = 0; j < NR; j++) d[j] = j < nr ? s[j] : 0.0f;
         }
       }
     } else {
-      /* op(B)(l, j) = b[j*ldb + l]: read each of the NR rows of b
-       * sequentially, scatter into the sliver. */
+      /* op(B)(l, j) = b[j*ldb + l]: rows of b become columns of the
+       * sliver. Four rows by four k steps at a time, transposed in vector
+       * registers; the rest one element at a time. */
       const float *src = g->b + (j0 + jr) * g->ldb + p0;
-      for (int64_t j = 0; j < nr; j++) {
-        const float *s = src + j * g->ldb;
+      const int64_t ldb = g->ldb;
+      int64_t j = 0;
+      for (; j + 4 <= nr; j += 4) {
+        const float *s = src + j * ldb;
+        int64_t l = 0;
+        for (; l + 4 <= kc; l += 4) {
+          kiln_gemm_v4 r0, r1, r2, r3;
+          memcpy(&r0, s + l, sizeof r0);
+          memcpy(&r1, s + ldb + l, sizeof r1);
+          memcpy(&r2, s + 2 * ldb + l, sizeof r2);
+          memcpy(&r3, s + 3 * ldb + l, sizeof r3);
+          kiln_gemm_v4 c0, c1, c2, c3;
+          transpose4(r0, r1, r2, r3, &c0, &c1, &c2, &c3);
+          memcpy(dst + l * NR + j, &c0, sizeof c0);
+          memcpy(dst + (l + 1) * NR + j, &c1, sizeof c1);
+          memcpy(dst + (l + 2) * NR + j, &c2, sizeof c2);
+          memcpy(dst + (l + 3) * NR + j, &c3, sizeof c3);
+        }
+        for (; l < kc; l++)
+          for (int64_t i = 0; i < 4; i++) dst[l * NR + j + i] = s[i * ldb + l];
+      }
+      for (; j < nr; j++) {
+        const float *s = src + j * ldb;
         for (int64_t l = 0; l < kc; l++) dst[l * NR + j] = s[l];
       }
-      for (int64_t j = nr; j < NR; j++)
-        for (int64_t l = 0; l < kc; l++) dst[l * NR + j] = 0.0f;
+      for (int64_t l = 0; l < kc; l++)
+        for (int64_t jj = nr; jj < NR; jj++) dst[l * NR + jj] = 0.0f;
     }
   }
+}
+
+static void pack_b(const gemm_problem_t *g, int64_t j0, int64_t nc, int64_t p0, int64_t kc, float *restrict out) {
+  if (g->nr == 32)
+    pack_b_nr(g, j0, nc, p0, kc, out, 32);
+  else
+    pack_b_nr(g, j0, nc, p0, kc, out, 16);
 }
 
 /* The unblocked product, for when no packing memory could be had: slow but
@@ -132,7 +225,8 @@ static void pack_b(const gemm_problem_t *g, int64_t j0, int64_t nc, int64_t p0, 
 static void gemm_block_direct(const gemm_problem_t *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   for (int64_t i = m0; i < m1; i++) {
     float *crow = g->c + i * g->ldc;
-    for (int64_t j = n0; j < n1; j++) crow[j] = 0.0f;
+    if (!g->accumulate)
+      for (int64_t j = n0; j < n1; j++) crow[j] = 0.0f;
     for (int64_t l = 0; l < g->k; l++) {
       const float av = g->trans_a ? g->a[l * g->lda + i] : g->a[i * g->lda + l];
       if (!g->trans_b) {
@@ -145,33 +239,54 @@ static void gemm_block_direct(const gemm_problem_t *g, int64_t m0, int64_t m1, i
   }
 }
 
-static void *alloc_panel(int64_t floats) {
-  const size_t bytes = (size_t)round_up(floats * (int64_t)sizeof(float), KILN_GEMM_ALIGN);
-  return aligned_alloc(KILN_GEMM_ALIGN, bytes);
+/* The packed panels of A (MC x KC at most) and B (KC x NC at most) for a
+ * block of these sizes, each rounded to whole cache lines. */
+static void panel_floats(int64_t m, int64_t n, int64_t k, int64_t *out_a, int64_t *out_b) {
+  const int64_t kc_max = min_i64(KC, k);
+  *out_a = round_up(min_i64(MC, round_up(m, MR)) * kc_max, KILN_GEMM_ALIGN / (int64_t)sizeof(float));
+  *out_b = round_up(min_i64(NC, round_up(n, NR_MAX)) * kc_max, KILN_GEMM_ALIGN / (int64_t)sizeof(float));
 }
 
-/* C[m0:m1, n0:n1] on the calling thread, with its own packing buffers. */
-static void gemm_block(const gemm_problem_t *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+int64_t kiln_cpu_sgemm_scratch_floats(int64_t m, int64_t n, int64_t k) {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  int64_t fa, fb;
+  panel_floats(m, n, k, &fa, &fb);
+  return fa + fb;
+}
+
+/* C[m0:m1, n0:n1] on the calling thread, packing into `scratch` (or memory
+ * of its own when NULL). */
+static void gemm_block(const gemm_problem_t *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *scratch) {
   if (m1 <= m0 || n1 <= n0) return;
-  const int64_t kc_max = min_i64(KC, g->k);
-  const int64_t mc_max = min_i64(MC, round_up(m1 - m0, MR));
-  const int64_t nc_max = min_i64(NC, round_up(n1 - n0, NR));
-  float *apack = alloc_panel(mc_max * kc_max);
-  float *bpack = alloc_panel(nc_max * kc_max);
-  if (!apack || !bpack) {
-    free(apack);
-    free(bpack);
-    gemm_block_direct(g, m0, m1, n0, n1);
+#if defined(KILN_HAVE_AVX512_KERNEL)
+  if (g->small) {
+    kiln_cpu_gemm_small_avx512(g->trans_a, m0, m1, n0, n1, g->k, g->a, g->lda, g->b, g->ldb, g->c, g->ldc,
+                               g->accumulate);
     return;
   }
-  _Alignas(KILN_GEMM_ALIGN) float edge[MR * NR];
+#endif
+  int64_t fa, fb;
+  panel_floats(m1 - m0, n1 - n0, g->k, &fa, &fb);
+  float *own = NULL;
+  if (!scratch) {
+    own = aligned_alloc(KILN_GEMM_ALIGN, (size_t)(fa + fb) * sizeof(float));
+    if (!own) {
+      gemm_block_direct(g, m0, m1, n0, n1);
+      return;
+    }
+    scratch = own;
+  }
+  float *apack = scratch, *bpack = scratch + fa;
+  _Alignas(KILN_GEMM_ALIGN) float edge[MR * NR_MAX];
   const kiln_cpu_gemm_ukernel_fn ukernel = g->ukernel;
+  const int64_t NR = g->nr;
 
   for (int64_t jc = n0; jc < n1; jc += NC) {
     const int64_t nc = min_i64(NC, n1 - jc);
     for (int64_t pc = 0; pc < g->k; pc += KC) {
       const int64_t kc = min_i64(KC, g->k - pc);
-      const bool accumulate = pc > 0; /* beta = 0: the first k block overwrites C */
+      /* The first k block overwrites C unless the caller asked to add. */
+      const bool accumulate = g->accumulate || pc > 0;
       pack_b(g, jc, nc, pc, kc, bpack);
       for (int64_t ic = m0; ic < m1; ic += MC) {
         const int64_t mc = min_i64(MC, m1 - ic);
@@ -202,8 +317,7 @@ static void gemm_block(const gemm_problem_t *g, int64_t m0, int64_t m1, int64_t 
       }
     }
   }
-  free(apack);
-  free(bpack);
+  free(own);
 }
 
 /* One cell (ti, tj) of the thread grid: whole MR/NR slivers, so every thread
@@ -211,14 +325,14 @@ static void gemm_block(const gemm_problem_t *g, int64_t m0, int64_t m1, int64_t 
 static void gemm_task(void *ctx, int64_t begin, int64_t end, int thread) {
   const gemm_problem_t *g = ctx;
   const int64_t m_slivers = (g->m + MR - 1) / MR;
-  const int64_t n_slivers = (g->n + NR - 1) / NR;
+  const int64_t n_slivers = (g->n + g->nr - 1) / g->nr;
   for (int64_t t = begin; t < end; t++) {
     const int64_t ti = t / g->tn, tj = t % g->tn;
     const int64_t m0 = min_i64(g->m, m_slivers * ti / g->tm * MR);
     const int64_t m1 = min_i64(g->m, m_slivers * (ti + 1) / g->tm * MR);
-    const int64_t n0 = min_i64(g->n, n_slivers * tj / g->tn * NR);
-    const int64_t n1 = min_i64(g->n, n_slivers * (tj + 1) / g->tn * NR);
-    gemm_block(g, m0, m1, n0, n1);
+    const int64_t n0 = min_i64(g->n, n_slivers * tj / g->tn * g->nr);
+    const int64_t n1 = min_i64(g->n, n_slivers * (tj + 1) / g->tn * g->nr);
+    gemm_block(g, m0, m1, n0, n1, NULL);
   }
 }
 
@@ -237,6 +351,7 @@ typedef struct gemv_problem_t {
   int64_t vec_stride;
   float *out;
   int64_t out_stride;
+  bool accumulate;    /* out += ... */
 } gemv_problem_t;
 
 static float dot_contiguous(const float *restrict x, const float *restrict y, int64_t k) {
@@ -277,7 +392,10 @@ static void gemv_task(void *ctx, int64_t begin, int64_t end, int thread) {
       } else {
         for (int64_t l = 0; l < g->k; l++) sum += row[l] * vec[l * vs];
       }
-      g->out[i * g->out_stride] = sum;
+      if (g->accumulate)
+        g->out[i * g->out_stride] += sum;
+      else
+        g->out[i * g->out_stride] = sum;
     }
   } else {
     /* Outputs in chunks that stay in L1 while every row of the matrix
@@ -292,7 +410,10 @@ static void gemv_task(void *ctx, int64_t begin, int64_t end, int thread) {
         const float *restrict row = g->mat + l * g->ld + j0;
         for (int64_t j = 0; j < len; j++) acc[j] += v * row[j];
       }
-      for (int64_t j = 0; j < len; j++) g->out[(j0 + j) * g->out_stride] = acc[j];
+      if (g->accumulate)
+        for (int64_t j = 0; j < len; j++) g->out[(j0 + j) * g->out_stride] += acc[j];
+      else
+        for (int64_t j = 0; j < len; j++) g->out[(j0 + j) * g->out_stride] = acc[j];
     }
   }
   free(gathered);
@@ -303,12 +424,12 @@ static void gemv(const kiln_cpu_par_t *par, const gemm_problem_t *p) {
   if (p->n == 1) {
     g = (gemv_problem_t){
         .axpy = p->trans_a, .len = p->m, .k = p->k, .mat = p->a, .ld = p->lda, .vec = p->b,
-        .vec_stride = p->trans_b ? 1 : p->ldb, .out = p->c, .out_stride = p->ldc,
+        .vec_stride = p->trans_b ? 1 : p->ldb, .out = p->c, .out_stride = p->ldc, .accumulate = p->accumulate,
     };
   } else {
     g = (gemv_problem_t){
         .axpy = !p->trans_b, .len = p->n, .k = p->k, .mat = p->b, .ld = p->ldb, .vec = p->a,
-        .vec_stride = p->trans_a ? p->lda : 1, .out = p->c, .out_stride = 1,
+        .vec_stride = p->trans_a ? p->lda : 1, .out = p->c, .out_stride = 1, .accumulate = p->accumulate,
     };
   }
   const int threads = kiln_cpu_par_threads(par);
@@ -323,7 +444,7 @@ static void gemv(const kiln_cpu_par_t *par, const gemm_problem_t *p) {
 
 /* Split `threads` into a tm x tn grid whose largest cell (counted in padded
  * tiles) is smallest; ties go to splitting M, whose slices share nothing. */
-static void choose_grid(int64_t m, int64_t n, int threads, int *out_tm, int *out_tn) {
+static void choose_grid(int64_t m, int64_t n, int NR, int threads, int *out_tm, int *out_tn) {
   const int64_t m_slivers = (m + MR - 1) / MR;
   const int64_t n_slivers = (n + NR - 1) / NR;
   int best_tm = 1, best_tn = threads;
@@ -347,23 +468,32 @@ static void choose_grid(int64_t m, int64_t n, int threads, int *out_tm, int *out
   *out_tn = best_tn;
 }
 
-void kiln_cpu_sgemm_isa(const kiln_cpu_par_t *par, kiln_cpu_gemm_isa_t isa, bool trans_a, bool trans_b,
-                        int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-                        int64_t ldb, float *c, int64_t ldc) {
+void kiln_cpu_sgemm_run(const kiln_cpu_par_t *par, kiln_cpu_gemm_isa_t isa, const kiln_cpu_gemm_t *p,
+                        float *scratch) {
+  const int64_t m = p->m, n = p->n, k = p->k;
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
-    for (int64_t i = 0; i < m; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)n);
+    if (!p->accumulate)
+      for (int64_t i = 0; i < m; i++) memset(p->c + i * p->ldc, 0, sizeof(float) * (size_t)n);
     return;
   }
   gemm_problem_t g = {
-      .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
-      .a = a, .lda = lda, .b = b, .ldb = ldb, .c = c, .ldc = ldc,
-      .ukernel = ukernel_for(isa), .tm = 1, .tn = 1,
+      .trans_a = p->trans_a, .trans_b = p->trans_b, .accumulate = p->accumulate, .m = m, .n = n, .k = k,
+      .a = p->a, .lda = p->lda, .b = p->b, .ldb = p->ldb, .c = p->c, .ldc = p->ldc, .tm = 1, .tn = 1,
   };
+  g.ukernel = ukernel_for(isa, &g.nr);
   if (m == 1 || n == 1) {
     gemv(par, &g);
     return;
   }
+  /* Few rows of C and a short k: each packed sliver of B would serve only
+   * m/6 tiles, and packing costs about as much as the multiply-adds (a conv
+   * gradient's 25 or 150 rows of W^T times K = 6 or 16); the unpacked kernel
+   * reads B in place. Measured here (CPU us, unpacked vs packed): 150x100x16
+   * per image of a conv gradient 0.41 vs 0.51 ms per op, 16x4096x64 56 vs 65;
+   * but 64x1024x256 195 vs 160, where the long k favours packed A. Within one
+   * KC-deep block, so that the sums are the packed path's. */
+  g.small = g.nr == 32 && !p->trans_b && m <= KILN_GEMM_SMALL_M && (k <= 64 || (m <= 32 && k <= KC));
 
   int threads = kiln_cpu_par_threads(par);
   const int64_t work = m * n * k;
@@ -371,13 +501,23 @@ void kiln_cpu_sgemm_isa(const kiln_cpu_par_t *par, kiln_cpu_gemm_isa_t isa, bool
     threads = (int)(work / KILN_GEMM_MIN_WORK_PER_THREAD);
     if (threads < 1) threads = 1;
   }
-  if (threads > 1) choose_grid(m, n, threads, &g.tm, &g.tn);
+  if (threads > 1) choose_grid(m, n, g.nr, threads, &g.tm, &g.tn);
   const int cells = g.tm * g.tn;
   if (cells <= 1) {
-    gemm_block(&g, 0, m, 0, n);
+    gemm_block(&g, 0, m, 0, n, par ? NULL : scratch);
     return;
   }
   kiln_cpu_parallel_for(par, cells, 1, gemm_task, &g);
+}
+
+void kiln_cpu_sgemm_isa(const kiln_cpu_par_t *par, kiln_cpu_gemm_isa_t isa, bool trans_a, bool trans_b,
+                        int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                        int64_t ldb, float *c, int64_t ldc) {
+  const kiln_cpu_gemm_t g = {
+      .trans_a = trans_a, .trans_b = trans_b, .accumulate = false, .m = m, .n = n, .k = k,
+      .a = a, .lda = lda, .b = b, .ldb = ldb, .c = c, .ldc = ldc,
+  };
+  kiln_cpu_sgemm_run(par, isa, &g, NULL);
 }
 
 void kiln_cpu_sgemm(const kiln_cpu_par_t *par, bool trans_a, bool trans_b, int64_t m, int64_t n,

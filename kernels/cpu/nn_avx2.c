@@ -1,4 +1,4 @@
-/* kernels/cpu/nn_avx2.c: SOFTMAX / log-softmax rows with AVX2 + FMA (built with -mavx2 -mfma): vector max, exp and sum. */
+/* kernels/cpu/nn_avx2.c: SOFTMAX / log-softmax rows and their gradients with AVX2 + FMA (built with -mavx2 -mfma): vector max, exp and sums. */
 #include <immintrin.h>
 #include <math.h>
 
@@ -114,4 +114,67 @@ void kiln_cpu_softmax_row_avx2(const float *x, float *y, int64_t cols, bool log_
     for (; i + 8 <= cols; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vi));
     for (; i < cols; i++) y[i] *= inv;
   }
+}
+
+/* ---- SOFTMAX_BACKWARD ----------------------------------------------------------- */
+
+/* Lanes 0-3 and 4-7 of eight floats, widened. */
+static inline __m256d lo_pd(__m256 v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
+static inline __m256d hi_pd(__m256 v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
+
+/* The eight lanes (a0: 0-3, a1: 4-7) summed in kiln_cpu_dot_f64's order. */
+static inline double combine8(__m256d a0, __m256d a1) {
+  double l[8];
+  _mm256_storeu_pd(l, a0);
+  _mm256_storeu_pd(l + 4, a1);
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+void kiln_cpu_softmax_backward_row_avx2(const float *y, const float *dy, float *dx, int64_t cols, bool log_in) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  if (!log_in) {
+    /* The products of two floats are exact in double, so an FMA adds the
+     * same as the scalar row's multiply and add. */
+    for (; i + 8 <= cols; i += 8) {
+      const __m256 vd = _mm256_loadu_ps(dy + i), vy = _mm256_loadu_ps(y + i);
+      a0 = _mm256_fmadd_pd(lo_pd(vd), lo_pd(vy), a0);
+      a1 = _mm256_fmadd_pd(hi_pd(vd), hi_pd(vy), a1);
+    }
+    /* The scalar row adds its tail into lane 0 one term at a time. */
+    double l0[4];
+    _mm256_storeu_pd(l0, a0);
+    for (; i < cols; i++) l0[0] += (double)dy[i] * (double)y[i];
+    a0 = _mm256_loadu_pd(l0);
+    const float s = (float)combine8(a0, a1);
+    const __m256 vs = _mm256_set1_ps(s);
+    i = 0;
+    for (; i + 8 <= cols; i += 8)
+      _mm256_storeu_ps(dx + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_sub_ps(_mm256_loadu_ps(dy + i), vs)));
+    for (; i < cols; i++) dx[i] = y[i] * (dy[i] - s);
+    return;
+  }
+  for (; i + 8 <= cols; i += 8) {
+    const __m256 vd = _mm256_loadu_ps(dy + i);
+    a0 = _mm256_add_pd(a0, lo_pd(vd));
+    a1 = _mm256_add_pd(a1, hi_pd(vd));
+  }
+  double l0[4];
+  _mm256_storeu_pd(l0, a0);
+  for (; i < cols; i++) l0[0] += (double)dy[i];
+  a0 = _mm256_loadu_pd(l0);
+  const float s = (float)combine8(a0, a1);
+  const __m256 vs = _mm256_set1_ps(s), zero = _mm256_setzero_ps();
+  i = 0;
+  for (; i + 8 <= cols; i += 8) {
+    const __m256 vy = _mm256_loadu_ps(y + i);
+    /* The vector exp serves y in [-inf, 0], what log-softmax makes; any
+     * other value (NaN, a positive y from elsewhere) takes expf. */
+    if (_mm256_movemask_ps(_mm256_cmp_ps(vy, zero, _CMP_LE_OQ)) == 0xff) {
+      _mm256_storeu_ps(dx + i, _mm256_fnmadd_ps(exp_nonpositive(vy), vs, _mm256_loadu_ps(dy + i)));
+    } else {
+      for (int64_t k = i; k < i + 8; k++) dx[k] = dy[k] - expf(y[k]) * s;
+    }
+  }
+  for (; i < cols; i++) dx[i] = dy[i] - (y[i] <= 0.0f ? exp_nonpositive_1(y[i]) : expf(y[i])) * s;
 }
