@@ -32,6 +32,8 @@ enum {
   BENCH_SECTION_TRANSFER,
   BENCH_SECTION_CACHE,
   BENCH_SECTION_CUDA,
+  BENCH_SECTION_TRAIN,
+  BENCH_SECTION_PYTHON,
   BENCH_SECTION_COUNT
 };
 
@@ -159,6 +161,8 @@ void bench_section_chapter(const bench_options_t *opts);
 void bench_section_transfer(const bench_options_t *opts);
 void bench_section_cache(const bench_options_t *opts);
 void bench_section_cuda(const bench_options_t *opts);
+void bench_section_train(const bench_options_t *opts);
+void bench_section_python(const bench_options_t *opts);
 
 /* Hidden modes run as child processes of kiln-bench itself. */
 int bench_child_two_devices(const bench_options_t *opts);
@@ -186,12 +190,23 @@ kiln_status_t bench_finish(kiln_device_t *device);
 
 /* One kiln operation timed in a loop: `iters` enqueues, then a finish of the
  * device's current queue. The provider that ran lands in `provider`. */
-typedef enum bench_op_kind_t { BENCH_OP_MATMUL, BENCH_OP_CONV2D, BENCH_OP_ADD, BENCH_OP_SOFTMAX } bench_op_kind_t;
+typedef enum bench_op_kind_t {
+  BENCH_OP_MATMUL,
+  BENCH_OP_CONV2D,
+  BENCH_OP_ADD,
+  BENCH_OP_SOFTMAX,
+  BENCH_OP_CONV2D_BWD_INPUT,  /* a = dy, b = weight, shape = x's */
+  BENCH_OP_CONV2D_BWD_WEIGHT, /* a = x, b = dy, shape = weight's */
+  BENCH_OP_SGD,               /* a = param, b = grad, c = momentum buffer */
+  BENCH_OP_ADAM,              /* a = param, b = grad, c = m, d = v; step counts up */
+} bench_op_kind_t;
 typedef struct bench_op_t {
   bench_op_kind_t kind;
   kiln_device_t *device;
-  kiln_tensor_t *a, *b, *bias;
+  kiln_tensor_t *a, *b, *c, *d, *bias;
   kiln_conv2d_params_t conv;
+  int64_t shape[4];
+  int64_t step;
   char provider[32];
 } bench_op_t;
 int bench_op_run(void *ctx, long iters);

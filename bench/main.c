@@ -17,7 +17,7 @@ static void bench_usage(FILE *f) {
         "\n"
         "  --quick        small sizes and few repetitions (the whole run in about a minute)\n"
         "  --only LIST    sections by name or number: 1 matmul, 2 nn, 3 overhead, 4 chapter,\n"
-        "                 5 transfer, 6 cache, 7 cuda\n"
+        "                 5 transfer, 6 cache, 7 cuda, 8 train, 9 python\n"
         "  --reps N       timed samples per figure (default 5; 3 with --quick)\n"
         "  --out DIR      output folder, created if missing (default ./kiln-bench-out)\n"
         "  --keep-env     keep OPENBLAS_CORETYPE (by default kiln-bench re-runs itself without it,\n"
@@ -25,7 +25,9 @@ static void bench_usage(FILE *f) {
         "  --help         this text\n"
         "\n"
         "Variables: KILN_BENCH_PYTHON (the Python for torch_peer.py and report.py, default\n"
-        "/usr/bin/python3), KILN_BENCH_SCRIPTS (the folder holding them), and every KILN_* variable.\n",
+        "/usr/bin/python3), KILN_BENCH_SCRIPTS (the folder holding them), KILN_BENCH_TRAIN_EPOCHS (epochs\n"
+        "of section 8 on every device; default 10 on the CPU and GPUs, 2 on OpenCL CPU devices, 1 with\n"
+        "--quick), and every KILN_* variable.\n",
         f);
 }
 
@@ -44,7 +46,7 @@ static int bench_parse_sections(const char *list, uint32_t *out) {
     }
     if (found < 0) {
       fprintf(stderr, "kiln-bench: --only: unknown section '%s'; use names or numbers: 1 matmul, 2 nn, 3 overhead, "
-                      "4 chapter, 5 transfer, 6 cache, 7 cuda (e.g. --only matmul,3)\n", tok);
+                      "4 chapter, 5 transfer, 6 cache, 7 cuda, 8 train, 9 python (e.g. --only matmul,3)\n", tok);
       rc = -1;
       break;
     }
@@ -188,7 +190,8 @@ int main(int argc, char **argv) {
   typedef void (*section_fn)(const bench_options_t *);
   static const section_fn sections[BENCH_SECTION_COUNT] = {
       bench_section_matmul,   bench_section_nn,    bench_section_overhead, bench_section_chapter,
-      bench_section_transfer, bench_section_cache, bench_section_cuda,
+      bench_section_transfer, bench_section_cache, bench_section_cuda, bench_section_train,
+      bench_section_python,
   };
   kiln_policy_t policy = kiln_policy();
   for (int s = 0; s < BENCH_SECTION_COUNT; s++) {

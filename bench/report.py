@@ -33,7 +33,8 @@ def main(argv):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except Exception as exc:
-        return skip("matplotlib is not available to %s (%s); on Debian: apt install python3-matplotlib"
+        return skip("matplotlib is not available to %s (%s); on Debian: apt install python3-matplotlib, or run "
+                    "scripts/bench.sh, which installs it"
                     % (sys.executable, exc))
     with open(json_path, encoding="utf-8") as f:
         results = json.load(f)

@@ -15,7 +15,7 @@ static size_t bench_note_count, bench_note_cap;
 static bool bench_error_seen;
 
 static const char *const bench_ids[BENCH_SECTION_COUNT] = {
-    "matmul", "nn", "overhead", "chapter", "transfer", "cache", "cuda",
+    "matmul", "nn", "overhead", "chapter", "transfer", "cache", "cuda", "train", "python",
 };
 static const char *const bench_titles[BENCH_SECTION_COUNT] = {
     "1. matmul f32",
@@ -25,6 +25,8 @@ static const char *const bench_titles[BENCH_SECTION_COUNT] = {
     "5. transfer bandwidth",
     "6. first matmul with a cold and a warm kernel cache",
     "7. GPU peers (cuBLAS, raw CUDA)",
+    "8. training (kiln-train's models) side by side with PyTorch",
+    "9. kiln from Python beside PyTorch and NumPy (a tiny add, the DLPack round trip)",
 };
 
 const char *bench_section_id(int section) {

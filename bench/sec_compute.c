@@ -31,6 +31,27 @@ int bench_op_run(void *ctx, long iters) {
       st = kiln_tensor_softmax(op->a, &out);
       what = "kiln_tensor_softmax";
       break;
+    case BENCH_OP_CONV2D_BWD_INPUT:
+      st = kiln_tensor_conv2d_backward_input(op->a, op->b, op->shape, &op->conv, &out);
+      what = "kiln_tensor_conv2d_backward_input";
+      break;
+    case BENCH_OP_CONV2D_BWD_WEIGHT:
+      st = kiln_tensor_conv2d_backward_weight(op->a, op->b, op->shape, &op->conv, &out);
+      what = "kiln_tensor_conv2d_backward_weight";
+      break;
+    case BENCH_OP_SGD: {
+      /* torch.optim.SGD(momentum=0.9, weight_decay=1e-4) after its first step */
+      const kiln_sgd_params_t sgd = {.lr = 1e-3, .momentum = 0.9, .weight_decay = 1e-4};
+      st = kiln_tensor_sgd_update(op->a, op->b, op->c, &sgd);
+      what = "kiln_tensor_sgd_update";
+      break;
+    }
+    case BENCH_OP_ADAM: {
+      const kiln_adam_params_t adam = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+      st = kiln_tensor_adam_update(op->a, op->b, op->c, op->d, ++op->step, &adam);
+      what = "kiln_tensor_adam_update";
+      break;
+    }
     }
     if (st != KILN_OK) return bench_kiln_error(what, st);
     snprintf(op->provider, sizeof op->provider, "%s", kiln_last_provider());
@@ -43,8 +64,10 @@ int bench_op_run(void *ctx, long iters) {
 void bench_op_release(bench_op_t *op) {
   kiln_tensor_release(op->a);
   kiln_tensor_release(op->b);
+  kiln_tensor_release(op->c);
+  kiln_tensor_release(op->d);
   kiln_tensor_release(op->bias);
-  op->a = op->b = op->bias = NULL;
+  op->a = op->b = op->c = op->d = op->bias = NULL;
 }
 
 int bench_providers(const bench_device_t *d, const char *op, char names[][32], int cap) {
@@ -318,6 +341,138 @@ static void bench_stream_op(const bench_options_t *opts, const bench_device_t *d
   }
 }
 
+/* conv2d's two gradients (issue: training on any device), each provider
+ * against torch's convolution_backward for the same gradient alone. */
+typedef struct bench_conv_shape_t {
+  const char *label;
+  int n, c, k, h, w, r, pad;
+} bench_conv_shape_t;
+
+static void bench_conv_backward(const bench_options_t *opts, const bench_device_t *devs, size_t ndev,
+                                const bench_conv_shape_t *cs, bool weight, const bench_torch_result_t *torch) {
+  const int S = BENCH_SECTION_NN;
+  const char *name = weight ? "conv2d_backward_weight" : "conv2d_backward_input";
+  const int p = cs->h + 2 * cs->pad - cs->r + 1, q = cs->w + 2 * cs->pad - cs->r + 1;
+  char params[96];
+  snprintf(params, sizeof params, "%s: N%d C%d K%d %dx%d %dx%d pad%d", cs->label, cs->n, cs->c, cs->k, cs->h, cs->w,
+           cs->r, cs->r, cs->pad);
+  /* The same multiply-adds as the forward: 2*N*K*P*Q*C*R*S. */
+  const double work = 2.0 * cs->n * cs->k * p * (double)q * cs->c * cs->r * cs->r / 1e9;
+  const char *peer = weight ? "torch dW" : "torch dx";
+  bench_stats_t torch_rate;
+  if (torch->valid) torch_rate = bench_stats_rate(&torch->st, work);
+  bench_row_t row = bench_peer_row(S, name, "host", peer, params, "GFLOPS", torch->valid, &torch_rate, torch->why);
+  bench_add(&row);
+  for (size_t di = 0; di < ndev; di++) {
+    const bench_device_t *d = &devs[di];
+    if (!bench_heavy_ok(S, d)) continue;
+    char providers[8][32];
+    int np = bench_providers(d, name, providers, 8);
+    for (int pi = 0; pi < np; pi++) {
+      char spec[96];
+      snprintf(spec, sizeof spec, "%s=%.31s", name, providers[pi]);
+      kiln_set_providers(spec);
+      bench_op_t op = {.kind = weight ? BENCH_OP_CONV2D_BWD_WEIGHT : BENCH_OP_CONV2D_BWD_INPUT, .device = d->device};
+      op.conv = kiln_conv2d_params_default();
+      op.conv.padding[0] = op.conv.padding[1] = cs->pad;
+      int64_t xs[4] = {cs->n, cs->c, cs->h, cs->w}, ws[4] = {cs->k, cs->c, cs->r, cs->r}, ys[4] = {cs->n, cs->k, p, q};
+      kiln_status_t st;
+      if (weight) {
+        memcpy(op.shape, ws, sizeof ws);
+        st = kiln_tensor_uniform(d->device, 4, xs, 3, -1, 1, &op.a);
+        if (st == KILN_OK) st = kiln_tensor_uniform(d->device, 4, ys, 4, -1, 1, &op.b);
+      } else {
+        memcpy(op.shape, xs, sizeof xs);
+        st = kiln_tensor_uniform(d->device, 4, ys, 4, -1, 1, &op.a);
+        if (st == KILN_OK) st = kiln_tensor_uniform(d->device, 4, ws, 5, -0.1f, 0.1f, &op.b);
+      }
+      bench_stats_t sec;
+      int rc = st == KILN_OK ? bench_measure(opts, bench_op_run, &op, &sec) : bench_kiln_error("kiln_tensor_uniform", st);
+      bench_op_release(&op);
+      bench_reset_providers();
+      if (rc != 0) {
+        bench_section_error(S, "%s %s on %s with %s: %s", name, params, d->info.selector, providers[pi], bench_error());
+        continue;
+      }
+      if (strcmp(op.provider, providers[pi]) != 0) {
+        /* The provider declined this shape and the core ran another: that
+         * one has its own row. */
+        bench_section_note(S, "%s %s on %s: %s declines this shape (%s ran in its place)", name, params,
+                           d->info.selector, providers[pi], op.provider);
+        continue;
+      }
+      row = bench_row_make(S, name, d->info.selector, op.provider, params, "GFLOPS", true);
+      row.st = bench_stats_rate(&sec, work);
+      if (bench_is_cpu_backend(d) || d->info.type == KILN_DEVICE_CPU) {
+        bench_row_compare(&row, peer, torch->valid ? torch_rate.median : NAN);
+        if (bench_is_cpu_backend(d) && !strcmp(op.provider, "native")) bench_row_target_ratio(&row, 1.0);
+      }
+      bench_add(&row);
+    }
+  }
+}
+
+/* The fused updates as bytes per second (SGD with momentum: param, grad and
+ * buffer read, param and buffer written, 20 bytes per element; Adam: param,
+ * grad, m and v read, three written, 28), against the same device's add (12
+ * bytes) measured just before at the same size, and against torch.optim's
+ * step on one parameter of that size. */
+static void bench_updates(const bench_options_t *opts, const bench_device_t *devs, size_t ndev, int64_t n,
+                          const bench_torch_result_t *torch_sgd, const bench_torch_result_t *torch_adam) {
+  const int S = BENCH_SECTION_NN;
+  char params[64];
+  snprintf(params, sizeof params, "2^%d floats", (int)lround(log2((double)n)));
+  const bench_torch_result_t *torch[2] = {torch_sgd, torch_adam};
+  const char *names[2] = {"sgd_update", "adam_update"};
+  const char *peers[2] = {"torch SGD step", "torch Adam step"};
+  const double bytes[2] = {20.0, 28.0};
+  double torch_value[2];
+  for (int u = 0; u < 2; u++) {
+    bench_stats_t rate;
+    if (torch[u]->valid) rate = bench_stats_rate(&torch[u]->st, bytes[u] * (double)n / 1e9);
+    torch_value[u] = torch[u]->valid ? rate.median : NAN;
+    bench_row_t row = bench_peer_row(S, names[u], "host", peers[u], params, "GB/s", torch[u]->valid, &rate, torch[u]->why);
+    bench_add(&row);
+  }
+  int64_t shape[1] = {n};
+  for (size_t di = 0; di < ndev; di++) {
+    const bench_device_t *d = &devs[di];
+    if (!bench_heavy_ok(S, d)) continue;
+    /* the add of the same size on the same device, in this run */
+    bench_op_t add = {.kind = BENCH_OP_ADD, .device = d->device};
+    kiln_status_t st = kiln_tensor_uniform(d->device, 1, shape, 6, -1, 1, &add.a);
+    if (st == KILN_OK) st = kiln_tensor_uniform(d->device, 1, shape, 7, -1, 1, &add.b);
+    bench_stats_t add_sec;
+    int rc = st == KILN_OK ? bench_measure(opts, bench_op_run, &add, &add_sec) : bench_kiln_error("kiln_tensor_uniform", st);
+    bench_op_release(&add);
+    if (rc != 0) {
+      bench_section_error(S, "add %s on %s: %s", params, d->info.selector, bench_error());
+      continue;
+    }
+    const double add_rate = bench_stats_rate(&add_sec, 12.0 * (double)n / 1e9).median;
+    for (int u = 0; u < 2; u++) {
+      bench_op_t op = {.kind = u ? BENCH_OP_ADAM : BENCH_OP_SGD, .device = d->device};
+      st = kiln_tensor_uniform(d->device, 1, shape, 11, -1, 1, &op.a);
+      if (st == KILN_OK) st = kiln_tensor_uniform(d->device, 1, shape, 12, -1e-3f, 1e-3f, &op.b);
+      if (st == KILN_OK) st = kiln_tensor_zeros(d->device, KILN_F32, 1, shape, &op.c);
+      if (st == KILN_OK && u) st = kiln_tensor_zeros(d->device, KILN_F32, 1, shape, &op.d);
+      bench_stats_t sec;
+      rc = st == KILN_OK ? bench_measure(opts, bench_op_run, &op, &sec) : bench_kiln_error("kiln_tensor_zeros", st);
+      bench_op_release(&op);
+      if (rc != 0) {
+        bench_section_error(S, "%s %s on %s: %s", names[u], params, d->info.selector, bench_error());
+        continue;
+      }
+      bench_row_t row = bench_row_make(S, names[u], d->info.selector, op.provider, params, "GB/s", true);
+      row.st = bench_stats_rate(&sec, bytes[u] * (double)n / 1e9);
+      bench_row_compare(&row, "add, same device", add_rate);
+      bench_row_target_ratio(&row, 0.8);
+      if (d->info.type == KILN_DEVICE_CPU) bench_row_compare(&row, peers[u], torch_value[u]);
+      bench_add(&row);
+    }
+  }
+}
+
 void bench_section_nn(const bench_options_t *opts) {
   const int S = BENCH_SECTION_NN;
   const bench_device_t *devs;
@@ -329,10 +484,28 @@ void bench_section_nn(const bench_options_t *opts) {
   snprintf(t_conv, sizeof t_conv, "conv2d:%d,%d,%d,%d,%d,3,1", N, C, C, HW, HW);
   snprintf(t_add, sizeof t_add, "add:%lld", (long long)add_n);
   snprintf(t_sm, sizeof t_sm, "softmax:%lld,%lld", (long long)sm, (long long)sm);
-  const char *tasks[] = {t_conv, t_add, t_sm};
-  bench_torch_result_t torch[3];
-  bench_progress("conv2d/add/softmax: PyTorch peer");
-  bench_torch_run(opts, tasks, 3, torch);
+  /* The gradients at the forward's ResNet-like shape and at LeNet's two
+   * convolutions (kiln-train's lenet, batch 100). */
+  const bench_conv_shape_t shapes[3] = {
+      {"resnet-like", N, C, C, HW, HW, 3, 1},
+      {"lenet conv1", opts->quick ? 20 : 100, 1, 6, 28, 28, 5, 2},
+      {"lenet conv2", opts->quick ? 20 : 100, 6, 16, 14, 14, 5, 0},
+  };
+  char t_bwd[6][80];
+  for (int i = 0; i < 6; i++) {
+    const bench_conv_shape_t *cs = &shapes[i / 2];
+    snprintf(t_bwd[i], sizeof t_bwd[i], "%s:%d,%d,%d,%d,%d,%d,%d", i % 2 ? "conv2d_bwd_weight" : "conv2d_bwd_input",
+             cs->n, cs->c, cs->k, cs->h, cs->w, cs->r, cs->pad);
+  }
+  int64_t upd_n = opts->quick ? (int64_t)1 << 20 : (int64_t)1 << 24;
+  char t_sgd[48], t_adam[48];
+  snprintf(t_sgd, sizeof t_sgd, "sgd:%lld", (long long)upd_n);
+  snprintf(t_adam, sizeof t_adam, "adam:%lld", (long long)upd_n);
+  const char *tasks[] = {t_conv, t_add, t_sm, t_bwd[0], t_bwd[1], t_bwd[2], t_bwd[3], t_bwd[4], t_bwd[5], t_sgd, t_adam};
+  enum { NTASKS = sizeof tasks / sizeof *tasks };
+  bench_torch_result_t torch[NTASKS];
+  bench_progress("conv2d/add/softmax, conv2d gradients, updates: PyTorch peer");
+  bench_torch_run(opts, tasks, NTASKS, torch);
 
   bench_conv(opts, devs, ndev, &torch[0], N, C, C, HW, HW);
 
@@ -341,8 +514,15 @@ void bench_section_nn(const bench_options_t *opts) {
   if (!host_ok) bench_section_error(S, "the C loop peer of add failed: %s", bench_error());
   bench_stream_op(opts, devs, ndev, BENCH_OP_ADD, 1, add_n, 12.0, &torch[1], host_ok ? &host : NULL);
   bench_stream_op(opts, devs, ndev, BENCH_OP_SOFTMAX, sm, sm, 8.0, &torch[2], NULL);
+  for (int i = 0; i < 6; i++) bench_conv_backward(opts, devs, ndev, &shapes[i / 2], i % 2, &torch[3 + i]);
+  bench_updates(opts, devs, ndev, upd_n, &torch[9], &torch[10]);
   bench_section_note(S, "conv2d GFLOPS = 2*N*K*P*Q*C*R*S / time, each provider forced with KILN_PROVIDER-style "
                         "overrides. add GB/s counts 12 bytes per element (two reads, one write); softmax counts 8 "
                         "(one read, one write). The C loop peer is a plain loop split over all usable cores with "
-                        "pthreads.");
+                        "pthreads. conv2d_backward_input/weight: one gradient alone, GFLOPS as the forward's, "
+                        "against torch.ops.aten.convolution_backward asked for that gradient only; the target "
+                        "(native >= 1.0x torch) is on the CPU backend. sgd_update (momentum 0.9, weight decay 1e-4) "
+                        "counts 20 bytes per element, adam_update 28; each is compared with an add of the same size "
+                        "on the same device measured just before (target >= 0.8x its bytes per second), and with "
+                        "torch.optim's step on one parameter.");
 }

@@ -2,7 +2,9 @@
 """bench/torch_peer.py: PyTorch on the CPU as kiln-bench's peer; prints one JSON object per task on stdout.
 
 Tasks: matmul:N (torch.mm of N x N), add16 (eager add of 16 floats), add:N,
-softmax:R,C (along the last axis), conv2d:N,C,K,H,W,R,PAD (3x3-style, stride 1).
+softmax:R,C (along the last axis), conv2d:N,C,K,H,W,R,PAD (RxR, stride 1),
+conv2d_bwd_input:... and conv2d_bwd_weight:... (the same shapes; one gradient),
+sgd:N and adam:N (torch.optim's step on one parameter of N floats).
 Each answer: {"task", "ok", "median_s", "min_s", "max_s", "q1_s", "q3_s",
 "samples", "iters", "info"} with seconds per operation, or {"task", "ok": false,
 "error"}. Timing mirrors kiln-bench's: warm-ups, samples of at least
@@ -101,7 +103,34 @@ def make_task(torch, task):
                 for _ in range(iters):
                     torch.nn.functional.conv2d(x, wt, bias, padding=pad)
         return run
-    raise ValueError("unknown task %r (matmul:N, add16, add:N, softmax:R,C, conv2d:N,C,K,H,W,R,PAD)" % task)
+    if name in ("conv2d_bwd_input", "conv2d_bwd_weight") and len(nums) == 7:
+        # One gradient alone, as autograd asks aten for it.
+        n, c, k, h, w, r, pad = nums
+        x, wt = rand(n, c, h, w), rand(k, c, r, r) * 0.1
+        p, q = h + 2 * pad - r + 1, w + 2 * pad - r + 1
+        dy = rand(n, k, p, q)
+        mask = [name == "conv2d_bwd_input", name == "conv2d_bwd_weight", False]
+
+        def run(iters):
+            with torch.no_grad():
+                for _ in range(iters):
+                    torch.ops.aten.convolution_backward(dy, x, wt, None, [1, 1], [pad, pad], [1, 1], False, [0, 0],
+                                                        1, mask)
+        return run
+    if name in ("sgd", "adam") and len(nums) == 1:
+        param = torch.nn.Parameter(rand(nums[0]))
+        param.grad = rand(nums[0]) * 1e-3
+        if name == "sgd":
+            opt = torch.optim.SGD([param], lr=1e-3, momentum=0.9, weight_decay=1e-4)
+        else:
+            opt = torch.optim.Adam([param], lr=1e-3)
+
+        def run(iters):
+            for _ in range(iters):
+                opt.step()
+        return run
+    raise ValueError("unknown task %r (matmul:N, add16, add:N, softmax:R,C, conv2d:N,C,K,H,W,R,PAD, "
+                     "conv2d_bwd_input:N,C,K,H,W,R,PAD, conv2d_bwd_weight:..., sgd:N, adam:N)" % task)
 
 
 def main():
@@ -116,7 +145,8 @@ def main():
     except Exception as exc:  # torch missing or broken: every row says so
         for task in args.tasks:
             print(json.dumps({"task": task, "ok": False,
-                              "error": "PyTorch unavailable in %s: %s" % (sys.executable, exc)}))
+                              "error": "PyTorch unavailable in %s: %s (on Debian: apt install python3-torch, "
+                                       "or run scripts/bench.sh, which installs it)" % (sys.executable, exc)}))
         return 0
     # Every usable core, as kiln and OpenBLAS use.
     threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -1,4 +1,4 @@
-/* examples/gpu_chapter.c: kiln-demo, the "GPUs" textbook chapter (devices, copies, a layer, exercise 3) written in C against kiln. */
+/* examples/gpu_chapter.c: kiln-demo, the "GPUs" section of Dive into Deep Learning (devices, copies, a layer, exercise 3) written in C against kiln. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
@@ -25,6 +25,47 @@
   } while (0)
 
 static void demo_heading(const char *title) { printf("\n## %s\n\n", title); }
+
+static void demo_usage(FILE *out) {
+  fputs("usage: kiln-demo [--help]\n"
+        "\n"
+        "The \"GPUs\" section of Dive into Deep Learning (d2l.ai, chapter \"Builders' Guide\"),\n"
+        "written in C against kiln: listing devices, try_gpu(), tensors on a device, copies\n"
+        "between devices, a dense layer on the GPU, and exercise 3 (1000 small matmuls,\n"
+        "logging a norm at every step or keeping the log on the device).\n"
+        "\n"
+        "It runs on the default device. The environment chooses it: KILN_DEVICE=opencl:0\n"
+        "kiln-demo, KILN_CPU_DEVICES=2 kiln-demo (a second device to copy to), KILN_POLICY\n"
+        "and KILN_PROVIDER (which library runs the matmul); see docs/environment.md.\n",
+        out);
+}
+
+/* The first operation on an OpenCL device compiles kiln's kernels (seconds
+ * on PoCL), which kiln only logs. The demo listens at info level for the
+ * line that starts a build, says once per device why it waits, and passes
+ * every other line on at the level the user asked for (KILN_LOG). */
+static kiln_log_level_t demo_user_level = KILN_LOG_OFF;
+static char demo_announced[16][160];
+static size_t demo_announced_count;
+
+static void demo_log(kiln_log_level_t level, const char *message, void *user) {
+  static const char *const names[] = {"off", "error", "warn", "info", "debug"};
+  const char *mark = strstr(message, ": building OpenCL kernels: ");
+  if (mark && (size_t)(mark - message) < sizeof demo_announced[0]) {
+    int len = (int)(mark - message);
+    bool seen = false;
+    for (size_t i = 0; i < demo_announced_count && !seen; i++)
+      seen = (int)strlen(demo_announced[i]) == len && !strncmp(demo_announced[i], message, (size_t)len);
+    if (!seen) {
+      if (demo_announced_count < sizeof demo_announced / sizeof demo_announced[0])
+        snprintf(demo_announced[demo_announced_count++], sizeof demo_announced[0], "%.*s", len, message);
+      fflush(stdout);
+      fprintf(stderr, "kiln-demo: building OpenCL kernels for %.*s (first run; cached afterwards)\n", len, message);
+    }
+  }
+  if (level <= demo_user_level && (int)level >= 0 && (int)level <= 4)
+    fprintf(stderr, "kiln: %s: %s\n", names[level], message);
+}
 
 static double demo_now(void) {
   struct timespec ts;
@@ -76,6 +117,19 @@ static size_t demo_list_devices(void) {
   return gpus;
 }
 
+/* How many devices the backends found that KILN_DEVICE hides. */
+static size_t demo_hidden_devices(void) {
+  size_t backends = 0, found = 0, visible = 0;
+  DEMO_TRY(kiln_backend_count(&backends));
+  for (size_t i = 0; i < backends; i++) {
+    kiln_backend_info_t b;
+    DEMO_TRY(kiln_backend_info(i, &b));
+    found += b.device_count;
+  }
+  DEMO_TRY(kiln_device_count(&visible));
+  return found > visible ? found - visible : 0;
+}
+
 /* Y's device: the second GPU where there is one, else the first visible
  * device that is not X's (a second CPU device with KILN_CPU_DEVICES=2), else
  * X's own device. */
@@ -99,9 +153,14 @@ static void demo_dense_layer(kiln_device_t *device, kiln_tensor_t *batch) {
   DEMO_TRY(kiln_tensor_normal(device, 2, w_shape, 42, 0.0f, 0.5f, &weight));
   DEMO_TRY(kiln_tensor_full(device, KILN_F32, 1, b_shape, 1.0, &bias));
   DEMO_TRY(kiln_tensor_matmul(batch, weight, false, false, &product));
+  /* The provider of the calling thread's last operation: read it before the
+   * add and the relu replace it. */
+  char provider[64];
+  snprintf(provider, sizeof provider, "%s", kiln_last_provider());
   DEMO_TRY(kiln_tensor_add(product, bias, &pre));
   DEMO_TRY(kiln_tensor_relu(pre, &out));
-  printf("matmul ran with provider '%s'\n", kiln_last_provider());
+  printf("matmul ran with provider '%s' (policy %s; KILN_POLICY and KILN_PROVIDER choose)\n", provider,
+         kiln_policy_name(kiln_policy()));
   demo_print("X @ W + b", pre);
   demo_print("net(X) = relu(X @ W + b)", out);
   printf("net[0].weight lives on %s; net(X) on %s\n", kiln_device_name(kiln_tensor_device(weight)),
@@ -177,6 +236,8 @@ static void demo_exercise3(kiln_device_t *device) {
   printf("device: %s\n", kiln_device_name(device));
   printf("norms: first %.4f, last %.4f; largest difference between (a) and (b): %g\n", host_log[0],
          host_log[DEMO_STEPS - 1], max_diff);
+  printf("(step i multiplies A by B * (1 + i/1000), so that no two products are alike: the norm grows with\n"
+         " the scale, to about twice the first by the last step)\n");
   printf("(a) read each norm to the host : %8.2f ms  (%.1f us per step)\n", time_a * 1e3,
          time_a * 1e6 / DEMO_STEPS);
   printf("(b) log on the device, one read: %8.2f ms  (%.1f us per step)\n", time_b * 1e3,
@@ -187,13 +248,25 @@ static void demo_exercise3(kiln_device_t *device) {
   kiln_tensor_release(a);
 }
 
-int main(void) {
-  printf("# GPUs: the chapter in C with kiln %s\n", kiln_version());
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      demo_usage(stdout);
+      return 0;
+    }
+    fprintf(stderr, "kiln-demo: unknown argument '%s'\n\n", argv[i]);
+    demo_usage(stderr);
+    return 2;
+  }
+  printf("# The \"GPUs\" section of Dive into Deep Learning (d2l.ai), in C with kiln %s\n", kiln_version());
   kiln_status_t status = kiln_ensure_initialized();
   if (status != KILN_OK) {
     fprintf(stderr, "kiln-demo: kiln failed to start (%s): %s\n", kiln_status_name(status), kiln_last_error());
     return 2;
   }
+  demo_user_level = kiln_log_level();
+  if (demo_user_level < KILN_LOG_INFO) kiln_log_set_level(KILN_LOG_INFO);
+  kiln_log_set_callback(demo_log, NULL);
 
   demo_heading("Computing devices");
   size_t gpus = demo_list_devices();
@@ -221,7 +294,15 @@ int main(void) {
   kiln_device_t *second = demo_second_device(gpus, first);
   printf("\nY = uniform random (2, 3) on the second device, %s\n", kiln_device_name(second));
   if (second == first) {
-    printf("(only one device is visible; run with KILN_CPU_DEVICES=2 to see two)\n");
+    size_t hidden = demo_hidden_devices();
+    const char *selector = getenv("KILN_DEVICE");
+    if (hidden && selector && selector[0])
+      printf("(only one device is visible: KILN_DEVICE='%s' hides %zu other%s; widen it to see two)\n", selector,
+             hidden, hidden == 1 ? "" : "s");
+    else if (hidden)
+      printf("(only one device is visible: the device selection hides %zu other%s)\n", hidden, hidden == 1 ? "" : "s");
+    else
+      printf("(only one device is visible; run with KILN_CPU_DEVICES=2 to see two)\n");
   }
   DEMO_TRY(kiln_tensor_uniform(second, 2, shape, 2024, 0.0f, 1.0f, &y));
   demo_print("Y", y);

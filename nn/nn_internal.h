@@ -2,6 +2,7 @@
 #ifndef KILN_NN_INTERNAL_H
 #define KILN_NN_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,5 +34,123 @@ static inline uint64_t kiln_nn__splitmix64(uint64_t *state) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
+
+
+/* ---- param.c: parameters and the provider counts ----------------------------------- */
+
+struct kiln_nn_param_t {
+  char *name;
+  kiln_tensor_t *value;  /* f32, contiguous, the same tensor for the parameter's life */
+  kiln_tensor_t *grad;   /* NULL: zero */
+  bool grad_exclusive;   /* grad is referenced by nothing else: it may be accumulated into in place */
+};
+
+/* Count the kiln operation the calling thread just enqueued under `op`, a
+ * static string (pointer identity is the key), with kiln_last_provider(). */
+void kiln_nn__note(const char *op);
+
+/* Add a gradient contribution to param->grad, taking the caller's reference
+ * to g. `exclusive`: nothing else references g's memory, so it may be adopted
+ * and later accumulated into. The first contribution is adopted; a later one
+ * is added in place with kiln_tensor_accumulate when param->grad is exclusive
+ * and contiguous, else out of place (kiln_tensor_add). */
+kiln_status_t kiln_nn__param_add_grad(kiln_nn_param_t *param, kiln_tensor_t *g, bool exclusive);
+
+/* Replace the parameter's name (copied). KILN_OUT_OF_MEMORY. */
+kiln_status_t kiln_nn__param_rename(kiln_nn_param_t *param, const char *name);
+
+/* ---- tape.c / tape_backward.c: the record --------------------------------------------- */
+
+typedef enum kiln_nn__tape_op_t {
+  KILN_NN__T_UNARY,
+  KILN_NN__T_BINARY,
+  KILN_NN__T_BINARY_SCALAR,
+  KILN_NN__T_MATMUL,
+  KILN_NN__T_LINEAR,
+  KILN_NN__T_SUM,
+  KILN_NN__T_MEAN,
+  KILN_NN__T_SOFTMAX,
+  KILN_NN__T_CROSS_ENTROPY,
+  KILN_NN__T_CONV2D,
+  KILN_NN__T_MAX_POOL2D,
+  KILN_NN__T_RESHAPE,
+} kiln_nn__tape_op_t;
+
+/* Where an input of a recorded op came from. */
+typedef enum kiln_nn__source_t {
+  KILN_NN__CONSTANT = 0, /* carries no gradient */
+  KILN_NN__RESULT = 1,   /* the result of record entry `index` */
+  KILN_NN__PARAM = 2,    /* watched parameter `index` of the tape */
+} kiln_nn__source_t;
+
+typedef struct kiln_nn__input_t {
+  kiln_nn__source_t source;
+  size_t index;
+  kiln_tensor_t *saved; /* retained when the backward needs the tensor itself */
+  int ndim;             /* its shape, for gradients summed or reshaped back to it */
+  int64_t shape[KILN_MAX_DIMS];
+} kiln_nn__input_t;
+
+typedef struct kiln_nn__entry_t {
+  kiln_nn__tape_op_t op;
+  int sub;              /* the unary or binary op; softmax: 1 for log_softmax */
+  bool flag_a, flag_b;  /* matmul: trans_a, trans_b; sum/mean: keepdim */
+  int axis;             /* sum/mean */
+  double scalar;        /* binary_scalar */
+  kiln_tensor_t *out;   /* retained: the result's identity, and its value where the backward needs it */
+  int n_in;
+  kiln_nn__input_t in[3];
+  union {
+    kiln_conv2d_params_t conv;
+    kiln_pool2d_params_t pool;
+  } p;
+} kiln_nn__entry_t;
+
+/* A gradient during the backward pass: NULL with `one` set is the implicit 1
+ * the pass starts from. */
+typedef struct kiln_nn__grad_t {
+  kiln_tensor_t *t;
+  bool one;
+  bool exclusive;
+} kiln_nn__grad_t;
+
+struct kiln_nn_tape_t {
+  kiln_nn__entry_t *entries;
+  size_t count, capacity;
+  kiln_nn_param_t **params; /* watched in this recording */
+  size_t param_count, param_capacity;
+  kiln_nn__grad_t *grads;   /* backward scratch, one per entry */
+  size_t grad_capacity;
+};
+
+/* Release what entry e holds and zero it. */
+void kiln_nn__entry_release(kiln_nn__entry_t *e);
+
+/* The name of a tape op for messages ("linear", "conv2d" ...). */
+const char *kiln_nn__tape_op_name(const kiln_nn__entry_t *e);
+
+
+/* ---- layers.c, model.c ------------------------------------------------------------ */
+
+typedef enum kiln_nn__layer_kind_t {
+  KILN_NN__LINEAR,
+  KILN_NN__CONV2D,
+  KILN_NN__MAX_POOL2D,
+  KILN_NN__RELU,
+  KILN_NN__FLATTEN,
+} kiln_nn__layer_kind_t;
+
+struct kiln_nn_layer_t {
+  kiln_nn__layer_kind_t kind;
+  char text[192];               /* kiln_nn_layer_describe (room for every size at its widest) */
+  kiln_nn_param_t *params[2];   /* weight, bias */
+  size_t param_count;
+  int64_t fan_in;               /* inputs per output: the initialisation's bound */
+  kiln_conv2d_params_t conv;
+  kiln_pool2d_params_t pool;
+};
+
+/* Draw the layer's weight and bias again (kiln_nn_param_init_uniform). */
+kiln_status_t kiln_nn__layer_reset(kiln_nn_layer_t *layer, uint64_t seed_weight, uint64_t seed_bias);
 
 #endif /* KILN_NN_INTERNAL_H */

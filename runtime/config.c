@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "runtime/internal.h"
 
@@ -225,11 +227,22 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
   status = parse_backends(source, value ? value : kiln_backend_default_order, &c);
   if (status != KILN_OK) goto fail;
 
-  /* KILN_DEVICE: validated now, matched against devices by the registry. */
+  /* KILN_DEVICE: validated now, matched against devices by the registry. A
+   * term may name the backends kiln would load by default and those of
+   * KILN_BACKEND; any other name is a typo that would select nothing. */
   value = setting_of(api->device, "kiln_config_t.device", "KILN_DEVICE", &source);
   if (value) {
+    char known[KILN_MAX_BACKENDS * 33 + 64];
+    snprintf(known, sizeof known, "%s", kiln_backend_default_order);
+    for (size_t i = 0; i < c.backend_count; i++) {
+      char padded[40], haystack[sizeof known + 2];
+      snprintf(padded, sizeof padded, ",%s,", c.backends[i]);
+      snprintf(haystack, sizeof haystack, ",%s,", known);
+      size_t used = strlen(known);
+      if (!strstr(haystack, padded)) snprintf(known + used, sizeof known - used, ",%s", c.backends[i]);
+    }
     kiln__selector_t selector;
-    status = kiln__selector_parse(value, &selector);
+    status = kiln__selector_parse_known(value, known, &selector);
     if (status != KILN_OK) {
       kiln__wrap_error(status, "%s=\"%s\" is not a device selector", source, value);
       goto fail;
@@ -323,8 +336,9 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
   if (value) {
     static const char *const levels[] = {"off", "error", "warn", "info", "debug"};
     int found = -1;
+    /* KILN_LOG=DEBUG means what it says: levels are taken in any case. */
     for (int i = 0; i < 5; i++)
-      if (!strcmp(levels[i], value)) found = i;
+      if (!strcasecmp(levels[i], value)) found = i;
     if (found < 0) {
       status = kiln__set_error(KILN_INVALID_ARGUMENT,
                                "%s=\"%s\" is not a log level; use one of: off, error, warn, info, debug",
@@ -341,6 +355,85 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
 fail:
   kiln__config_free(&c);
   return status;
+}
+
+/* ---- unknown KILN_* variables ------------------------------------------------------ */
+
+/* Every KILN_* variable that kiln's library, plugins and programs read, for
+ * users to set (and the names a misspelling is matched against). A new one is
+ * added here, or a user who sets it is warned that kiln ignores it:
+ * `tests/test_scripts.sh variables` (run by test.sh) finds every
+ * getenv("KILN_...") in the tree and fails on one missing here. */
+static const char *const known_variables[] = {
+    "KILN_BACKEND", "KILN_DEVICE", "KILN_POLICY", "KILN_PROVIDER", "KILN_CACHE_DIR", "KILN_CPU_DEVICES",
+    "KILN_BACKEND_PATH", "KILN_LOG", "KILN_OPENCL_BUILD_OPTIONS", "KILN_CUDA_TF32", "KILN_CUDA_VENDOR_LIBS",
+    "KILN_DATA_DIR", "KILN_BENCH_PYTHON", "KILN_BENCH_SCRIPTS", "KILN_BENCH_TRAIN_EPOCHS",
+};
+/* What kiln's own tests, benchmark and scripts pass to themselves: never
+ * reported. Whole families, so that a new test variable needs no entry. */
+static const char *const internal_prefixes[] = {
+    "KILN_TEST_", "KILN_FAKE_", "KILN_GRAD_", "KILN_CONFORMANCE_", "KILN_NN_TEST_", "KILN_BENCH_CORETYPE_",
+};
+static const char *const internal_variables[] = {"KILN_WERROR", "KILN_ROOT"};
+
+/* Levenshtein distance, for "did you mean"; names are short. */
+static size_t edit_distance(const char *a, size_t la, const char *b) {
+  size_t lb = strlen(b);
+  size_t row[64];
+  if (la >= 63 || lb >= 63) return SIZE_MAX;
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t best = diagonal + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diagonal = up;
+    }
+  }
+  return row[lb];
+}
+
+void kiln__config_warn_unknown(void) {
+  if (!kiln__log_enabled(KILN_LOG_WARN)) return;
+  for (char **entry = environ; entry && *entry; entry++) {
+    const char *text = *entry;
+    if (strncmp(text, "KILN_", 5)) continue;
+    const char *eq = strchr(text, '=');
+    size_t len = eq ? (size_t)(eq - text) : strlen(text);
+    bool known = false;
+    for (size_t i = 0; i < sizeof known_variables / sizeof known_variables[0] && !known; i++)
+      known = strlen(known_variables[i]) == len && !strncmp(known_variables[i], text, len);
+    for (size_t i = 0; i < sizeof internal_variables / sizeof internal_variables[0] && !known; i++)
+      known = strlen(internal_variables[i]) == len && !strncmp(internal_variables[i], text, len);
+    for (size_t i = 0; i < sizeof internal_prefixes / sizeof internal_prefixes[0] && !known; i++) {
+      size_t n = strlen(internal_prefixes[i]);
+      known = n < len && !strncmp(internal_prefixes[i], text, n);
+    }
+    if (known) continue;
+    const char *closest = NULL;
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < sizeof known_variables / sizeof known_variables[0]; i++) {
+      size_t d = edit_distance(text, len, known_variables[i]);
+      if (d < best) {
+        best = d;
+        closest = known_variables[i];
+      }
+    }
+    /* Beyond a slip or two of the part after KILN_, the closest name is a
+     * guess, not a fix. */
+    if (closest && best <= 1 + (len - 5) / 4) {
+      kiln__log(KILN_LOG_WARN, "%.*s is set, but kiln reads no variable of that name; did you mean %s? "
+                "(docs/environment.md lists them)", (int)len, text, closest);
+    } else {
+      kiln__log(KILN_LOG_WARN, "%.*s is set, but kiln reads no variable of that name; it reads KILN_BACKEND, "
+                "KILN_DEVICE, KILN_POLICY, KILN_PROVIDER, KILN_CACHE_DIR, KILN_CPU_DEVICES, KILN_BACKEND_PATH, "
+                "KILN_LOG and a few more (docs/environment.md lists them)", (int)len, text);
+    }
+  }
 }
 
 void kiln__config_free(kiln__config_t *config) {

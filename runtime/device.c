@@ -162,8 +162,9 @@ kiln_status_t kiln_device_find(const char *selector, kiln_device_t **out_device)
   if (!selector || !out_device)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_device_find: selector (%p) or out_device (%p) is NULL",
                            (const void *)selector, (void *)out_device);
-  /* A bare word is shorthand: a type ("gpu") for every backend, else a
-   * backend ("cpu", "opencl") with any device. */
+  /* A bare word is shorthand: a type ("gpu", "accelerator") for every
+   * backend, else a backend ("cpu", "opencl") with any device, the same
+   * readings KILN_DEVICE's hints give ('*:gpu', 'opencl:*'). */
   char text[96];
   if (!strchr(selector, ':') && !strchr(selector, ';') && selector[0] && selector[0] != '!' &&
       strlen(selector) < 40) {
@@ -194,6 +195,22 @@ kiln_status_t kiln_device_find(const char *selector, kiln_device_t **out_device)
   }
   char list[1024];
   visible_list(list, sizeof list);
+  const char *backend = parsed.terms[0].backend;
+  bool known = !strcmp(backend, "*");
+  for (size_t i = 0; i < kiln__rt.backend_count && !known; i++) known = !strcmp(kiln__rt.backends[i].name, backend);
+  if (!known) {
+    char names[512];
+    size_t used = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < kiln__rt.backend_count && used < sizeof names; i++) {
+      int n = snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", kiln__rt.backends[i].name);
+      if (n < 0) break;
+      used += (size_t)n;
+    }
+    return kiln__set_error(KILN_NOT_FOUND,
+                           "kiln_device_find(\"%s\"): kiln has no backend '%s' (its backends: %s); visible devices: "
+                           "%s", selector, backend, names, list);
+  }
   return kiln__set_error(KILN_NOT_FOUND, "kiln_device_find(\"%s\"): no visible device matches; visible: %s", selector,
                          list);
 }

@@ -141,7 +141,10 @@ static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_t
   if (status != KILN_OK) return status;
   int ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
   int64_t shape[KILN_MAX_DIMS];
-  for (int i = 0; i < ndim; i++) {
+  /* NumPy's rule: shapes align at their last dimension and are compared
+   * from there, so the mismatch named is the last one, in each operand's own
+   * numbering. */
+  for (int i = ndim - 1; i >= 0; i--) {
     int ia = i - (ndim - a->ndim), ib = i - (ndim - b->ndim);
     int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
     if (sa != sb && sa != 1 && sb != 1) {
@@ -149,9 +152,9 @@ static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_t
       kiln__shape_text(a->ndim, a->shape, ta, sizeof ta);
       kiln__shape_text(b->ndim, b->shape, tb, sizeof tb);
       return kiln__set_error(KILN_SHAPE_MISMATCH,
-                             "%s: shapes %s and %s do not broadcast (dimension %d: %lld vs %lld); sizes must match "
-                             "or be 1",
-                             call, ta, tb, i, (long long)sa, (long long)sb);
+                             "%s: shapes %s and %s do not broadcast: aligned at their last dimension, a's dimension "
+                             "%d (size %lld) meets b's dimension %d (size %lld); sizes must match or be 1",
+                             call, ta, tb, ia, (long long)sa, ib, (long long)sb);
     }
     shape[i] = sa == 1 ? sb : sa;
   }

@@ -536,6 +536,35 @@ static void backend_load(kiln__runtime_t *rt, kiln__backend_t *b) {
   kiln_clear_error();
 }
 
+/* KILN_DEVICE kept none of the devices found: an error, since a program would
+ * otherwise start with nothing to run on. The message lists what there is. */
+static kiln_status_t no_visible_device(const kiln__runtime_t *rt) {
+  const char *env = getenv("KILN_DEVICE");
+  const char *source = env && !strcmp(env, rt->config.device_selector) ? "KILN_DEVICE" : "kiln_config_t.device";
+  char found[1024];
+  size_t used = 0;
+  found[0] = '\0';
+  for (size_t i = 0; i < rt->backend_count && used < sizeof found; i++) {
+    const kiln__backend_t *b = &rt->backends[i];
+    size_t n = b->info.device_count;
+    int w;
+    if (!b->loaded)
+      w = snprintf(found + used, sizeof found - used, "%s%s unavailable", used ? "; " : "", b->name);
+    else if (n == 1)
+      w = snprintf(found + used, sizeof found - used, "%s%s:0", used ? "; " : "", b->name);
+    else if (n > 1)
+      w = snprintf(found + used, sizeof found - used, "%s%s:0 to %s:%zu", used ? "; " : "", b->name, b->name, n - 1);
+    else
+      w = snprintf(found + used, sizeof found - used, "%s%s has no device", used ? "; " : "", b->name);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  return kiln__set_error(KILN_NOT_FOUND,
+                         "%s=\"%s\" leaves no device visible; the devices found are: %s. Choose among them (devinfo "
+                         "with %s unset prints each device's selector) or unset %s",
+                         source, rt->config.device_selector, found, source, source);
+}
+
 kiln_status_t kiln__registry_load(kiln__runtime_t *rt) {
   if (!rt) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__registry_load: rt is NULL");
   rt->host.size = sizeof rt->host;
@@ -593,6 +622,7 @@ kiln_status_t kiln__registry_load(kiln__runtime_t *rt) {
       kiln__log(KILN_LOG_INFO, "backend %s %s: %s", b->name, kiln_backend_state_name(b->info.state), b->reason);
   }
 
+  if (status == KILN_OK && filtered && rt->device_count == 0) status = no_visible_device(rt);
   if (status != KILN_OK) {
     /* Keep the message across the clean-up, which may log or reset errors. */
     char message[2048];

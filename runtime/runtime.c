@@ -34,6 +34,7 @@ static kiln_status_t start_locked(const kiln_config_t *api) {
    * level the application set itself is kept when KILN_LOG is unset, and
    * KILN_LOG=off is applied like any other level. */
   if (kiln__rt.config.log_level_set) kiln_log_set_level(kiln__rt.config.log_level);
+  kiln__config_warn_unknown();
   kiln__cache_sweep();
   atomic_store(&kiln__rt.policy, (int)kiln__rt.config.policy);
   for (int k = 0; k < KILN_OP_COUNT; k++) atomic_store(&kiln__rt.overrides[k], kiln__rt.config.overrides[k]);

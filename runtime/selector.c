@@ -51,8 +51,64 @@ static kiln_status_t parse_device(const char *term, const char *dev, size_t len,
                          dev, term);
 }
 
-/* One ';'-separated term, which may expand to several entries. */
-static kiln_status_t kiln_selector_term(const char *term, kiln__selector_t *out) {
+/* Whether `name` (len bytes) is one of the comma-separated `known` names. */
+static bool known_backend(const char *known, const char *name, size_t len) {
+  for (const char *p = known; p && *p;) {
+    const char *comma = strchr(p, ',');
+    size_t n = comma ? (size_t)(comma - p) : strlen(p);
+    if (n == len && !strncmp(p, name, len)) return true;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return false;
+}
+
+/* "cuda, opencl, cpu" from "cuda,opencl,cpu", for messages. */
+static void known_list(const char *known, char *out, size_t size) {
+  size_t used = 0;
+  for (const char *p = known; p && *p && used + 3 < size; p++) {
+    out[used++] = *p;
+    if (*p == ',') out[used++] = ' ';
+  }
+  out[used] = '\0';
+}
+
+/* A term without ':'. oneAPI users write a backend alone ("opencl"); others a
+ * type ("gpu"), meant for every backend. The hint must lead somewhere: a type
+ * becomes '*:type', a backend 'backend:*', and a word that is neither is
+ * refused with the backends that exist (when the caller knows them). */
+static kiln_status_t bare_term(const char *term, const char *word, bool discard, const char *known) {
+  const char *bang = discard ? "!" : "";
+  size_t len = strlen(word);
+  bool is_type = !strcmp(word, "gpu") || !strcmp(word, "accelerator") || !strcmp(word, "cpu");
+  bool is_backend = known ? known_backend(known, word, len) : !is_type || !strcmp(word, "cpu");
+  bool digits = len > 0;
+  for (size_t i = 0; i < len; i++) digits = digits && word[i] >= '0' && word[i] <= '9';
+  if (is_type && is_backend)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "Incomplete selector '%s': try '%s%s:*' (the %s backend's devices) or '%s*:%s' (every %s "
+                           "device, through any backend)",
+                           term, bang, word, word, bang, word, word);
+  if (is_type)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "Incomplete selector '%s': try '%s*:%s'", term, bang, word);
+  if (digits)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "Incomplete selector '%s': a term is backend:devices; try '%s*:%s' (device %s of every "
+                           "backend) or a selector devinfo prints, such as 'cpu:%s'",
+                           term, bang, word, word, word);
+  if (is_backend)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "Incomplete selector '%s': try '%s%s:*'", term, bang, word);
+  char names[256];
+  known_list(known, names, sizeof names);
+  return kiln__set_error(KILN_INVALID_ARGUMENT,
+                         "'%s' is neither a backend nor a device type; a term is backend:devices with backend one "
+                         "of %s or '*', e.g. '*:gpu' or 'opencl:*' (devinfo prints each device's term)",
+                         word, names);
+}
+
+/* One ';'-separated term, which may expand to several entries. `known`: the
+ * backend names a term may use, comma-separated, or NULL for any name. */
+static kiln_status_t kiln_selector_term(const char *term, const char *known, kiln__selector_t *out) {
   if (!term[0])
     return kiln__set_error(KILN_INVALID_ARGUMENT, "empty term (two ';' in a row, or one at an end); %s",
                            KILN_SELECTOR_GRAMMAR);
@@ -64,9 +120,7 @@ static kiln_status_t kiln_selector_term(const char *term, kiln__selector_t *out)
   }
   const char *colon = strchr(p, ':');
   if (!colon) {
-    /* The mistake oneAPI users make most: a backend alone. */
-    if (p[0])
-      return kiln__set_error(KILN_INVALID_ARGUMENT, "Incomplete selector '%s': try '%s:*'", term, term);
+    if (p[0]) return bare_term(term, p, discard, known);
     return kiln__set_error(KILN_INVALID_ARGUMENT, "'%s' names no backend; %s", term, KILN_SELECTOR_GRAMMAR);
   }
   if (strchr(colon + 1, ':'))
@@ -90,6 +144,13 @@ static kiln_status_t kiln_selector_term(const char *term, kiln__selector_t *out)
                              "'%.*s' in '%s' is not a backend name; use '*' or a name such as cpu, opencl, "
                              "cuda",
                              (int)backend_len, p, term);
+    if (known && !known_backend(known, p, backend_len)) {
+      char names[256];
+      known_list(known, names, sizeof names);
+      return kiln__set_error(KILN_INVALID_ARGUMENT,
+                             "unknown backend '%.*s' in '%s'; the backends are %s (or '*' for any of them)",
+                             (int)backend_len, p, term, names);
+    }
     memcpy(base.backend, p, backend_len);
     base.backend[backend_len] = '\0';
   }
@@ -113,6 +174,10 @@ static kiln_status_t kiln_selector_term(const char *term, kiln__selector_t *out)
 }
 
 kiln_status_t kiln__selector_parse(const char *text, kiln__selector_t *out) {
+  return kiln__selector_parse_known(text, NULL, out);
+}
+
+kiln_status_t kiln__selector_parse_known(const char *text, const char *known, kiln__selector_t *out) {
   if (!text || !out)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__selector_parse: text (%p) or out (%p) is NULL",
                            (const void *)text, (void *)out);
@@ -126,7 +191,7 @@ kiln_status_t kiln__selector_parse(const char *text, kiln__selector_t *out) {
   for (;;) {
     char *semi = strchr(cursor, ';');
     if (semi) *semi = '\0';
-    status = kiln_selector_term(cursor, &result);
+    status = kiln_selector_term(cursor, known, &result);
     if (status != KILN_OK || !semi) break;
     cursor = semi + 1;
   }

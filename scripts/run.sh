@@ -9,16 +9,16 @@ werror="$(kiln_werror_option)"
 kiln_configure build ${werror:+"$werror"}
 kiln_build build
 
-# The demo compiles kernels; keep them out of the user's cache.
-cache_dir="$(mktemp -d "${TMPDIR:-/tmp}/kiln-run-XXXXXX")"
-trap 'rm -rf "$cache_dir"' EXIT
-export KILN_CACHE_DIR="$cache_dir"
+# The demo compiles kernels, and PoCL compiles its own as soon as it starts:
+# both caches go to a temporary folder, never into the user's ~/.cache.
+kiln_private_caches
 
 kiln_section "devinfo"
 build/tools/devinfo
 
-kiln_section "kiln-demo (the GPU chapter) on the default device"
+kiln_section "kiln-demo (the \"GPUs\" section of Dive into Deep Learning) on the default device"
 build/examples/kiln-demo
 
 kiln_section "Done"
-echo "Next: ./scripts/test.sh runs every test; build/tools/devinfo -v shows every property."
+echo "Next: ./scripts/test.sh runs every test; build/tools/devinfo -v shows every property;"
+echo "./scripts/bench.sh runs the full benchmark (and installs PyTorch and matplotlib for it)."

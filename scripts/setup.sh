@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/setup.sh: shared by run.sh and test.sh: install the missing Debian packages, configure and build kiln.
+# scripts/setup.sh: shared by run.sh, test.sh and bench.sh: install the missing Debian packages, configure and build kiln, keep caches private.
 # Sourced, not run: it defines functions and KILN_ROOT, and changes nothing by itself.
 
 KILN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,23 +23,31 @@ kiln_die() {
   exit 1
 }
 
-# Install whatever of KILN_PACKAGES is missing, as root or through sudo.
+# What the benchmark's report needs beyond the build: matplotlib draws its
+# plots (test.sh proves they are drawn); PyTorch is a peer in its tables
+# (bench.sh installs it; without it those rows say torch is missing).
+KILN_PLOT_PACKAGES=(python3-matplotlib)
+KILN_BENCH_PACKAGES=(python3-matplotlib python3-torch)
+
+# kiln_install_deps [PACKAGE...]: install whatever of KILN_PACKAGES and the
+# packages named is missing, as root or through sudo.
 kiln_install_deps() {
   kiln_section "Dependencies"
+  local wanted=("${KILN_PACKAGES[@]}" "$@")
   if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
     echo "not a Debian-like system (no dpkg-query/apt-get): install the equivalents of"
-    echo "  ${KILN_PACKAGES[*]}"
+    echo "  ${wanted[*]}"
     echo "yourself; continuing with what is there."
     return 0
   fi
   local missing=() pkg
-  for pkg in "${KILN_PACKAGES[@]}"; do
+  for pkg in "${wanted[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
       missing+=("$pkg")
     fi
   done
   if [ "${#missing[@]}" -eq 0 ]; then
-    echo "all ${#KILN_PACKAGES[@]} packages present"
+    echo "all ${#wanted[@]} packages present"
     return 0
   fi
   echo "missing: ${missing[*]}"
@@ -96,4 +104,19 @@ kiln_werror_option() {
   if [ "${CI:-}" = "true" ] || [ "${KILN_WERROR:-}" = "1" ]; then
     echo "-Dwerror=true"
   fi
+}
+
+# kiln_private_caches: point kiln's kernel cache, PoCL's own (which PoCL
+# otherwise keeps in ~/.cache/pocl) and matplotlib's (the benchmark's plots;
+# ~/.cache/matplotlib) at one temporary folder, removed when the script exits,
+# so that a script leaves nothing in the user's cache. Sets KILN_SCRIPT_CACHE
+# to the folder.
+kiln_private_caches() {
+  KILN_SCRIPT_CACHE="$(mktemp -d "${TMPDIR:-/tmp}/kiln-script-cache-XXXXXX")"
+  # shellcheck disable=SC2064 # the folder is fixed now, on purpose
+  trap "rm -rf '$KILN_SCRIPT_CACHE'" EXIT
+  export KILN_CACHE_DIR="$KILN_SCRIPT_CACHE/kiln"
+  export POCL_CACHE_DIR="$KILN_SCRIPT_CACHE/pocl"
+  export MPLCONFIGDIR="$KILN_SCRIPT_CACHE/matplotlib"
+  mkdir -p "$KILN_CACHE_DIR" "$POCL_CACHE_DIR" "$MPLCONFIGDIR"
 }

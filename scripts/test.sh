@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# scripts/test.sh: install what is missing, build, run every test, then again under AddressSanitizer and UBSan, then kiln-bench --quick.
+# scripts/test.sh: install what is missing, build, run every test, the README's recipes, then again under AddressSanitizer and UBSan, then kiln-bench --quick.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 cd "$KILN_ROOT"
 
 start=$SECONDS
-kiln_install_deps
+# matplotlib too: the benchmark's plots are part of what is tested below.
+kiln_install_deps "${KILN_PLOT_PACKAGES[@]}"
+# The Python package (python/): its suite runs in `meson test` when Debian's
+# python3 has its headers, pytest and NumPy. PyTorch is the reference of the
+# training tests (tests/nn/check_train_torch.py: the same first losses from
+# the same parameters) and of the DLPack exchange; without it those checks
+# would be skipped, so it is installed here too.
+kiln_install_deps python3-dev python3-pytest python3-numpy python3-torch
 
 # Warnings are errors here, in CI or not.
 export KILN_WERROR=1
+# Whatever runs below keeps its compiled kernels (kiln's and PoCL's) out of
+# the user's ~/.cache.
+kiln_private_caches
 
 kiln_configure build -Dwerror=true
 kiln_build build
@@ -28,6 +38,11 @@ if [ -n "$(ls -A "$user_cache")" ]; then
   kiln_die "the tests wrote into KILN_CACHE_DIR ($user_cache); every test must use its own temporary folder"
 fi
 rmdir "$user_cache"
+
+# The README's install-and-link recipe as written (shared and static), the
+# quick start leaving the user's cache alone, every KILN_* variable known.
+kiln_section "The README's recipes and the scripts (tests/test_scripts.sh)"
+tests/test_scripts.sh all
 
 # ThreadSanitizer on the code that is all threads: the CPU queues (a worker
 # each, futex waits, rings) and the thread pool.
@@ -59,10 +74,19 @@ unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 
 bench="build/bench/kiln-bench"
 if [ -x "$bench" ]; then
-  kiln_section "kiln-bench --quick (proves it runs; the numbers mean nothing here)"
-  bench_dir="$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench-XXXXXX")"
-  trap 'rm -rf "$bench_dir"' EXIT
-  (cd "$bench_dir" && KILN_CACHE_DIR="$bench_dir/cache" POCL_CACHE_DIR="$bench_dir/pocl" "$KILN_ROOT/$bench" --quick)
+  # The report stays in the build tree, where kiln-bench says it wrote it;
+  # its plots must be there (matplotlib was installed above).
+  kiln_section "kiln-bench --quick (proves it runs and draws its plots; the numbers mean nothing here)"
+  bench_out="$KILN_ROOT/build/bench-quick"
+  rm -rf "$bench_out"
+  "$KILN_ROOT/$bench" --quick --out "$bench_out"
+  for file in report.md results.json; do
+    [ -s "$bench_out/$file" ] || kiln_die "kiln-bench --quick wrote no $bench_out/$file"
+  done
+  plots=("$bench_out"/*.png)
+  [ -e "${plots[0]}" ] ||
+    kiln_die "kiln-bench --quick drew no plot in $bench_out ($(grep -A1 '## Plots' "$bench_out/report.md" | tail -1))"
+  echo "the report: $bench_out/report.md (${#plots[@]} plots)"
 else
   kiln_section "kiln-bench not built; skipped"
 fi

@@ -2118,12 +2118,12 @@ static const struct {
   kiln_sgd_params_t p;
   bool with_buffer;
 } kt_sgd_cases[] = {
-    {{0.1, 0, 0, 0, false}, false},
-    {{0.1, 0, 0, 0, false}, true}, /* momentum 0: the buffer given is left alone */
-    {{0.05, 0.9, 0, 0, false}, true},
-    {{0.05, 0.9, 0, 0.01, true}, true},
-    {{0.01, 0.5, 0.25, 0.1, false}, true},
-    {{0.5, 0, 1, 0.5, false}, false},
+    {{0.1, 0, 0, 0, false, false}, false},
+    {{0.1, 0, 0, 0, false, false}, true}, /* momentum 0: the buffer given is left alone */
+    {{0.05, 0.9, 0, 0, false, false}, true},
+    {{0.05, 0.9, 0, 0.01, true, false}, true},
+    {{0.01, 0.5, 0.25, 0.1, false, false}, true},
+    {{0.5, 0, 1, 0.5, false, false}, false},
 };
 
 /* SGD: param in [-4, 4), grad in [-4, 4), the buffer in [-1, 1) (any state a

@@ -417,6 +417,25 @@ END_TEST
 static int kt_log_lines;
 static void kt_count_log(kiln_log_level_t level, const char *message, void *user) { kt_log_lines++; }
 
+/* KILN_LOG takes its levels in any case: KILN_LOG=DEBUG is debug. */
+START_TEST(test_log_level_any_case) {
+  static const struct {
+    const char *value;
+    kiln_log_level_t level;
+  } cases[] = {{"DEBUG", KILN_LOG_DEBUG}, {"Info", KILN_LOG_INFO}, {"WARN", KILN_LOG_WARN}, {"Off", KILN_LOG_OFF}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    kt_env_reset();
+    setenv("KILN_LOG", cases[i].value, 1);
+    KT_OK(kiln_ensure_initialized());
+    ck_assert_msg(kiln_log_level() == cases[i].level, "KILN_LOG=%s gives level %d", cases[i].value,
+                  (int)kiln_log_level());
+    kiln_log_set_level(KILN_LOG_OFF);
+    kiln_deinitialize();
+  }
+  unsetenv("KILN_LOG");
+}
+END_TEST
+
 START_TEST(test_log_off_applies) {
   kt_env_reset();
   kiln_log_set_callback(kt_count_log, NULL);
@@ -449,6 +468,20 @@ START_TEST(test_shape_mismatch) {
   kiln_tensor_t *out = NULL;
 
   KT_FAILS3(kiln_tensor_add(a, b, &out), KILN_SHAPE_MISMATCH, "[3, 4]", "[5, 4]", "do not broadcast");
+  /* NumPy compares from the last dimension: [2, 3] and [3, 2] first differ
+   * there, and each operand's dimension is named in its own numbering. */
+  {
+    kiln_tensor_t *p = kt_tensor(KILN_F32, 2, (const int64_t[]){2, 3});
+    kiln_tensor_t *q = kt_tensor(KILN_F32, 2, (const int64_t[]){3, 2});
+    kiln_tensor_t *r = kt_tensor(KILN_F32, 3, (const int64_t[]){4, 1, 5});
+    KT_FAILS3(kiln_tensor_add(p, q, &out), KILN_SHAPE_MISMATCH, "[2, 3] and [3, 2]",
+              "a's dimension 1 (size 3) meets b's dimension 1 (size 2)", "aligned at their last dimension");
+    KT_FAILS(kiln_tensor_mul(r, p, &out), KILN_SHAPE_MISMATCH, "a's dimension 2 (size 5) meets b's dimension 1 (size 3)");
+    KT_FAILS(kiln_tensor_sub(p, r, &out), KILN_SHAPE_MISMATCH, "a's dimension 1 (size 3) meets b's dimension 2 (size 5)");
+    kiln_tensor_release(p);
+    kiln_tensor_release(q);
+    kiln_tensor_release(r);
+  }
   KT_FAILS3(kiln_tensor_maximum(b, a, &out), KILN_SHAPE_MISMATCH, "[5, 4]", "[3, 4]", "must match or be 1");
   KT_FAILS3(kiln_tensor_matmul(a, b, false, false, &out), KILN_SHAPE_MISMATCH, "inner dimensions differ", "3 x 4",
             "5 x 4");
@@ -534,6 +567,541 @@ START_TEST(test_dtype_mismatch) {
   kiln_tensor_release(fm);
   kiln_tensor_release(im);
   kiln_tensor_release(fl);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* ---- training: gradients and updates --------------------------------------------------------
+ * Each new function: NULLs, dtypes, shapes, devices, and for the updates
+ * strided views, operands sharing memory and hyperparameters out of range,
+ * with the words runtime/ops_train.c uses. A refused call writes nothing to
+ * *out and leaves the tensors it would have updated as they were. */
+
+static const kiln_sgd_params_t kt_sgd_ok = {0.1, 0.9, 0, 0, false, false};
+static const kiln_adam_params_t kt_adam_ok = {1e-3, 0.9, 0.999, 1e-8, 0};
+
+START_TEST(test_training_nulls) {
+  kt_env_reset();
+  kiln_device_t *dev = kt_cpu();
+  const int64_t s2[2] = {2, 3}, x4[4] = {1, 1, 3, 3}, w4[4] = {1, 1, 2, 2}, y4[4] = {1, 1, 2, 2};
+  kiln_tensor_t *t = kt_tensor(KILN_F32, 2, s2), *u = kt_tensor(KILN_F32, 2, s2), *m = kt_tensor(KILN_F32, 2, s2);
+  kiln_tensor_t *v = kt_tensor(KILN_F32, 2, s2);
+  kiln_tensor_t *logits = kt_tensor(KILN_F32, 2, s2), *labels = NULL;
+  KT_OK(kiln_tensor_zeros(dev, KILN_I32, 1, (const int64_t[]){2}, &labels));
+  kiln_tensor_t *x = kt_tensor(KILN_F32, 4, x4), *w = kt_tensor(KILN_F32, 4, w4), *dy = kt_tensor(KILN_F32, 4, y4);
+  const kiln_pool2d_params_t pool = {{2, 2}, {1, 1}, {0, 0}};
+  kiln_tensor_t *out = NULL;
+  kiln_memory_stats_t stats;
+
+  KT_NULL_ARG(kiln_tensor_unary_backward(KILN_UNARY_TANH, NULL, t, &out), "x");
+  KT_NULL_ARG(kiln_tensor_unary_backward(KILN_UNARY_TANH, t, NULL, &out), "dy");
+  KT_NULL_ARG(kiln_tensor_unary_backward(KILN_UNARY_TANH, t, t, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_sum_to(NULL, 1, &s2[1], &out), "a");
+  KT_NULL_ARG(kiln_tensor_sum_to(t, 1, &s2[1], NULL), "out");
+  KT_FAILS(kiln_tensor_sum_to(t, 1, NULL, &out), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_sum_to: ndim 1 with shape (nil); pass 0..8 sizes");
+  KT_NULL_ARG(kiln_tensor_broadcast_to(NULL, 2, s2, &out), "a");
+  KT_NULL_ARG(kiln_tensor_broadcast_to(t, 2, s2, NULL), "out");
+  KT_FAILS(kiln_tensor_broadcast_to(t, 2, NULL, &out), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_broadcast_to: ndim 2 with shape (nil); pass 0..8 sizes");
+  KT_NULL_ARG(kiln_tensor_softmax_backward(NULL, t, false, &out), "y");
+  KT_NULL_ARG(kiln_tensor_softmax_backward(t, NULL, true, &out), "dy");
+  KT_NULL_ARG(kiln_tensor_softmax_backward(t, t, false, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_cross_entropy_backward(NULL, labels, NULL, &out), "logits");
+  KT_NULL_ARG(kiln_tensor_cross_entropy_backward(logits, NULL, NULL, &out), "labels");
+  KT_NULL_ARG(kiln_tensor_cross_entropy_backward(logits, labels, NULL, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_conv2d_backward_input(NULL, w, x4, NULL, &out), "dy");
+  KT_NULL_ARG(kiln_tensor_conv2d_backward_input(dy, NULL, x4, NULL, &out), "weight");
+  KT_NULL_ARG(kiln_tensor_conv2d_backward_input(dy, w, NULL, NULL, &out), "x_shape");
+  KT_NULL_ARG(kiln_tensor_conv2d_backward_input(dy, w, x4, NULL, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_conv2d_backward_weight(NULL, dy, w4, NULL, &out), "x");
+  KT_NULL_ARG(kiln_tensor_conv2d_backward_weight(x, NULL, w4, NULL, &out), "dy");
+  KT_NULL_ARG(kiln_tensor_conv2d_backward_weight(x, dy, NULL, NULL, &out), "w_shape");
+  KT_NULL_ARG(kiln_tensor_conv2d_backward_weight(x, dy, w4, NULL, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_conv2d_backward_bias(NULL, &out), "dy");
+  KT_NULL_ARG(kiln_tensor_conv2d_backward_bias(dy, NULL), "out");
+  KT_NULL_ARG(kiln_tensor_max_pool2d_backward(NULL, dy, &pool, &out), "x");
+  KT_NULL_ARG(kiln_tensor_max_pool2d_backward(x, NULL, &pool, &out), "dy");
+  KT_NULL_ARG(kiln_tensor_max_pool2d_backward(x, dy, NULL, &out), "params");
+  KT_NULL_ARG(kiln_tensor_max_pool2d_backward(x, dy, &pool, NULL), "out");
+  ck_assert_ptr_null(out);
+
+  KT_NULL_ARG(kiln_tensor_accumulate(NULL, 1.0, t), "a");
+  KT_NULL_ARG(kiln_tensor_accumulate(t, 1.0, NULL), "b");
+  KT_NULL_ARG(kiln_tensor_sgd_update(NULL, u, m, &kt_sgd_ok), "param");
+  KT_NULL_ARG(kiln_tensor_sgd_update(t, NULL, m, &kt_sgd_ok), "grad");
+  KT_NULL_ARG(kiln_tensor_sgd_update(t, u, m, NULL), "params");
+  KT_FAILS(kiln_tensor_sgd_update(t, u, NULL, &kt_sgd_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_sgd_update: momentum_buf is NULL with momentum 0.9; pass a zero-initialised tensor of "
+           "param's shape (kiln_tensor_zeros)");
+  KT_NULL_ARG(kiln_tensor_adam_update(NULL, u, m, v, 1, &kt_adam_ok), "param");
+  KT_NULL_ARG(kiln_tensor_adam_update(t, NULL, m, v, 1, &kt_adam_ok), "grad");
+  KT_NULL_ARG(kiln_tensor_adam_update(t, u, NULL, v, 1, &kt_adam_ok), "m");
+  KT_NULL_ARG(kiln_tensor_adam_update(t, u, m, NULL, 1, &kt_adam_ok), "v");
+  KT_NULL_ARG(kiln_tensor_adam_update(t, u, m, v, 1, NULL), "params");
+
+  KT_NULL_ARG(kiln_device_memory_stats(NULL, &stats), "device");
+  KT_NULL_ARG(kiln_device_memory_stats(dev, NULL), "out_stats");
+  KT_NULL_ARG(kiln_device_memory_reset_peak(NULL), "device");
+  kiln_device_t *fake = (kiln_device_t *)&stats;
+  KT_FAILS(kiln_device_memory_stats(fake, &stats), KILN_INVALID_ARGUMENT, "is not a device of this kiln");
+
+  kiln_tensor_t *all[] = {t, u, m, v, logits, labels, x, w, dy};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_release(all[i]);
+  kiln_deinitialize();
+}
+END_TEST
+
+START_TEST(test_training_dtypes) {
+  kt_env_reset();
+  const int64_t s2[2] = {2, 3}, x4[4] = {1, 1, 3, 3}, w4[4] = {1, 1, 2, 2};
+  kiln_tensor_t *f = kt_tensor(KILN_F32, 2, s2), *i = kt_tensor(KILN_I32, 2, s2), *out = NULL;
+  kiln_tensor_t *xf = kt_tensor(KILN_F32, 4, x4), *xi = kt_tensor(KILN_I32, 4, x4);
+  kiln_tensor_t *wf = kt_tensor(KILN_F32, 4, w4), *wi = kt_tensor(KILN_I32, 4, w4);
+  kiln_tensor_t *dyf = kt_tensor(KILN_F32, 4, w4), *dyi = kt_tensor(KILN_I32, 4, w4);
+  kiln_tensor_t *labels = kt_tensor(KILN_I32, 1, (const int64_t[]){2});
+  kiln_tensor_t *flabels = kt_tensor(KILN_F32, 1, (const int64_t[]){2});
+  kiln_tensor_t *dloss_i = kt_tensor(KILN_I32, 0, NULL);
+  const kiln_pool2d_params_t pool = {{2, 2}, {1, 1}, {0, 0}};
+
+  KT_FAILS(kiln_tensor_unary_backward(KILN_UNARY_EXP, i, f, &out), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_unary_backward: unary_backward does not support dtype i32 (x); use f32");
+  KT_FAILS(kiln_tensor_unary_backward(KILN_UNARY_RELU, f, i, &out), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_unary_backward: unary_backward does not support dtype i32 (dy); use f32");
+  KT_FAILS(kiln_tensor_softmax_backward(i, f, false, &out), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_softmax_backward: softmax_backward does not support dtype i32 (y); use f32");
+  KT_FAILS(kiln_tensor_softmax_backward(f, i, true, &out), KILN_DTYPE_MISMATCH,
+           "softmax_backward does not support dtype i32 (dy); use f32");
+  KT_FAILS(kiln_tensor_cross_entropy_backward(f, flabels, NULL, &out), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_cross_entropy_backward: logits are f32, labels f32; pass f32 logits, i32 labels and an f32 "
+           "dloss");
+  KT_FAILS(kiln_tensor_cross_entropy_backward(i, labels, NULL, &out), KILN_DTYPE_MISMATCH,
+           "logits are i32, labels i32; pass f32 logits");
+  KT_FAILS(kiln_tensor_cross_entropy_backward(f, labels, dloss_i, &out), KILN_DTYPE_MISMATCH,
+           "logits are f32, labels i32, dloss i32; pass f32 logits, i32 labels and an f32 dloss");
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dyi, wf, x4, NULL, &out), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_input: conv2d_backward_input does not support dtype i32 (dy); use f32");
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dyf, wi, x4, NULL, &out), KILN_DTYPE_MISMATCH,
+           "conv2d_backward_input does not support dtype i32 (weight); use f32");
+  KT_FAILS(kiln_tensor_conv2d_backward_weight(xi, dyf, w4, NULL, &out), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_weight: conv2d_backward_weight does not support dtype i32 (x); use f32");
+  KT_FAILS(kiln_tensor_conv2d_backward_weight(xf, dyi, w4, NULL, &out), KILN_DTYPE_MISMATCH,
+           "conv2d_backward_weight does not support dtype i32 (dy); use f32");
+  KT_FAILS(kiln_tensor_conv2d_backward_bias(dyi, &out), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_bias: conv2d_backward_bias does not support dtype i32 (dy); use f32");
+  KT_FAILS(kiln_tensor_max_pool2d_backward(xi, dyf, &pool, &out), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_max_pool2d_backward: max_pool2d_backward does not support dtype i32 (x); use f32");
+  KT_FAILS(kiln_tensor_max_pool2d_backward(xf, dyi, &pool, &out), KILN_DTYPE_MISMATCH,
+           "max_pool2d_backward does not support dtype i32 (dy); use f32");
+  ck_assert_ptr_null(out);
+  /* sum_to and broadcast_to take i32 too. */
+  KT_OK(kiln_tensor_sum_to(i, 1, &s2[1], &out));
+  kiln_tensor_release(out);
+  out = NULL;
+  KT_OK(kiln_tensor_broadcast_to(i, 3, (const int64_t[]){4, 2, 3}, &out));
+  kiln_tensor_release(out);
+  out = NULL;
+
+  KT_FAILS(kiln_tensor_accumulate(i, 1.0, f), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_accumulate: an update does not support dtype i32 (a); use f32");
+  KT_FAILS(kiln_tensor_accumulate(f, 1.0, i), KILN_DTYPE_MISMATCH, "an update does not support dtype i32 (b)");
+  kiln_tensor_t *f2 = kt_tensor(KILN_F32, 2, s2), *f3 = kt_tensor(KILN_F32, 2, s2);
+  KT_FAILS(kiln_tensor_sgd_update(f, i, f2, &kt_sgd_ok), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_sgd_update: an update does not support dtype i32 (grad); use f32");
+  KT_FAILS(kiln_tensor_sgd_update(f, f2, i, &kt_sgd_ok), KILN_DTYPE_MISMATCH,
+           "an update does not support dtype i32 (momentum_buf)");
+  KT_FAILS(kiln_tensor_adam_update(i, f, f2, f3, 1, &kt_adam_ok), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_adam_update: an update does not support dtype i32 (param); use f32");
+  KT_FAILS(kiln_tensor_adam_update(f, f2, f3, i, 1, &kt_adam_ok), KILN_DTYPE_MISMATCH,
+           "an update does not support dtype i32 (v)");
+  /* The refused updates changed nothing. */
+  float host[6];
+  KT_OK(kiln_tensor_read(f, host, sizeof host));
+  for (int k = 0; k < 6; k++) ck_assert(host[k] == 1.0f);
+
+  kiln_tensor_t *all[] = {f, i, xf, xi, wf, wi, dyf, dyi, labels, flabels, dloss_i, f2, f3};
+  for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) kiln_tensor_release(all[k]);
+  kiln_deinitialize();
+}
+END_TEST
+
+START_TEST(test_training_shapes) {
+  kt_env_reset();
+  kiln_tensor_t *a = kt_tensor(KILN_F32, 2, (const int64_t[]){2, 3});
+  kiln_tensor_t *b = kt_tensor(KILN_F32, 2, (const int64_t[]){3, 2});
+  kiln_tensor_t *c35 = kt_tensor(KILN_F32, 2, (const int64_t[]){3, 5});
+  kiln_tensor_t *one = kt_tensor(KILN_F32, 1, (const int64_t[]){3});
+  kiln_tensor_t *labels = kt_tensor(KILN_I32, 1, (const int64_t[]){5});
+  kiln_tensor_t *dloss2 = kt_tensor(KILN_F32, 1, (const int64_t[]){2});
+  kiln_tensor_t *x = kt_tensor(KILN_F32, 4, (const int64_t[]){1, 3, 5, 5});
+  kiln_tensor_t *x3 = kt_tensor(KILN_F32, 3, (const int64_t[]){3, 5, 5});
+  kiln_tensor_t *w = kt_tensor(KILN_F32, 4, (const int64_t[]){2, 3, 3, 3});
+  kiln_tensor_t *w3 = kt_tensor(KILN_F32, 3, (const int64_t[]){2, 3, 3});
+  kiln_tensor_t *dy = kt_tensor(KILN_F32, 4, (const int64_t[]){1, 2, 3, 3});
+  kiln_tensor_t *dy_bad = kt_tensor(KILN_F32, 4, (const int64_t[]){1, 2, 4, 3});
+  kiln_tensor_t *dy3 = kt_tensor(KILN_F32, 3, (const int64_t[]){2, 3, 4});
+  kiln_tensor_t *px = kt_tensor(KILN_F32, 4, (const int64_t[]){1, 1, 5, 5});
+  kiln_tensor_t *pdy = kt_tensor(KILN_F32, 4, (const int64_t[]){1, 1, 4, 4});
+  kiln_tensor_t *out = NULL;
+  const int64_t x_shape[4] = {1, 3, 5, 5}, w_shape[4] = {2, 3, 3, 3};
+
+  KT_FAILS(kiln_tensor_unary_backward(KILN_UNARY_EXP, a, b, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_unary_backward: x is [2, 3] but dy is [3, 2]; pass the gradient of f(x), of x's shape");
+  KT_FAILS(kiln_tensor_unary_backward((kiln_unary_op_t)99, a, a, &out), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_unary_backward: op 99 is not a kiln_unary_op_t; use KILN_UNARY_NEG ... KILN_UNARY_TANH");
+
+  KT_FAILS(kiln_tensor_sum_to(c35, 1, (const int64_t[]){4}, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_sum_to: shape [4] does not broadcast to [3, 5] (dimension 0: 4 vs 5); sizes must match or "
+           "be 1");
+  KT_FAILS(kiln_tensor_sum_to(c35, 3, (const int64_t[]){2, 3, 5}, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_sum_to: shape [2, 3, 5] has more dimensions than [3, 5]; a broadcast shape has at most as "
+           "many");
+  KT_FAILS(kiln_tensor_sum_to(c35, 2, (const int64_t[]){-1, 5}, &out), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_sum_to: size -1 of shape [-1, 5] is negative");
+  KT_FAILS(kiln_tensor_sum_to(c35, 9, (const int64_t[]){1, 1, 1, 1, 1, 1, 1, 3, 5}, &out), KILN_INVALID_ARGUMENT,
+           "ndim 9 with shape");
+  KT_FAILS(kiln_tensor_sum_to(c35, -1, (const int64_t[]){5}, &out), KILN_INVALID_ARGUMENT, "ndim -1 with shape");
+
+  KT_FAILS(kiln_tensor_broadcast_to(one, 1, (const int64_t[]){4}, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_broadcast_to: a [3] does not broadcast to [4] (dimension 0: 3 vs 4); sizes must match or be 1");
+  KT_FAILS(kiln_tensor_broadcast_to(a, 1, (const int64_t[]){3}, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_broadcast_to: a [2, 3] has more dimensions than the shape [3]");
+  KT_FAILS(kiln_tensor_broadcast_to(one, 2, (const int64_t[]){-2, 3}, &out), KILN_INVALID_ARGUMENT,
+           "size -2 of dimension 0 is negative");
+  KT_FAILS(kiln_tensor_broadcast_to(one, 9, (const int64_t[]){1, 1, 1, 1, 1, 1, 1, 1, 3}, &out),
+           KILN_INVALID_ARGUMENT, "ndim 9 with shape");
+
+  KT_FAILS(kiln_tensor_softmax_backward(a, b, false, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_softmax_backward: y is [2, 3] but dy is [3, 2]; pass the forward's result and its gradient");
+  KT_FAILS(kiln_tensor_cross_entropy_backward(a, labels, NULL, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_cross_entropy_backward: logits [2, 3] and labels [5]; pass logits [N, C] and labels [N]");
+  KT_FAILS(kiln_tensor_cross_entropy_backward(x3, labels, NULL, &out), KILN_SHAPE_MISMATCH,
+           "logits [3, 5, 5] and labels [5]; pass logits [N, C] and labels [N]");
+  kiln_tensor_t *logits = kt_tensor(KILN_F32, 2, (const int64_t[]){5, 4});
+  KT_FAILS(kiln_tensor_cross_entropy_backward(logits, labels, dloss2, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_cross_entropy_backward: dloss has 2 elements; pass a one-element tensor (or NULL for 1)");
+
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy, w3, x_shape, NULL, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_input: weight [2, 3, 3]; pass weight [K, C, R, S]");
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy_bad, w, x_shape, NULL, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_input: dy is [1, 2, 4, 3] but the convolution's result is [1, 2, 3, 3]; pass "
+           "the gradient of that result");
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy, w, (const int64_t[]){1, 4, 5, 5}, NULL, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_input: x has 4 channels but weight expects 3 (x [1, 4, 5, 5], weight [2, 3, 3, "
+           "3])");
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy, w, (const int64_t[]){1, 3, -5, 5}, NULL, &out),
+           KILN_INVALID_ARGUMENT,
+           "kiln_tensor_conv2d_backward_input: x [1, 3, -5, 5] and weight [2, 3, 3, 3]: sizes must be >= 0");
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy, w, (const int64_t[]){1, 3, 2, 5}, NULL, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_input: the 3x3 window (dilation 1x1) does not fit x [1, 3, 2, 5] with padding "
+           "0x0");
+  /* Extents near INT64_MAX are computed without overflow. */
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy, w, (const int64_t[]){1, 3, INT64_MAX, 5}, NULL, &out),
+           KILN_SHAPE_MISMATCH, "but the convolution's result is [1, 2, 9223372036854775805, 3]");
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy, w, (const int64_t[]){1, 3, INT64_MAX, 5},
+                                             &(kiln_conv2d_params_t){{1, 1}, {1, 1}, {1, 1}}, &out),
+           KILN_SHAPE_MISMATCH, "does not fit");
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy, w, x_shape, &(kiln_conv2d_params_t){{0, 1}, {0, 0}, {1, 1}}, &out),
+           KILN_INVALID_ARGUMENT,
+           "kiln_tensor_conv2d_backward_input: stride (0, 1), padding (0, 0), dilation (1, 1): strides and dilations "
+           "must be >= 1 and paddings >= 0");
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy, w, x_shape, &(kiln_conv2d_params_t){{1, 1}, {0, -1}, {1, 1}}, &out),
+           KILN_INVALID_ARGUMENT, "padding (0, -1)");
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy, w, x_shape, &(kiln_conv2d_params_t){{1, 1}, {0, 0}, {1, 0}}, &out),
+           KILN_INVALID_ARGUMENT, "dilation (1, 0)");
+  /* The same dy for another stride is not the gradient of that convolution. */
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy, w, x_shape, &(kiln_conv2d_params_t){{2, 2}, {0, 0}, {1, 1}}, &out),
+           KILN_SHAPE_MISMATCH, "dy is [1, 2, 3, 3] but the convolution's result is [1, 2, 2, 2]");
+
+  KT_FAILS(kiln_tensor_conv2d_backward_weight(x3, dy, w_shape, NULL, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_weight: x [3, 5, 5]; pass x [N, C, H, W]");
+  KT_FAILS(kiln_tensor_conv2d_backward_weight(x, dy_bad, w_shape, NULL, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_weight: dy is [1, 2, 4, 3] but the convolution's result is [1, 2, 3, 3]");
+  KT_FAILS(kiln_tensor_conv2d_backward_weight(x, dy, (const int64_t[]){2, 4, 3, 3}, NULL, &out), KILN_SHAPE_MISMATCH,
+           "x has 3 channels but weight expects 4");
+  KT_FAILS(kiln_tensor_conv2d_backward_weight(x, dy, (const int64_t[]){2, 3, 0, 3}, NULL, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_weight: weight [2, 3, 0, 3] has an empty channel or window dimension; C, R, S "
+           "must be >= 1");
+  KT_FAILS(kiln_tensor_conv2d_backward_weight(x, dy, (const int64_t[]){-2, 3, 3, 3}, NULL, &out),
+           KILN_INVALID_ARGUMENT, "sizes must be >= 0");
+  KT_FAILS(kiln_tensor_conv2d_backward_weight(x, dy, w_shape, &(kiln_conv2d_params_t){{1, 1}, {0, 0}, {-1, 1}}, &out),
+           KILN_INVALID_ARGUMENT, "dilation (-1, 1)");
+
+  KT_FAILS(kiln_tensor_conv2d_backward_bias(dy3, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_bias: dy [2, 3, 4]; pass the gradient of a conv2d result [N, K, P, Q]");
+
+  const kiln_pool2d_params_t k2 = {{2, 2}, {1, 1}, {0, 0}};
+  KT_FAILS(kiln_tensor_max_pool2d_backward(px, pdy, &(kiln_pool2d_params_t){{2, 2}, {1, 1}, {2, 0}}, &out),
+           KILN_INVALID_ARGUMENT,
+           "kiln_tensor_max_pool2d_backward: kernel (2, 2), stride (1, 1), padding (2, 0): kernels and strides must "
+           "be >= 1 and each padding within [0, kernel/2]");
+  KT_FAILS(kiln_tensor_max_pool2d_backward(px, pdy, &(kiln_pool2d_params_t){{0, 2}, {1, 1}, {0, 0}}, &out),
+           KILN_INVALID_ARGUMENT, "kernel (0, 2)");
+  KT_FAILS(kiln_tensor_max_pool2d_backward(px, pdy, &(kiln_pool2d_params_t){{2, 2}, {-1, 1}, {0, 0}}, &out),
+           KILN_INVALID_ARGUMENT, "stride (-1, 1)");
+  KT_FAILS(kiln_tensor_max_pool2d_backward(px, pdy, &(kiln_pool2d_params_t){{2, 2}, {1, 1}, {-1, 0}}, &out),
+           KILN_INVALID_ARGUMENT, "padding (-1, 0)");
+  KT_FAILS(kiln_tensor_max_pool2d_backward(x3, pdy, &k2, &out), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_max_pool2d_backward: x [3, 5, 5]; pass x [N, C, H, W]");
+  KT_FAILS(kiln_tensor_max_pool2d_backward(px, pdy, &(kiln_pool2d_params_t){{7, 7}, {1, 1}, {0, 0}}, &out),
+           KILN_SHAPE_MISMATCH,
+           "kiln_tensor_max_pool2d_backward: the 7x7 window does not fit x [1, 1, 5, 5] with padding 0x0");
+  KT_FAILS(kiln_tensor_max_pool2d_backward(px, pdy, &(kiln_pool2d_params_t){{2, 2}, {0, 0}, {0, 0}}, &out),
+           KILN_SHAPE_MISMATCH,
+           "kiln_tensor_max_pool2d_backward: dy is [1, 1, 4, 4] but the pooling's result is [1, 1, 2, 2]; pass the "
+           "gradient of that result");
+  ck_assert_ptr_null(out);
+
+  KT_FAILS(kiln_tensor_accumulate(a, 1.0, b), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_accumulate: a is [2, 3] but b is [3, 2]; an update takes tensors of one shape");
+  kiln_tensor_t *a2 = kt_tensor(KILN_F32, 2, (const int64_t[]){2, 3});
+  kiln_tensor_t *a3 = kt_tensor(KILN_F32, 2, (const int64_t[]){2, 3});
+  KT_FAILS(kiln_tensor_sgd_update(a, a2, b, &kt_sgd_ok), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_sgd_update: param is [2, 3] but momentum_buf is [3, 2]; an update takes tensors of one shape");
+  KT_FAILS(kiln_tensor_adam_update(a, b, a2, a3, 1, &kt_adam_ok), KILN_SHAPE_MISMATCH,
+           "kiln_tensor_adam_update: param is [2, 3] but grad is [3, 2]");
+  KT_FAILS(kiln_tensor_adam_update(a, a2, a3, one, 1, &kt_adam_ok), KILN_SHAPE_MISMATCH,
+           "param is [2, 3] but v is [3]");
+
+  kiln_tensor_t *all[] = {a, b, c35, one, labels, dloss2, x, x3, w, w3, dy, dy_bad, dy3, px, pdy, logits, a2, a3};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_release(all[i]);
+  kiln_deinitialize();
+}
+END_TEST
+
+START_TEST(test_training_devices) {
+  kt_env_reset();
+  setenv("KILN_CPU_DEVICES", "2", 1);
+  kiln_device_t *d0 = NULL, *d1 = NULL;
+  KT_OK(kiln_device_find("cpu:0", &d0));
+  KT_OK(kiln_device_find("cpu:1", &d1));
+  const int64_t s[2] = {2, 2}, x4[4] = {1, 1, 3, 3}, w4[4] = {1, 1, 2, 2};
+  kiln_tensor_t *a = NULL, *b = NULL, *c = NULL, *x0 = NULL, *w1 = NULL, *dy0 = NULL, *dy1 = NULL, *l1 = NULL;
+  kiln_tensor_t *d1loss = NULL, *m0 = NULL, *v0 = NULL, *v1 = NULL, *out = NULL;
+  KT_OK(kiln_tensor_ones(d0, KILN_F32, 2, s, &a));
+  KT_OK(kiln_tensor_ones(d1, KILN_F32, 2, s, &b));
+  KT_OK(kiln_tensor_ones(d0, KILN_F32, 2, s, &c));
+  KT_OK(kiln_tensor_ones(d0, KILN_F32, 2, s, &m0));
+  KT_OK(kiln_tensor_ones(d0, KILN_F32, 2, s, &v0));
+  KT_OK(kiln_tensor_ones(d1, KILN_F32, 2, s, &v1));
+  KT_OK(kiln_tensor_ones(d0, KILN_F32, 4, x4, &x0));
+  KT_OK(kiln_tensor_ones(d1, KILN_F32, 4, w4, &w1));
+  KT_OK(kiln_tensor_ones(d0, KILN_F32, 4, w4, &dy0));
+  KT_OK(kiln_tensor_ones(d1, KILN_F32, 4, w4, &dy1));
+  KT_OK(kiln_tensor_zeros(d1, KILN_I32, 1, (const int64_t[]){2}, &l1));
+  KT_OK(kiln_tensor_ones(d1, KILN_F32, 0, NULL, &d1loss));
+  const kiln_pool2d_params_t pool = {{2, 2}, {1, 1}, {0, 0}};
+
+  KT_FAILS3(kiln_tensor_unary_backward(KILN_UNARY_EXP, a, b, &out), KILN_DEVICE_MISMATCH,
+            "kiln_tensor_unary_backward: operands live on different devices: x on cpu:0", "dy on cpu:1",
+            "kiln never copies implicitly: move one first with kiln_tensor_to(dy, kiln_tensor_device(x), &dy2)");
+  KT_FAILS3(kiln_tensor_softmax_backward(a, b, false, &out), KILN_DEVICE_MISMATCH,
+            "kiln_tensor_softmax_backward: operands live on different devices: y on cpu:0", "dy on cpu:1",
+            "kiln_tensor_to(dy, kiln_tensor_device(y), &dy2)");
+  KT_FAILS3(kiln_tensor_cross_entropy_backward(a, l1, NULL, &out), KILN_DEVICE_MISMATCH,
+            "kiln_tensor_cross_entropy_backward: operands live on different devices: logits on cpu:0",
+            "labels on cpu:1",
+            "kiln_tensor_to(labels, kiln_tensor_device(logits), &labels2)");
+  kiln_tensor_t *l0 = NULL;
+  KT_OK(kiln_tensor_zeros(d0, KILN_I32, 1, (const int64_t[]){2}, &l0));
+  KT_FAILS3(kiln_tensor_cross_entropy_backward(a, l0, d1loss, &out), KILN_DEVICE_MISMATCH, "logits on cpu:0",
+            "dloss on cpu:1", "kiln_tensor_to(dloss, kiln_tensor_device(logits), &dloss2)");
+  KT_FAILS3(kiln_tensor_conv2d_backward_input(dy0, w1, x4, NULL, &out), KILN_DEVICE_MISMATCH,
+            "kiln_tensor_conv2d_backward_input: operands live on different devices: dy on cpu:0", "weight on cpu:1",
+            "kiln_tensor_to(weight, kiln_tensor_device(dy), &weight2)");
+  KT_FAILS3(kiln_tensor_conv2d_backward_weight(x0, dy1, w4, NULL, &out), KILN_DEVICE_MISMATCH,
+            "kiln_tensor_conv2d_backward_weight: operands live on different devices: x on cpu:0", "dy on cpu:1",
+            "kiln_tensor_to(dy, kiln_tensor_device(x), &dy2)");
+  KT_FAILS3(kiln_tensor_max_pool2d_backward(x0, dy1, &pool, &out), KILN_DEVICE_MISMATCH,
+            "kiln_tensor_max_pool2d_backward: operands live on different devices: x on cpu:0", "dy on cpu:1",
+            "kiln_tensor_to(dy, kiln_tensor_device(x), &dy2)");
+  ck_assert_ptr_null(out);
+  KT_FAILS3(kiln_tensor_accumulate(a, 1.0, b), KILN_DEVICE_MISMATCH,
+            "kiln_tensor_accumulate: operands live on different devices: a on cpu:0", "b on cpu:1",
+            "kiln_tensor_to(b, kiln_tensor_device(a), &b2)");
+  KT_FAILS3(kiln_tensor_sgd_update(a, c, b, &kt_sgd_ok), KILN_DEVICE_MISMATCH,
+            "kiln_tensor_sgd_update: operands live on different devices: param on cpu:0", "momentum_buf on cpu:1",
+            "kiln_tensor_to(momentum_buf, kiln_tensor_device(param), &momentum_buf2)");
+  KT_FAILS3(kiln_tensor_adam_update(a, c, m0, v1, 1, &kt_adam_ok), KILN_DEVICE_MISMATCH,
+            "kiln_tensor_adam_update: operands live on different devices: param on cpu:0", "v on cpu:1",
+            "kiln_tensor_to(v, kiln_tensor_device(param), &v2)");
+  KT_FAILS3(kiln_tensor_adam_update(b, c, m0, v0, 1, &kt_adam_ok), KILN_DEVICE_MISMATCH, "param on cpu:1",
+            "grad on cpu:0", "kiln_tensor_to(grad, kiln_tensor_device(param), &grad2)");
+  /* Statistics are per device: what cpu:1 holds is not cpu:0's. */
+  kiln_memory_stats_t s0, s1;
+  KT_OK(kiln_device_memory_stats(d0, &s0));
+  KT_OK(kiln_device_memory_stats(d1, &s1));
+  ck_assert_uint_gt(s0.in_use_bytes, s1.in_use_bytes);
+
+  kiln_tensor_t *all[] = {a, b, c, x0, w1, dy0, dy1, l1, l0, d1loss, m0, v0, v1};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_release(all[i]);
+  kiln_deinitialize();
+  unsetenv("KILN_CPU_DEVICES");
+}
+END_TEST
+
+/* Strided views, operands sharing memory, hyperparameters out of range. */
+/* Hyperparameters the f32 kernels cannot hold are refused, and SGD's first
+ * step with dampening follows torch.optim.SGD (buf = g) when asked to. */
+START_TEST(test_training_float_range_and_first_step) {
+  kt_env_reset();
+  kiln_device_t *dev = kt_cpu();
+  kiln_tensor_t *p = NULL, *g = NULL, *buf = NULL;
+  KT_OK(kiln_tensor_full(dev, KILN_F32, 1, (const int64_t[]){1}, 1.0, &p));
+  KT_OK(kiln_tensor_full(dev, KILN_F32, 1, (const int64_t[]){1}, 2.0, &g));
+  KT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, (const int64_t[]){1}, &buf));
+  kiln_sgd_params_t big = {1e39, 0, 0, 0, false, false};
+  KT_FAILS(kiln_tensor_sgd_update(p, g, NULL, &big), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_sgd_update: lr = 1e+39 is beyond what a float holds");
+  kiln_adam_params_t tiny_eps = {1e-3, 0.9, 0.999, 1e-50, 0};
+  KT_FAILS(kiln_tensor_adam_update(p, g, buf, buf, 1, &tiny_eps), KILN_INVALID_ARGUMENT, "eps = 1e-50 is beyond");
+  KT_FAILS(kiln_tensor_accumulate(p, 1e39, g), KILN_INVALID_ARGUMENT, "alpha = 1e+39; pass a number finite as a float");
+  /* momentum 0.5, dampening 0.25, g 2, lr 0.1, param 1: torch's first step
+   * gives buf 2 and param 0.8; without first_step the zero buffer gives 1.5
+   * and 0.85. */
+  kiln_sgd_params_t sgd = {0.1, 0.5, 0.25, 0, false, true};
+  KT_OK(kiln_tensor_sgd_update(p, g, buf, &sgd));
+  double v = 0;
+  KT_OK(kiln_tensor_item(buf, &v));
+  ck_assert_double_eq_tol(v, 2.0, 1e-7);
+  KT_OK(kiln_tensor_item(p, &v));
+  ck_assert_double_eq_tol(v, 0.8, 1e-7);
+  kiln_tensor_release(p);
+  kiln_tensor_release(buf);
+  KT_OK(kiln_tensor_full(dev, KILN_F32, 1, (const int64_t[]){1}, 1.0, &p));
+  KT_OK(kiln_tensor_zeros(dev, KILN_F32, 1, (const int64_t[]){1}, &buf));
+  sgd.first_step = false;
+  KT_OK(kiln_tensor_sgd_update(p, g, buf, &sgd));
+  KT_OK(kiln_tensor_item(buf, &v));
+  ck_assert_double_eq_tol(v, 1.5, 1e-7);
+  KT_OK(kiln_tensor_item(p, &v));
+  ck_assert_double_eq_tol(v, 0.85, 1e-7);
+  kiln_tensor_release(p);
+  kiln_tensor_release(g);
+  kiln_tensor_release(buf);
+  kiln_deinitialize();
+}
+END_TEST
+
+START_TEST(test_training_updates) {
+  kt_env_reset();
+  const int64_t s[2] = {2, 3};
+  kiln_tensor_t *p = kt_tensor(KILN_F32, 2, s), *g = kt_tensor(KILN_F32, 2, s), *m = kt_tensor(KILN_F32, 2, s);
+  kiln_tensor_t *v = kt_tensor(KILN_F32, 2, s), *sq = kt_tensor(KILN_F32, 2, (const int64_t[]){3, 3});
+  kiln_tensor_t *t = NULL, *pt = NULL, *flat = NULL;
+  /* A transposed [3, 3]: the shape of a [3, 3] tensor, strided. */
+  KT_OK(kiln_tensor_transpose(sq, 0, 1, &t));
+  kiln_tensor_t *sq2 = kt_tensor(KILN_F32, 2, (const int64_t[]){3, 3});
+  kiln_tensor_t *sq3 = kt_tensor(KILN_F32, 2, (const int64_t[]){3, 3});
+  kiln_tensor_t *sq4 = kt_tensor(KILN_F32, 2, (const int64_t[]){3, 3});
+  KT_FAILS(kiln_tensor_accumulate(t, 1.0, sq2), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_accumulate: a is a strided view; updates write in place and take contiguous tensors (pass the "
+           "tensor itself, or kiln_tensor_contiguous of it and use that)");
+  KT_FAILS(kiln_tensor_accumulate(sq2, 1.0, t), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_accumulate: b is a strided view; updates write in place");
+  KT_FAILS(kiln_tensor_sgd_update(sq2, t, sq3, &kt_sgd_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_sgd_update: grad is a strided view");
+  KT_FAILS(kiln_tensor_sgd_update(sq2, sq3, t, &kt_sgd_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_sgd_update: momentum_buf is a strided view");
+  KT_FAILS(kiln_tensor_adam_update(t, sq2, sq3, sq4, 1, &kt_adam_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_adam_update: param is a strided view");
+  KT_FAILS(kiln_tensor_adam_update(sq2, sq3, t, sq4, 1, &kt_adam_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_adam_update: m is a strided view");
+  KT_FAILS(kiln_tensor_adam_update(sq2, sq3, sq4, t, 1, &kt_adam_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_adam_update: v is a strided view");
+
+  /* The same tensor twice, and a view of one as another. */
+  KT_FAILS(kiln_tensor_accumulate(p, 1.0, p), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_accumulate: a and b share memory; an update needs separate tensors for each");
+  KT_OK(kiln_tensor_reshape(p, 1, (const int64_t[]){6}, &flat));
+  KT_OK(kiln_tensor_reshape(p, 2, (const int64_t[]){3, 2}, &pt));
+  KT_FAILS(kiln_tensor_sgd_update(p, g, pt, &kt_sgd_ok), KILN_SHAPE_MISMATCH,
+           "param is [2, 3] but momentum_buf is [3, 2]");
+  kiln_tensor_t *p2 = NULL;
+  KT_OK(kiln_tensor_reshape(flat, 2, s, &p2));
+  KT_FAILS(kiln_tensor_sgd_update(p, g, p2, &kt_sgd_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_sgd_update: param and momentum_buf share memory; an update needs separate tensors for each");
+  KT_FAILS(kiln_tensor_sgd_update(p, p2, m, &kt_sgd_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_sgd_update: param and grad share memory");
+  KT_FAILS(kiln_tensor_sgd_update(p, g, g, &kt_sgd_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_sgd_update: grad and momentum_buf share memory");
+  KT_FAILS(kiln_tensor_adam_update(p, g, m, m, 1, &kt_adam_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_adam_update: m and v share memory; an update needs separate tensors for each");
+  KT_FAILS(kiln_tensor_adam_update(p, g, p2, v, 1, &kt_adam_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_adam_update: param and m share memory");
+  KT_FAILS(kiln_tensor_adam_update(p, g, m, g, 1, &kt_adam_ok), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_adam_update: grad and v share memory");
+
+  /* Hyperparameters. */
+  KT_FAILS(kiln_tensor_accumulate(p, NAN, g), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_accumulate: alpha = nan; pass a number finite as a float");
+  KT_FAILS(kiln_tensor_accumulate(p, -INFINITY, g), KILN_INVALID_ARGUMENT, "alpha = -inf; pass a number finite as a float");
+  static const struct {
+    kiln_sgd_params_t p;
+    const char *needle;
+  } sgd[] = {
+      {{0, 0, 0, 0, false, false}, "kiln_tensor_sgd_update: lr = 0 is outside (0, inf)"},
+      {{-0.1, 0, 0, 0, false, false}, "kiln_tensor_sgd_update: lr = -0.1 is outside (0, inf)"},
+      {{NAN, 0, 0, 0, false, false}, "kiln_tensor_sgd_update: lr = nan is outside (0, inf)"},
+      {{INFINITY, 0, 0, 0, false, false}, "kiln_tensor_sgd_update: lr = inf is outside (0, inf)"},
+      {{0.1, -0.5, 0, 0, false, false}, "kiln_tensor_sgd_update: momentum = -0.5 is outside [0, inf)"},
+      {{0.1, INFINITY, 0, 0, false, false}, "kiln_tensor_sgd_update: momentum = inf is outside [0, inf)"},
+      {{0.1, 0.9, 1.5, 0, false, false}, "kiln_tensor_sgd_update: dampening = 1.5 is outside [0, 1]"},
+      {{0.1, 0.9, -0.25, 0, false, false}, "kiln_tensor_sgd_update: dampening = -0.25 is outside [0, 1]"},
+      {{0.1, 0.9, 0, -1, false, false}, "kiln_tensor_sgd_update: weight_decay = -1 is outside [0, inf)"},
+      {{0.1, 0.9, 0, NAN, false, false}, "kiln_tensor_sgd_update: weight_decay = nan is outside [0, inf)"},
+      {{0.1, 0, 0, 0, true, false},
+       "kiln_tensor_sgd_update: nesterov needs momentum > 0 and dampening 0 (got momentum 0, dampening 0)"},
+      {{0.1, 0.9, 0.5, 0, true, false},
+       "kiln_tensor_sgd_update: nesterov needs momentum > 0 and dampening 0 (got momentum 0.9, dampening 0.5)"},
+  };
+  for (size_t i = 0; i < sizeof sgd / sizeof sgd[0]; i++) {
+    kiln_clear_error();
+    kiln_status_t st = kiln_tensor_sgd_update(p, g, m, &sgd[i].p);
+    ck_assert_msg(st == KILN_INVALID_ARGUMENT && strstr(kiln_last_error(), sgd[i].needle),
+                  "sgd case %zu -> %s: \"%s\" lacks \"%s\"", i, kiln_status_name(st), kiln_last_error(),
+                  sgd[i].needle);
+  }
+  static const struct {
+    kiln_adam_params_t p;
+    int64_t step;
+    const char *needle;
+  } adam[] = {
+      {{0, 0.9, 0.999, 1e-8, 0}, 1, "kiln_tensor_adam_update: lr = 0 is outside (0, inf)"},
+      {{1e-3, 1, 0.999, 1e-8, 0}, 1, "kiln_tensor_adam_update: beta1 = 1 is outside [0, 1)"},
+      {{1e-3, -0.1, 0.999, 1e-8, 0}, 1, "kiln_tensor_adam_update: beta1 = -0.1 is outside [0, 1)"},
+      {{1e-3, 0.9, 1, 1e-8, 0}, 1, "kiln_tensor_adam_update: beta2 = 1 is outside [0, 1)"},
+      {{1e-3, 0.9, NAN, 1e-8, 0}, 1, "kiln_tensor_adam_update: beta2 = nan is outside [0, 1)"},
+      {{1e-3, 0.9, 0.999, 0, 0}, 1, "kiln_tensor_adam_update: eps = 0 is outside (0, inf)"},
+      {{1e-3, 0.9, 0.999, -1e-8, 0}, 1, "kiln_tensor_adam_update: eps = -1e-08 is outside (0, inf)"},
+      {{1e-3, 0.9, 0.999, 1e-8, -0.5}, 1, "kiln_tensor_adam_update: weight_decay = -0.5 is outside [0, inf)"},
+      {{1e-3, 0.9, 0.999, 1e-8, INFINITY}, 1, "kiln_tensor_adam_update: weight_decay = inf is outside [0, inf)"},
+      {{1e-3, 0.9, 0.999, 1e-8, 0}, 0, "kiln_tensor_adam_update: step = 0; count updates from 1"},
+      {{1e-3, 0.9, 0.999, 1e-8, 0}, -7, "kiln_tensor_adam_update: step = -7; count updates from 1"},
+  };
+  for (size_t i = 0; i < sizeof adam / sizeof adam[0]; i++) {
+    kiln_clear_error();
+    kiln_status_t st = kiln_tensor_adam_update(p, g, m, v, adam[i].step, &adam[i].p);
+    ck_assert_msg(st == KILN_INVALID_ARGUMENT && strstr(kiln_last_error(), adam[i].needle),
+                  "adam case %zu -> %s: \"%s\" lacks \"%s\"", i, kiln_status_name(st), kiln_last_error(),
+                  adam[i].needle);
+  }
+  /* Momentum 0 needs no buffer; a refused call changed nothing. */
+  const kiln_sgd_params_t plain = {0.5, 0, 0, 0, false, false};
+  KT_OK(kiln_tensor_sgd_update(sq2, sq3, NULL, &plain));
+  float host[6];
+  kiln_tensor_t *check[] = {p, g, m, v};
+  for (size_t i = 0; i < 4; i++) {
+    KT_OK(kiln_tensor_read(check[i], host, sizeof host));
+    for (int k = 0; k < 6; k++)
+      ck_assert_msg(host[k] == 1.0f, "operand %zu element %d is %g after refused updates", i, k, (double)host[k]);
+  }
+  float host9[9];
+  KT_OK(kiln_tensor_read(sq2, host9, sizeof host9));
+  ck_assert_msg(host9[0] == 0.5f, "sgd without momentum: 1 - 0.5 * 1 gave %g", (double)host9[0]);
+
+  kiln_tensor_t *all[] = {p, g, m, v, sq, t, pt, flat, p2, sq2, sq3, sq4};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_release(all[i]);
   kiln_deinitialize();
 }
 END_TEST
@@ -635,7 +1203,15 @@ static const kt_env_case_t kt_env_cases[] = {
     {"KILN_CPU_DEVICES", "99999999999999999999", KILN_INVALID_ARGUMENT, "\"99999999999999999999\"", "from 1 to 64"},
     {"KILN_LOG", "verbose", KILN_INVALID_ARGUMENT, "KILN_LOG=\"verbose\" is not a log level",
      "use one of: off, error, warn, info, debug"},
-    {"KILN_LOG", "DEBUG", KILN_INVALID_ARGUMENT, "KILN_LOG=\"DEBUG\"", "off, error, warn, info, debug"},
+    {"KILN_LOG", "loud", KILN_INVALID_ARGUMENT, "KILN_LOG=\"loud\"", "off, error, warn, info, debug"},
+    /* A term must name a backend kiln knows, and a hint never leads to one
+     * that selects nothing. */
+    {"KILN_DEVICE", "bogus", KILN_INVALID_ARGUMENT, "'bogus' is neither a backend nor a device type",
+     "cuda, opencl, cpu"},
+    {"KILN_DEVICE", "bogus:*", KILN_INVALID_ARGUMENT, "unknown backend 'bogus' in 'bogus:*'", "cuda, opencl, cpu"},
+    {"KILN_DEVICE", "gpu", KILN_INVALID_ARGUMENT, "KILN_DEVICE=\"gpu\"", "try '*:gpu'"},
+    /* A selector that leaves no device visible is an error too. */
+    {"KILN_DEVICE", "cpu:5", KILN_NOT_FOUND, "KILN_DEVICE=\"cpu:5\" leaves no device visible", "cpu:0"},
 };
 
 START_TEST(test_malformed_environment) {
@@ -800,7 +1376,16 @@ static Suite *kt_bad_input_suite(void) {
   tcase_add_test(values, test_huge_empty_extents);
   tcase_add_test(values, test_cast_arguments);
   tcase_add_test(values, test_log_off_applies);
+  tcase_add_test(values, test_log_level_any_case);
   suite_add_tcase(s, values);
+  TCase *training = tcase_create("training");
+  tcase_add_test(training, test_training_nulls);
+  tcase_add_test(training, test_training_dtypes);
+  tcase_add_test(training, test_training_shapes);
+  tcase_add_test(training, test_training_devices);
+  tcase_add_test(training, test_training_updates);
+  tcase_add_test(training, test_training_float_range_and_first_step);
+  suite_add_tcase(s, training);
   TCase *env = tcase_create("environment");
   tcase_add_loop_test(env, test_malformed_environment, 0, (int)(sizeof kt_env_cases / sizeof kt_env_cases[0]));
   tcase_add_test(env, test_malformed_config);

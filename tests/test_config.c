@@ -155,7 +155,8 @@ START_TEST(test_valid_values) {
   static const struct {
     const char *value;
     kiln_log_level_t level;
-  } logs[] = {{"off", KILN_LOG_OFF}, {"error", KILN_LOG_ERROR}, {"warn", KILN_LOG_WARN}, {"info", KILN_LOG_INFO}};
+  } logs[] = {{"off", KILN_LOG_OFF},   {"error", KILN_LOG_ERROR}, {"warn", KILN_LOG_WARN}, {"info", KILN_LOG_INFO},
+              {"DEBUG", KILN_LOG_DEBUG}, {"Warn", KILN_LOG_WARN},   {"OFF", KILN_LOG_OFF}};
   for (size_t i = 0; i < sizeof logs / sizeof logs[0]; i++) {
     setenv("KILN_LOG", logs[i].value, 1);
     KT_OK(kiln__config_load(NULL, &c));
@@ -311,6 +312,54 @@ START_TEST(test_failed_start_is_remembered) {
 }
 END_TEST
 
+/* Log lines from the callback. */
+static char kt_log[8192];
+static void kt_log_sink(kiln_log_level_t level, const char *message, void *user) {
+  size_t used = strlen(kt_log);
+  snprintf(kt_log + used, sizeof kt_log - used, "%s: %s\n", level == KILN_LOG_WARN ? "warn" : "other", message);
+}
+
+/* A misspelled variable is named at warn, with the closest one kiln reads;
+ * the variables kiln reads are not; nothing is said below warn. */
+START_TEST(test_unknown_variables_warned) {
+  kt_clear_env();
+  setenv("KILN_BACKEND", "cpu", 1);
+  setenv("KILN_DEVICES", "cpu:0", 1);
+  setenv("KILN_CACHEDIR", "/tmp", 1);
+  setenv("KILN_FROBNICATE", "1", 1);
+  setenv("KILN_TEST_SOMETHING", "1", 1); /* kiln's own test families are never reported */
+  setenv("KILN_LOG", "warn", 1);
+  kiln_log_set_callback(kt_log_sink, NULL);
+  kt_log[0] = '\0';
+  KT_OK(kiln_ensure_initialized());
+  ck_assert_msg(strstr(kt_log, "warn: KILN_DEVICES is set, but kiln reads no variable of that name; did you mean "
+                               "KILN_DEVICE?"), "%s", kt_log);
+  ck_assert_msg(strstr(kt_log, "KILN_CACHEDIR is set, but kiln reads no variable of that name; did you mean "
+                               "KILN_CACHE_DIR?"), "%s", kt_log);
+  const char *frob = strstr(kt_log, "KILN_FROBNICATE is set");
+  ck_assert_msg(frob && strstr(frob, "docs/environment.md"), "%s", kt_log);
+  ck_assert_msg(!strstr(frob, "did you mean"), "a guess for KILN_FROBNICATE: %s", kt_log);
+  ck_assert_msg(!strstr(kt_log, "KILN_BACKEND is set") && !strstr(kt_log, "KILN_LOG is set") &&
+                    !strstr(kt_log, "KILN_CACHE_DIR is set") && !strstr(kt_log, "KILN_BACKEND_PATH is set") &&
+                    !strstr(kt_log, "KILN_TEST_SOMETHING"),
+                "a variable kiln reads is warned about: %s", kt_log);
+  kiln_deinitialize();
+  /* Below warn, silence. */
+  setenv("KILN_LOG", "error", 1);
+  kt_log[0] = '\0';
+  KT_OK(kiln_ensure_initialized());
+  ck_assert_str_eq(kt_log, "");
+  kiln_deinitialize();
+  kiln_log_set_callback(NULL, NULL);
+  kiln_log_set_level(KILN_LOG_OFF);
+  unsetenv("KILN_DEVICES");
+  unsetenv("KILN_CACHEDIR");
+  unsetenv("KILN_FROBNICATE");
+  unsetenv("KILN_TEST_SOMETHING");
+  kt_clear_env();
+}
+END_TEST
+
 static void *kt_start_thread(void *arg) {
   size_t *count = arg;
   if (kiln_device_count(count) != KILN_OK) *count = 0;
@@ -341,6 +390,7 @@ static Suite *config_suite(void) {
   tcase_add_test(tc, test_valid_values);
   tcase_add_test(tc, test_api_overrides_env);
   tcase_add_test(tc, test_parse_providers);
+  tcase_add_test(tc, test_unknown_variables_warned);
   suite_add_tcase(s, tc);
   TCase *api = tcase_create("api");
   tcase_add_test(api, test_policy_api);

@@ -123,6 +123,48 @@ START_TEST(test_debug_line) {
 }
 END_TEST
 
+/* KILN_PROVIDER naming a provider this device lacks for the op (clblast on
+ * the CPU): one warn line naming the device and the providers it has, and the
+ * policy chooses as if no override were set (blas under vendor where kiln has
+ * a BLAS, native under portable). */
+static size_t kt_count(const char *text, const char *needle) {
+  size_t n = 0;
+  for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+START_TEST(test_override_missing_provider) {
+  setenv("KILN_PROVIDER", "matmul=clblast", 1);
+  kiln_log_set_callback(kt_log_sink, NULL);
+  kiln_log_set_level(KILN_LOG_WARN);
+  kt_log_clear();
+  kiln_device_t *d = kt_cpu();
+  bool blas = kt_has_blas(d);
+  KT_OK(kiln_set_policy(KILN_POLICY_VENDOR));
+  kt_matmul(d);
+  ck_assert_str_eq(kiln_last_provider(), blas ? "blas" : "native");
+  char want[256];
+  snprintf(want, sizeof want, "KILN_PROVIDER asks for provider 'clblast' for matmul, but %s has no such provider for "
+           "it (it has: %s); the policy chooses instead (vendor)", kiln_device_name(d), blas ? "native,blas" : "native");
+  ck_assert_msg(strstr(kt_log, want), "log lacks \"%s\":\n%s", want, kt_log);
+  ck_assert_msg(strstr(kt_log, "cpu:0"), "the warning does not name the device:\n%s", kt_log);
+  /* Once per device and op kind, whatever the policy does next. */
+  kt_matmul(d);
+  KT_OK(kiln_set_policy(KILN_POLICY_PORTABLE));
+  kt_matmul(d);
+  ck_assert_str_eq(kiln_last_provider(), "native");
+  ck_assert_uint_eq(kt_count(kt_log, "KILN_PROVIDER asks for provider 'clblast'"), 1);
+  /* The other kinds keep the policy's choice and say nothing. */
+  kt_add(d);
+  ck_assert_str_eq(kiln_last_provider(), "native");
+  ck_assert_uint_eq(kt_count(kt_log, "KILN_PROVIDER asks"), 1);
+  kiln_log_set_level(KILN_LOG_OFF);
+  kiln_log_set_callback(NULL, NULL);
+  kiln_deinitialize();
+  unsetenv("KILN_PROVIDER");
+}
+END_TEST
+
 START_TEST(test_fastest_remembered) {
   kiln_device_t *d = kt_cpu();
   if (!kt_has_blas(d)) {
@@ -212,6 +254,7 @@ int main(void) {
   TCase *tc = tcase_create("dispatch");
   tcase_add_test(tc, test_vendor_portable_override);
   tcase_add_test(tc, test_debug_line);
+  tcase_add_test(tc, test_override_missing_provider);
   tcase_add_test(tc, test_fastest_remembered);
   tcase_add_test(tc, test_device_check);
   suite_add_tcase(s, tc);

@@ -88,6 +88,11 @@ static const struct {
     {"cu da:0", "is not a backend name"},
     {"cuda:99999999999", "device index 99999999999 in 'cuda:99999999999' is too large"},
     {"cuda:0 ", "unknown device '0 '"},
+    /* A bare type is meant for every backend: the hint must say so. */
+    {"gpu", "Incomplete selector 'gpu': try '*:gpu'"},
+    {"!accelerator", "Incomplete selector '!accelerator': try '!*:accelerator'"},
+    {"cpu", "try 'cpu:*' (the cpu backend's devices) or '*:cpu' (every cpu device"},
+    {"0", "try '*:0'"},
 };
 
 START_TEST(test_invalid) {
@@ -96,6 +101,61 @@ START_TEST(test_invalid) {
   KT_FAILS(kiln__selector_parse(kt_invalid[_i].text, &sel), KILN_INVALID_ARGUMENT, kt_invalid[_i].needle);
   /* The output is left alone on failure. */
   ck_assert_uint_eq(sel.count, 12345);
+}
+END_TEST
+
+/* With the backends kiln knows (what KILN_DEVICE is checked against): a term
+ * naming another backend, or a bare word that is neither a backend nor a
+ * type, is an error that lists the backends; a hint never leads to a
+ * selector that would select nothing. */
+static const struct {
+  const char *text, *needle;
+} kt_unknown[] = {
+    {"bogus", "'bogus' is neither a backend nor a device type; a term is backend:devices with backend one of cuda, "
+              "opencl, cpu or '*'"},
+    {"bogus:*", "unknown backend 'bogus' in 'bogus:*'; the backends are cuda, opencl, cpu"},
+    {"opencl:gpu;!rocm:0", "unknown backend 'rocm' in '!rocm:0'"},
+    {"Gpu", "'Gpu' is neither a backend nor a device type"},
+    {"gpu", "try '*:gpu'"},
+    {"opencl", "Incomplete selector 'opencl': try 'opencl:*'"},
+};
+
+START_TEST(test_unknown_backend) {
+  kiln__selector_t sel;
+  KT_FAILS(kiln__selector_parse_known(kt_unknown[_i].text, "cuda,opencl,cpu", &sel), KILN_INVALID_ARGUMENT,
+           kt_unknown[_i].needle);
+  ck_assert_msg(strstr(kiln_last_error(), "bogus:*") == NULL || !strcmp(kt_unknown[_i].text, "bogus:*"),
+                "a hint leads to bogus:*: %s", kiln_last_error());
+  /* Known names and '*' pass. */
+  KT_OK(kiln__selector_parse_known("cuda:0;opencl:gpu;!cpu:1;*:accelerator", "cuda,opencl,cpu", &sel));
+  ck_assert_uint_eq(sel.count, 4);
+}
+END_TEST
+
+/* The same through KILN_DEVICE: the backends are the default ones and those
+ * of KILN_BACKEND. */
+START_TEST(test_unknown_backend_in_environment) {
+  setenv("KILN_BACKEND", "cpu", 1);
+  setenv("KILN_DEVICE", "bogus", 1);
+  KT_FAILS(kiln_ensure_initialized(), KILN_INVALID_ARGUMENT,
+           "KILN_DEVICE=\"bogus\" is not a device selector: 'bogus' is neither a backend nor a device type");
+  ck_assert_ptr_nonnull(strstr(kiln_last_error(), "cuda, opencl, cpu"));
+  kiln_deinitialize();
+  setenv("KILN_DEVICE", "bogus:*", 1);
+  KT_FAILS(kiln_ensure_initialized(), KILN_INVALID_ARGUMENT, "unknown backend 'bogus' in 'bogus:*'");
+  kiln_deinitialize();
+  setenv("KILN_DEVICE", "gpu", 1);
+  KT_FAILS(kiln_ensure_initialized(), KILN_INVALID_ARGUMENT, "try '*:gpu'");
+  kiln_deinitialize();
+  /* A plugin named in KILN_BACKEND is a backend KILN_DEVICE may name. */
+  setenv("KILN_BACKEND", "cpu,stub", 1);
+  setenv("KILN_DEVICE", "stub:*;cpu:*", 1);
+  size_t count = 0;
+  KT_OK(kiln_device_count(&count));
+  ck_assert_uint_eq(count, 2);
+  kiln_deinitialize();
+  unsetenv("KILN_DEVICE");
+  unsetenv("KILN_BACKEND");
 }
 END_TEST
 
@@ -167,15 +227,22 @@ START_TEST(test_device_filter) {
   ck_assert_uint_eq(n, 1);
   kiln_deinitialize();
 
-  /* A selector that hides everything: no default device, said plainly. */
+  /* A selector that hides every device is an error that lists the devices
+   * there are, and every later call repeats it. */
   setenv("KILN_DEVICE", "cuda:*", 1);
-  KT_OK(kiln_device_count(&count));
-  ck_assert_uint_eq(count, 0);
-  KT_FAILS(kiln_device_default(&found), KILN_NOT_FOUND, "excluded every device");
-  kiln_backend_info_t b;
-  KT_OK(kiln_backend_info(0, &b));
-  ck_assert_int_eq(b.state, KILN_BACKEND_NO_DEVICE);
-  ck_assert_uint_eq(b.device_count, 3);
+  KT_FAILS(kiln_device_count(&count), KILN_NOT_FOUND,
+           "KILN_DEVICE=\"cuda:*\" leaves no device visible; the devices found are: cpu:0 to cpu:2");
+  KT_FAILS(kiln_device_default(&found), KILN_NOT_FOUND, "leaves no device visible");
+  kiln_deinitialize();
+  setenv("KILN_DEVICE", "!cpu:*", 1);
+  KT_FAILS(kiln_ensure_initialized(), KILN_NOT_FOUND, "KILN_DEVICE=\"!cpu:*\" leaves no device visible");
+  kiln_deinitialize();
+  /* Through the API, the message names the field. */
+  unsetenv("KILN_DEVICE");
+  kiln_config_t config;
+  kiln_config_initialize(&config);
+  config.device = "cpu:7";
+  KT_FAILS(kiln_initialize(&config), KILN_NOT_FOUND, "kiln_config_t.device=\"cpu:7\" leaves no device visible");
   kiln_deinitialize();
   unsetenv("KILN_DEVICE");
   unsetenv("KILN_CPU_DEVICES");
@@ -190,9 +257,11 @@ static Suite *selector_suite(void) {
   tcase_add_loop_test(tc, test_invalid, 0, (int)(sizeof kt_invalid / sizeof kt_invalid[0]));
   tcase_add_test(tc, test_grammar_in_messages);
   tcase_add_test(tc, test_too_many_terms);
+  tcase_add_loop_test(tc, test_unknown_backend, 0, (int)(sizeof kt_unknown / sizeof kt_unknown[0]));
   suite_add_tcase(s, tc);
   TCase *devices = tcase_create("devices");
   tcase_add_test(devices, test_device_filter);
+  tcase_add_test(devices, test_unknown_backend_in_environment);
   suite_add_tcase(s, devices);
   return s;
 }

@@ -26,18 +26,22 @@ typedef struct devinfo_entry_t {
 } devinfo_entry_t;
 
 static void devinfo_usage(FILE *out) {
-  fputs("usage: devinfo [-v | --json | --check] [--help]\n"
+  fputs("usage: devinfo [-v | --json | --check] [--help] [--version]\n"
         "\n"
         "Lists the compute devices kiln can use and the state of each backend.\n"
         "\n"
         "  (no option)  one line per device: '*' marks the default device; the first\n"
         "               column is the selector that picks exactly that device and can be\n"
-        "               pasted into KILN_DEVICE. Then one line per backend.\n"
+        "               pasted into KILN_DEVICE; CU is its compute units (cores of a CPU,\n"
+        "               SMs of an NVIDIA GPU, CUs of an AMD one). Then each backend: its\n"
+        "               state, version, devices, providers, and why it is unavailable.\n"
         "  -v, --verbose  every property of every device as 'key: value' lines\n"
         "  --json       one JSON document with the backends and every device property\n"
-        "  --check      run a small computation on every device against the CPU and\n"
-        "               print PASS or FAIL with the reason; exit 1 if any failed\n"
+        "  --check      run a small computation on every device, compare it with the\n"
+        "               same computed on the host, and print PASS or FAIL with the\n"
+        "               reason; exit 1 if any failed\n"
         "  -h, --help   this text\n"
+        "  --version    kiln's version\n"
         "\n"
         "The environment chooses what kiln loads and shows: KILN_BACKEND, KILN_DEVICE,\n"
         "KILN_CPU_DEVICES, KILN_BACKEND_PATH, KILN_POLICY, KILN_PROVIDER (see\n"
@@ -167,51 +171,147 @@ static void devinfo_say_no_device(FILE *out) {
   if (backend && *backend) fprintf(out, "  KILN_BACKEND='%s' restricts the backends loaded.\n", backend);
 }
 
-/* ---- table ---------------------------------------------------------------- */
+/* ---- backends ------------------------------------------------------------- */
 
-static void devinfo_print_backends(FILE *out) {
-  size_t count = 0;
-  kiln_status_t status = kiln_backend_count(&count);
+/* One backend as devinfo shows it: each thing said once, in its own field. */
+typedef struct devinfo_backend_t {
+  kiln_backend_info_t info;
+  bool ok;
+  char error[512];     /* kiln_backend_info failed */
+  char reason[1024];   /* why it is unavailable or shows no device, in the user's terms; "" when loaded */
+  const char *plugin;  /* the plugin file kiln loaded or failed to load; "" when built in or not found */
+  bool builtin;
+  size_t visible;      /* of its devices, how many KILN_DEVICE leaves visible */
+  char selectors[256]; /* "opencl:0, opencl:1" */
+  char providers[256]; /* "native, clblast": every provider of any op on its visible devices */
+} devinfo_backend_t;
+
+/* "needed: cannot open shared object file: ..." is the loader saying that a
+ * library the plugin links is missing, not the plugin (which was found). */
+static void devinfo_explain_reason(const kiln_backend_info_t *b, char *out, size_t size) {
+  const char *reason = devinfo_str(b->reason);
+  const char *tail = strstr(reason, ": cannot open shared object file");
+  if (tail && !memchr(reason, ' ', (size_t)(tail - reason))) {
+    int len = (int)(tail - reason);
+    if (!strncmp(reason, "libcuda.so", 10)) {
+      snprintf(out, size, "no NVIDIA driver: %.*s not found (the driver installs it; without an NVIDIA GPU this "
+               "is expected)", len, reason);
+    } else if (!strncmp(reason, "libOpenCL.so", 12)) {
+      snprintf(out, size, "no OpenCL ICD loader: %.*s not found (on Debian: apt install ocl-icd-libopencl1)", len,
+               reason);
+    } else {
+      snprintf(out, size, "%.*s not found: the plugin needs it (%s)", len, reason, reason);
+    }
+    return;
+  }
+  if (!reason[0] && b->state == KILN_BACKEND_NO_DEVICE && b->device_count > 0) {
+    snprintf(out, size, "its %zu device%s hidden by KILN_DEVICE", b->device_count,
+             b->device_count == 1 ? " is" : "s are");
+    return;
+  }
+  snprintf(out, size, "%s", reason[0] || b->state == KILN_BACKEND_LOADED ? reason : "no reason given");
+}
+
+/* Adds each of the comma-separated `list` to `out` (", "-joined) once. */
+static void devinfo_add_names(char *out, size_t size, const char *list) {
+  while (list && *list) {
+    const char *comma = strchr(list, ',');
+    size_t len = comma ? (size_t)(comma - list) : strlen(list);
+    bool seen = false;
+    for (const char *p = out; *p && !seen;) {
+      const char *sep = strstr(p, ", ");
+      size_t n = sep ? (size_t)(sep - p) : strlen(p);
+      seen = n == len && !strncmp(p, list, len);
+      p = sep ? sep + 2 : p + n;
+    }
+    size_t used = strlen(out);
+    if (!seen && len) snprintf(out + used, size - used, "%s%.*s", used ? ", " : "", (int)len, list);
+    list = comma ? comma + 1 : NULL;
+  }
+}
+
+static void devinfo_backend_gather(size_t index, const devinfo_entry_t *entries, size_t count, devinfo_backend_t *out) {
+  memset(out, 0, sizeof *out);
+  kiln_status_t status = kiln_backend_info(index, &out->info);
+  if (status != KILN_OK) {
+    devinfo_copy_error(out->error, sizeof out->error, "kiln_backend_info", status);
+    return;
+  }
+  out->ok = true;
+  const kiln_backend_info_t *b = &out->info;
+  devinfo_explain_reason(b, out->reason, sizeof out->reason);
+  const char *path = devinfo_str(b->path);
+  out->builtin = !strcmp(path, "builtin");
+  /* Not found: the reason lists every path tried; there is no plugin to show. */
+  bool not_found = !strncmp(devinfo_str(b->reason), "plugin libkiln-", 15) && strstr(b->reason, " not found; tried: ");
+  out->plugin = out->builtin || not_found ? "" : path;
+  for (size_t i = 0; i < count; i++) {
+    if (!entries[i].ok || strcmp(devinfo_str(entries[i].info.backend), devinfo_str(b->name))) continue;
+    out->visible++;
+    devinfo_add_names(out->selectors, sizeof out->selectors, entries[i].info.selector);
+    for (size_t o = 0; kiln_op_name(o); o++)
+      devinfo_add_names(out->providers, sizeof out->providers, kiln_device_providers(entries[i].device, kiln_op_name(o)));
+  }
+}
+
+static void devinfo_print_backends(FILE *out, const devinfo_entry_t *entries, size_t count) {
+  size_t n = 0;
+  kiln_status_t status = kiln_backend_count(&n);
   if (status != KILN_OK) {
     fprintf(out, "backends: kiln_backend_count failed (%s): %s\n", kiln_status_name(status), kiln_last_error());
     return;
   }
   fputs("\nBackends:\n", out);
-  if (count == 0) fputs("  (none considered: check KILN_BACKEND)\n", out);
-  for (size_t i = 0; i < count; i++) {
-    kiln_backend_info_t b;
-    status = kiln_backend_info(i, &b);
-    if (status != KILN_OK) {
-      fprintf(out, "  #%zu: kiln_backend_info failed (%s): %s\n", i, kiln_status_name(status), kiln_last_error());
+  if (n == 0) fputs("  (none considered: check KILN_BACKEND)\n", out);
+  for (size_t i = 0; i < n; i++) {
+    devinfo_backend_t v;
+    devinfo_backend_gather(i, entries, count, &v);
+    if (!v.ok) {
+      fprintf(out, "  #%zu: %s\n", i, v.error);
       continue;
     }
-    const char *version = devinfo_str(b.version);
-    if (b.state == KILN_BACKEND_LOADED) {
-      fprintf(out, "  %-7s loaded (%zu device%s)%s%s  %s\n", devinfo_str(b.name), b.device_count,
-              b.device_count == 1 ? "" : "s", version[0] ? ", version " : "", version, devinfo_str(b.path));
+    const kiln_backend_info_t *b = &v.info;
+    /* The first line says the state and, when it is not loaded, why; the
+     * lines below it are labelled, one thing each. */
+    if (v.reason[0]) {
+      fprintf(out, "  %-7s %-12s %s\n", devinfo_str(b->name), kiln_backend_state_name(b->state), v.reason);
     } else {
-      const char *reason = devinfo_str(b.reason);
-      const char *path = devinfo_str(b.path);
-      char hidden[96];
-      if (!reason[0] && b.state == KILN_BACKEND_NO_DEVICE && b.device_count > 0) {
-        /* Loaded with devices, none visible: the selection hid them. */
-        snprintf(hidden, sizeof hidden, "its %zu device%s hidden by KILN_DEVICE", b.device_count,
-                 b.device_count == 1 ? " is" : "s are");
-        reason = hidden;
-      }
-      fprintf(out, "  %-7s %s: %s", devinfo_str(b.name), kiln_backend_state_name(b.state),
-              reason[0] ? reason : "no reason given");
-      /* The loader's reason often names the path already; say it once. */
-      if (!strcmp(path, "builtin")) {
-        fputs(" (built into libkiln)", out);
-      } else if (!path[0]) {
-        fputs(" (no path tried)", out);
-      } else if (!strstr(reason, path)) {
-        fprintf(out, " (path tried: %s)", path);
-      }
+      fprintf(out, "  %-7s %s\n", devinfo_str(b->name), kiln_backend_state_name(b->state));
+    }
+    const char *indent = "                      ";
+    const char *version = devinfo_str(b->version);
+    if (version[0]) fprintf(out, "%sversion: %s\n", indent, version);
+    if (b->state != KILN_BACKEND_UNAVAILABLE && b->state != KILN_BACKEND_ABI_MISMATCH) {
+      fprintf(out, "%sdevices: %zu found", indent, b->device_count);
+      if (v.visible != b->device_count) fprintf(out, ", %zu visible", v.visible);
+      if (v.selectors[0]) fprintf(out, " (%s)", v.selectors);
+      if (v.providers[0]) fprintf(out, "; providers: %s", v.providers);
       fputc('\n', out);
     }
+    if (v.builtin) fprintf(out, "%sbuilt into libkiln\n", indent);
+    else if (v.plugin[0]) fprintf(out, "%splugin: %s\n", indent, v.plugin);
   }
+}
+
+/* ---- table ---------------------------------------------------------------- */
+
+/* Devices of type CPU are this machine's processor, whichever backend drives
+ * them (kiln's own, PoCL, KILN_CPU_DEVICES splitting it): they share its
+ * memory and cores, which the table cannot show by itself. */
+static void devinfo_say_shared_cpu(const devinfo_entry_t *entries, size_t count) {
+  size_t cpus = 0, seen = 0;
+  for (size_t i = 0; i < count; i++) cpus += entries[i].ok && entries[i].info.type == KILN_DEVICE_CPU;
+  if (cpus < 2) return;
+  char list[512] = "";
+  for (size_t i = 0; i < count; i++) {
+    if (!entries[i].ok || entries[i].info.type != KILN_DEVICE_CPU) continue;
+    size_t used = strlen(list);
+    const char *sep = seen == 0 ? "" : seen + 1 == cpus ? " and " : ", ";
+    snprintf(list + used, sizeof list - used, "%s%s", sep, devinfo_str(entries[i].info.selector));
+    seen++;
+  }
+  printf("%s are %s this machine's processor: they share its memory and cores (work on one slows the %s).\n",
+         list, cpus == 2 ? "both" : "all", cpus == 2 ? "other" : "others");
 }
 
 static int devinfo_table(devinfo_entry_t *entries, size_t count) {
@@ -219,18 +319,21 @@ static int devinfo_table(devinfo_entry_t *entries, size_t count) {
     devinfo_say_no_device(stdout);
   } else {
     /* Column widths follow the longest selector and name, so the table stays
-     * aligned whatever the drivers call their devices. */
+     * aligned whatever the drivers call their devices. IDENTITY appears only
+     * when a device has one. */
     int sel_w = (int)strlen("SELECTOR"), name_w = (int)strlen("NAME");
+    bool identities = false;
     for (size_t i = 0; i < count; i++) {
       if (!entries[i].ok) continue;
-      int s = (int)strlen(devinfo_str(entries[i].info.selector));
-      int n = (int)strlen(devinfo_str(entries[i].info.name));
-      if (s > sel_w) sel_w = s;
-      if (n > name_w) name_w = n;
+      int sw = (int)strlen(devinfo_str(entries[i].info.selector));
+      int nw = (int)strlen(devinfo_str(entries[i].info.name));
+      if (sw > sel_w) sel_w = sw;
+      if (nw > name_w) name_w = nw;
+      identities = identities || devinfo_identity(&entries[i].info)[0];
     }
     if (name_w > 48) name_w = 48;
-    printf("  %-*s %-7s %-11s %-*s %10s %5s  %s\n", sel_w, "SELECTOR", "BACKEND", "TYPE", name_w, "NAME",
-           "MEMORY", "CU", "IDENTITY");
+    printf("  %-*s %-7s %-11s %-*s %10s %5s%s\n", sel_w, "SELECTOR", "BACKEND", "TYPE", name_w, "NAME", "MEMORY",
+           "CU", identities ? "  IDENTITY" : "");
     for (size_t i = 0; i < count; i++) {
       const devinfo_entry_t *e = &entries[i];
       if (!e->ok) {
@@ -240,20 +343,25 @@ static int devinfo_table(devinfo_entry_t *entries, size_t count) {
       char memory[32], name[256];
       devinfo_format_bytes(e->info.memory_bytes, memory, sizeof memory);
       devinfo_printable(e->info.name, name, sizeof name);
-      char identity[256];
+      char identity[256] = "";
       if (e->same_card_as >= 0) {
-        snprintf(identity, sizeof identity, "same card as %s (%s)", entries[e->same_card_as].info.selector,
+        snprintf(identity, sizeof identity, "  same card as %s (%s)", entries[e->same_card_as].info.selector,
                  devinfo_identity(&e->info));
-      } else {
-        snprintf(identity, sizeof identity, "%s", devinfo_identity(&e->info));
+      } else if (identities) {
+        snprintf(identity, sizeof identity, "  %s", devinfo_identity(&e->info));
       }
-      printf("%c %-*s %-7s %-11s %-*.*s %10s %5" PRIu32 "  %s\n", e->info.is_default ? '*' : ' ', sel_w,
+      printf("%c %-*s %-7s %-11s %-*.*s %10s %5" PRIu32 "%s\n", e->info.is_default ? '*' : ' ', sel_w,
              devinfo_str(e->info.selector), devinfo_str(e->info.backend), kiln_device_type_name(e->info.type),
              name_w, name_w, name, memory, e->info.compute_units, identity);
     }
-    printf("(* the default device; pass a selector in KILN_DEVICE to pick a device)\n");
+    printf("* marks the default device; paste a SELECTOR into KILN_DEVICE to pick that device.\n");
+    printf("CU: compute units (cores of a CPU device, SMs of an NVIDIA GPU, CUs of an AMD one).\n");
+    if (identities)
+      printf("IDENTITY: the card's UUID or PCI bus id; two rows with the same one are one card seen through two "
+             "backends.\n");
+    devinfo_say_shared_cpu(entries, count);
   }
-  devinfo_print_backends(stdout);
+  devinfo_print_backends(stdout, entries, count);
   return DEVINFO_EXIT_OK;
 }
 
@@ -338,7 +446,7 @@ static int devinfo_verbose(devinfo_entry_t *entries, size_t count) {
       printf("  providers.%s: %s\n", kiln_op_name(o), providers ? providers : "(unknown op)");
     }
   }
-  devinfo_print_backends(stdout);
+  devinfo_print_backends(stdout, entries, count);
   return DEVINFO_EXIT_OK;
 }
 
@@ -393,36 +501,64 @@ static void devinfo_json_key(FILE *out, const char *key) {
   fputs(": ", out);
 }
 
-static void devinfo_json_backends(FILE *out) {
-  size_t count = 0;
+static void devinfo_json_backends(FILE *out, const devinfo_entry_t *entries, size_t count) {
+  size_t n = 0;
   fputs("  \"backends\": [", out);
-  if (kiln_backend_count(&count) != KILN_OK) count = 0;
-  for (size_t i = 0; i < count; i++) {
-    kiln_backend_info_t b;
+  if (kiln_backend_count(&n) != KILN_OK) n = 0;
+  for (size_t i = 0; i < n; i++) {
+    devinfo_backend_t v;
+    devinfo_backend_gather(i, entries, count, &v);
     fputs(i ? ",\n    {" : "\n    {", out);
-    if (kiln_backend_info(i, &b) != KILN_OK) {
+    if (!v.ok) {
       devinfo_json_key(out, "error");
-      devinfo_json_string(out, kiln_last_error());
+      devinfo_json_string(out, v.error);
       fputc('}', out);
       continue;
     }
+    const kiln_backend_info_t *b = &v.info;
     devinfo_json_key(out, "name");
-    devinfo_json_string(out, b.name);
+    devinfo_json_string(out, b->name);
     fputs(", ", out);
     devinfo_json_key(out, "status");
-    devinfo_json_string(out, kiln_backend_state_name(b.state));
-    fputs(", ", out);
-    devinfo_json_key(out, "reason");
-    devinfo_json_string(out, b.reason);
-    fputs(", ", out);
-    devinfo_json_key(out, "path");
-    devinfo_json_string(out, b.path);
+    devinfo_json_string(out, kiln_backend_state_name(b->state));
     fputs(", ", out);
     devinfo_json_key(out, "version");
-    devinfo_json_string(out, b.version);
-    fprintf(out, ", \"device_count\": %zu}", b.device_count);
+    devinfo_json_string(out, b->version);
+    fprintf(out, ", \"device_count\": %zu, \"visible_device_count\": %zu, ", b->device_count, v.visible);
+    devinfo_json_key(out, "providers");
+    fputc('[', out);
+    /* v.providers is "native, clblast": one JSON string per name. */
+    size_t at = 0;
+    while (v.providers[at]) {
+      size_t len = strcspn(v.providers + at, ",");
+      char name[64];
+      if (len >= sizeof name) len = sizeof name - 1;
+      memcpy(name, v.providers + at, len);
+      name[len] = '\0';
+      if (at) fputs(", ", out);
+      devinfo_json_string(out, name);
+      at += strcspn(v.providers + at, ",");
+      while (v.providers[at] == ',' || v.providers[at] == ' ') at++;
+    }
+    fputs("], ", out);
+    devinfo_json_key(out, "reason");
+    devinfo_json_string(out, v.reason);
+    fputs(", ", out);
+    devinfo_json_key(out, "path");
+    devinfo_json_string(out, v.plugin);
+    fprintf(out, ", \"builtin\": %s}", v.builtin ? "true" : "false");
   }
-  fputs(count ? "\n  ],\n" : "],\n", out);
+  fputs(n ? "\n  ],\n" : "],\n", out);
+}
+
+/* A property value that is a plain decimal integer ("2", "49152") is written
+ * as a JSON number; everything else stays a string. */
+static bool devinfo_is_integer(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > 18 || (s[0] == '0' && n > 1)) return false;
+  for (size_t i = 0; i < n; i++)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
 }
 
 /* Properties as one JSON object. A key a backend reports twice (several
@@ -471,7 +607,11 @@ static void devinfo_json_properties(FILE *out, const kiln_device_t *device) {
       used += len;
       joined[used] = 0;
     }
-    devinfo_json_string(out, joined);
+    if (devinfo_is_integer(joined)) {
+      fputs(joined, out);
+    } else {
+      devinfo_json_string(out, joined);
+    }
     free(joined);
   }
   fputs("}", out);
@@ -494,7 +634,7 @@ static int devinfo_json(devinfo_entry_t *entries, size_t count) {
     fputs("null", out);
   }
   fputs(",\n", out);
-  devinfo_json_backends(out);
+  devinfo_json_backends(out, entries, count);
   fputs("  \"devices\": [", out);
   for (size_t i = 0; i < count; i++) {
     const devinfo_entry_t *e = &entries[i];
@@ -575,9 +715,10 @@ static int devinfo_check(devinfo_entry_t *entries, size_t count) {
       continue;
     }
     const char *label = e->ok ? kiln_device_name(e->device) : kiln_device_selector(e->device);
-    printf("%s: ", devinfo_str(label));
-    fflush(stdout);
+    /* The line is printed whole once the check is done, so that a note on
+     * stderr meanwhile (a first build of OpenCL kernels) does not split it. */
     kiln_status_t status = kiln_device_check(e->device);
+    printf("%s: ", devinfo_str(label));
     if (status == KILN_OK) {
       printf("PASS\n");
     } else {
@@ -588,6 +729,44 @@ static int devinfo_check(devinfo_entry_t *entries, size_t count) {
   }
   printf("%zu of %zu device%s passed\n", count - failed, count, count == 1 ? "" : "s");
   return failed ? DEVINFO_EXIT_CHECK_FAILED : DEVINFO_EXIT_OK;
+}
+
+/* ---- the first build ------------------------------------------------------ */
+
+/* The first computation on an OpenCL device compiles kiln's kernels (up to
+ * tens of seconds on PoCL), and kiln says so only in its log. devinfo listens
+ * at info level for the line that starts a build and tells its user, once
+ * per device, why it waits; every other line goes out only at the level the
+ * user asked for (KILN_LOG), as kiln would print it. */
+static kiln_log_level_t devinfo_user_level = KILN_LOG_OFF;
+static char devinfo_announced[16][160];
+static size_t devinfo_announced_count;
+
+static const char *devinfo_level_text(kiln_log_level_t level) {
+  switch (level) {
+    case KILN_LOG_ERROR: return "error";
+    case KILN_LOG_WARN: return "warn";
+    case KILN_LOG_INFO: return "info";
+    case KILN_LOG_DEBUG: return "debug";
+    default: return "off";
+  }
+}
+
+static void devinfo_log(kiln_log_level_t level, const char *message, void *user) {
+  const char *mark = strstr(message, ": building OpenCL kernels: ");
+  if (mark && (size_t)(mark - message) < sizeof devinfo_announced[0]) {
+    int len = (int)(mark - message);
+    bool seen = false;
+    for (size_t i = 0; i < devinfo_announced_count && !seen; i++)
+      seen = (int)strlen(devinfo_announced[i]) == len && !strncmp(devinfo_announced[i], message, (size_t)len);
+    if (!seen) {
+      if (devinfo_announced_count < sizeof devinfo_announced / sizeof devinfo_announced[0])
+        snprintf(devinfo_announced[devinfo_announced_count++], sizeof devinfo_announced[0], "%.*s", len, message);
+      fprintf(stderr, "%s: building OpenCL kernels for %.*s (first run; cached afterwards)\n", (const char *)user,
+              len, message);
+    }
+  }
+  if (level <= devinfo_user_level) fprintf(stderr, "kiln: %s: %s\n", devinfo_level_text(level), message);
 }
 
 /* ---- main ----------------------------------------------------------------- */
@@ -601,6 +780,9 @@ int main(int argc, char **argv) {
     devinfo_mode_t next;
     if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
       devinfo_usage(stdout);
+      return DEVINFO_EXIT_OK;
+    } else if (!strcmp(arg, "--version")) {
+      printf("devinfo (kiln %s)\n", kiln_version());
       return DEVINFO_EXIT_OK;
     } else if (!strcmp(arg, "-v") || !strcmp(arg, "--verbose")) {
       next = DEVINFO_VERBOSE;
@@ -627,6 +809,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "devinfo: kiln failed to start (%s): %s\n", kiln_status_name(status), kiln_last_error());
     return DEVINFO_EXIT_START_FAILED;
   }
+
+  devinfo_user_level = kiln_log_level();
+  if (devinfo_user_level < KILN_LOG_INFO) kiln_log_set_level(KILN_LOG_INFO);
+  kiln_log_set_callback(devinfo_log, "devinfo");
 
   devinfo_entry_t *entries = devinfo_gather(count);
   if (!entries) {

@@ -329,11 +329,16 @@ static kiln_status_t cpu_buffer_wrap(kiln_backend_context_t *ctx, kiln_backend_d
 
 /* ---- the table ------------------------------------------------------------------------ */
 
+#define KILN_CPU_STR_(x) #x
+#define KILN_CPU_STR(x) KILN_CPU_STR_(x)
+#define KILN_CPU_VERSION_TEXT \
+  "kiln " KILN_CPU_STR(KILN_VERSION_MAJOR) "." KILN_CPU_STR(KILN_VERSION_MINOR) "." KILN_CPU_STR(KILN_VERSION_PATCH)
+
 static const kiln_backend_iface_t cpu_iface = {
     .abi_version = KILN_BACKEND_ABI_VERSION,
     .size = sizeof(kiln_backend_iface_t),
     .name = "cpu",
-    .version = "kiln native kernels",
+    .version = KILN_CPU_VERSION_TEXT, /* a version, as devinfo shows it: the CPU backend is kiln's own */
     .initialize = cpu_initialize,
     .deinitialize = cpu_deinitialize,
     .device_count = cpu_device_count,

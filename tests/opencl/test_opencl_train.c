@@ -637,9 +637,9 @@ START_TEST(test_updates) {
 
       /* SGD: plain with weight decay; momentum with dampening; nesterov. Two steps each. */
       const kiln_sgd_params_t sgd[] = {
-          {0.1, 0.0, 0.0, 0.01, false},
-          {0.05, 0.9, 0.25, 0.0, false},
-          {0.02, 0.8, 0.0, 0.005, true},
+          {0.1, 0.0, 0.0, 0.01, false, false},
+          {0.05, 0.9, 0.25, 0.0, false, false},
+          {0.02, 0.8, 0.0, 0.005, true, false},
       };
       for (size_t k = 0; k < sizeof sgd / sizeof sgd[0]; k++) {
         const kiln_sgd_params_t sp = sgd[k];

@@ -1,4 +1,4 @@
-/* kiln/nn.h: libkiln-nn, training on kiln's public API: data sets and batch loading, safetensors checkpoints. */
+/* kiln/nn.h: libkiln-nn, training on kiln's public API: data sets and batch loading, safetensors checkpoints, the tape, layers, optimizers and the training loop. */
 #ifndef KILN_NN_H
 #define KILN_NN_H
 
@@ -19,9 +19,11 @@ extern "C" {
 /* The rules of kiln.h hold here too: every fallible call returns a
  * kiln_status_t and leaves its message in kiln_last_error(); outputs are
  * written only on success; nothing prints, nothing aborts on bad input or a
- * bad file. Single-owner objects (data set, loader, loaded safetensors) have
- * a create or load and a free; free(NULL) is a no-op. An object of this
- * header is used by one thread at a time. Link with
+ * bad file. Single-owner objects (data set, loader, loaded safetensors,
+ * parameter, tape, layer, model, optimizer) have a create or load and a free;
+ * free(NULL) is a no-op. An object of this header is used by one thread at a
+ * time. Calls that enqueue device work return without waiting for it unless
+ * their comment says they block. Link with
  * `pkg-config --cflags --libs kiln-nn`. */
 
 /* ---- data sets (nn/dataset.c) ------------------------------------------------
@@ -252,6 +254,352 @@ const char *kiln_nn_safetensors_metadata_value(const kiln_nn_safetensors_t *file
  * devices. File errors as for load. */
 kiln_status_t kiln_nn_safetensors_load_into(const char *path, const kiln_nn_named_tensor_t *tensors, size_t count,
                                             bool strict);
+
+/* ---- training: parameters (nn/param.c) -----------------------------------------
+ * A parameter is a trainable f32 tensor (its value) and the gradient a
+ * backward pass left for it. The value lives on one device and stays the same
+ * tensor for the parameter's life: optimizers and kiln_nn_safetensors_load_into
+ * write into it in place. The gradient lives on the same device; it is NULL
+ * until a backward pass reaches the parameter, and kiln_nn_param_zero_grad
+ * makes it NULL again (NULL reads as zero, as PyTorch's set_to_none). Layers
+ * own the parameters they make; kiln_nn_param_create makes one for a model
+ * of your own. */
+
+typedef struct kiln_nn_param_t kiln_nn_param_t;
+
+/* A parameter named `name` (copied; may be NULL for "") holding `value`, which
+ * must be a contiguous f32 tensor; the parameter takes its own reference. The
+ * caller owns the parameter (kiln_nn_param_free). KILN_INVALID_ARGUMENT for a
+ * NULL value; KILN_DTYPE_MISMATCH for one not f32; KILN_INVALID_ARGUMENT for a
+ * non-contiguous one (kiln_tensor_contiguous makes one); KILN_OUT_OF_MEMORY. */
+kiln_status_t kiln_nn_param_create(const char *name, kiln_tensor_t *value, kiln_nn_param_t **out_param);
+/* Releases the value and the gradient; NULL is a no-op. Never blocks. A
+ * parameter must not be freed while a tape records with it. */
+void kiln_nn_param_free(kiln_nn_param_t *param);
+
+/* The name ("1.weight" inside a model, as PyTorch's state_dict names it),
+ * the value and the gradient (NULL when none), all borrowed from the
+ * parameter: retain a tensor to keep it past the next step. */
+const char *kiln_nn_param_name(const kiln_nn_param_t *param);
+kiln_tensor_t *kiln_nn_param_value(const kiln_nn_param_t *param);
+kiln_tensor_t *kiln_nn_param_grad(const kiln_nn_param_t *param);
+
+/* Drop the gradient (it reads as zero from now on); the memory returns to the
+ * device's pool once the work using it is done. Never blocks. */
+void kiln_nn_param_zero_grad(kiln_nn_param_t *param);
+
+/* The seed of item `index` of a family drawn from one `seed` (SplitMix64 of
+ * both): parameter k of a model is initialised from
+ * kiln_nn_seed_derive(model_seed, k), so the same seed gives the same network
+ * on every device. */
+uint64_t kiln_nn_seed_derive(uint64_t seed, uint64_t index);
+
+/* Fill `param`'s value in place with PyTorch's default initialisation of a
+ * linear or convolution layer: uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in))
+ * (kaiming-uniform with a = sqrt(5) for weights, the same bound for biases),
+ * drawn by kiln_tensor_uniform with key `seed`: the same numbers on every
+ * backend and device. Enqueued; does not block. KILN_INVALID_ARGUMENT for
+ * fan_in < 1. */
+kiln_status_t kiln_nn_param_init_uniform(kiln_nn_param_t *param, int64_t fan_in, uint64_t seed);
+
+/* ---- training: the tape (nn/tape.c, nn/tape_backward.c) --------------------------
+ * A reverse-mode tape. Each kiln_nn_tape_<op> call runs the forward operation
+ * (the kiln_tensor_<op> calls it names, enqueued on the operands' device like
+ * any kiln operation) and, when one of its inputs carries a gradient, records
+ * it with the tensors its backward needs. kiln_nn_tape_backward then walks the
+ * record backwards, enqueueing the gradient operations on the same device,
+ * and adds each parameter's gradient to kiln_nn_param_grad (the first
+ * contribution is adopted as is, later ones are added with
+ * kiln_tensor_accumulate). A recorded tensor is released as soon as the
+ * backward pass has consumed it. Nothing is copied between devices and
+ * nothing is read back to the host: operands on two devices fail as the
+ * kiln_tensor_ call does (KILN_DEVICE_MISMATCH).
+ *
+ * What carries a gradient: a parameter's value returned by kiln_nn_tape_watch
+ * (for this recording), and every result of a kiln_nn_tape_ op that has such
+ * an input. Any other tensor (a batch, a tensor made by a kiln_tensor_ call,
+ * a view of a recorded result made with kiln_tensor_reshape) is a constant.
+ *
+ * Every kiln_nn_tape_<op> takes a NULL tape too: it then only computes (for
+ * evaluation, like torch.no_grad). Results are new tensors the caller owns,
+ * exactly as the kiln_tensor_ calls return them; the tape holds references of
+ * its own. Errors are those of the kiln_tensor_ calls, with the tape op named
+ * in front of kiln's message, and KILN_OUT_OF_MEMORY when the record cannot
+ * grow; on an error nothing is recorded and *out is untouched. A tape is used
+ * by one thread at a time. */
+
+typedef struct kiln_nn_tape_t kiln_nn_tape_t;
+
+/* An empty tape; the caller owns it. Its record grows as needed and keeps its
+ * host memory between steps. KILN_OUT_OF_MEMORY. */
+kiln_status_t kiln_nn_tape_create(kiln_nn_tape_t **out_tape);
+/* Drops the record (kiln_nn_tape_clear) and frees the tape; NULL is a no-op. */
+void kiln_nn_tape_free(kiln_nn_tape_t *tape);
+
+/* Make `param` carry a gradient in this recording: *out_value is its value
+ * (borrowed from the parameter), to pass to the tape's ops. Watching a
+ * parameter twice is harmless. With a NULL tape, *out_value is the value and
+ * nothing else happens. The parameter must outlive the recording.
+ * KILN_INVALID_ARGUMENT for NULL; KILN_OUT_OF_MEMORY. Never blocks. */
+kiln_status_t kiln_nn_tape_watch(kiln_nn_tape_t *tape, kiln_nn_param_t *param, kiln_tensor_t **out_value);
+
+/* Operations recorded so far (0 after a backward pass or a clear). */
+size_t kiln_nn_tape_size(const kiln_nn_tape_t *tape);
+
+/* Forget the record without a backward pass, releasing what it held; the
+ * parameters' gradients are left as they are. Never blocks. */
+void kiln_nn_tape_clear(kiln_nn_tape_t *tape);
+
+/* The backward pass from `y`, a result of a recorded op, with upstream
+ * gradient `dy` (y's shape; NULL means 1, for a one-element y such as a
+ * loss). Enqueues the gradient operations on y's device, adds the gradients
+ * to the watched parameters that y depends on, then clears the record (the
+ * tape is ready for the next step). Does not block. KILN_INVALID_ARGUMENT
+ * when y was not recorded on this tape (it carries no gradient, or the record
+ * was cleared), or when dy is NULL for a y of more than one element;
+ * KILN_SHAPE_MISMATCH for a dy of another shape; the errors of the gradient
+ * operations, with the op and its place in the record named (the record is
+ * cleared then too, and gradients may be partly added). */
+kiln_status_t kiln_nn_tape_backward(kiln_nn_tape_t *tape, kiln_tensor_t *y, const kiln_tensor_t *dy);
+
+/* The differentiable operations. Each is the kiln_tensor_ call of the same
+ * name; the gradient it records is noted where it is not obvious. */
+
+/* kiln_tensor_unary: every unary op (the derivative is kiln_tensor_unary_backward's). */
+kiln_status_t kiln_nn_tape_unary(kiln_nn_tape_t *tape, kiln_unary_op_t op, kiln_tensor_t *x, kiln_tensor_t **out);
+/* kiln_tensor_binary with broadcasting (a gradient is summed back to its
+ * operand's shape with kiln_tensor_sum_to). add, sub, mul, div; maximum and
+ * minimum pass the gradient to the operand that won, to `a` on a tie; eq
+ * carries no gradient (its result is a constant). */
+kiln_status_t kiln_nn_tape_binary(kiln_nn_tape_t *tape, kiln_binary_op_t op, kiln_tensor_t *a, kiln_tensor_t *b,
+                                  kiln_tensor_t **out);
+/* kiln_tensor_binary_scalar: a (op) scalar; the scalar carries no gradient. */
+kiln_status_t kiln_nn_tape_binary_scalar(kiln_nn_tape_t *tape, kiln_binary_op_t op, kiln_tensor_t *a, double scalar,
+                                         kiln_tensor_t **out);
+/* kiln_tensor_matmul, 2-D or batched (a 2-D operand's gradient is summed over the batch). */
+kiln_status_t kiln_nn_tape_matmul(kiln_nn_tape_t *tape, kiln_tensor_t *a, kiln_tensor_t *b, bool trans_a,
+                                  bool trans_b, kiln_tensor_t **out);
+/* A dense layer, as torch.nn.functional.linear: x [N, in] @ weight[out, in]^T
+ * + bias [out] (bias may be NULL): two kiln operations forward (matmul with
+ * trans_b, add), one record; backward dW = dy^T x and db = the sum of dy over
+ * N, and dx = dy W only when x carries a gradient (not for a first layer). */
+kiln_status_t kiln_nn_tape_linear(kiln_nn_tape_t *tape, kiln_tensor_t *x, kiln_tensor_t *weight, kiln_tensor_t *bias,
+                                  kiln_tensor_t **out);
+/* kiln_tensor_sum and kiln_tensor_mean (f32) along `axis` or KILN_ALL_AXES. */
+kiln_status_t kiln_nn_tape_sum(kiln_nn_tape_t *tape, kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
+kiln_status_t kiln_nn_tape_mean(kiln_nn_tape_t *tape, kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
+/* kiln_tensor_softmax / kiln_tensor_log_softmax along the last axis. */
+kiln_status_t kiln_nn_tape_softmax(kiln_nn_tape_t *tape, kiln_tensor_t *a, kiln_tensor_t **out);
+kiln_status_t kiln_nn_tape_log_softmax(kiln_nn_tape_t *tape, kiln_tensor_t *a, kiln_tensor_t **out);
+/* The cross-entropy loss, kiln_tensor_cross_entropy: the mean over N of
+ * -log_softmax(logits)[n, labels[n]]; logits f32 [N, C], labels i32 [N] (a
+ * constant). One fused kiln operation each way (kiln_tensor_cross_entropy_backward). */
+kiln_status_t kiln_nn_tape_cross_entropy(kiln_nn_tape_t *tape, kiln_tensor_t *logits, const kiln_tensor_t *labels,
+                                         kiln_tensor_t **out_loss);
+/* kiln_tensor_conv2d with its bias fused (bias may be NULL); backward through
+ * kiln_tensor_conv2d_backward_weight, _bias and, when x carries a gradient, _input. */
+kiln_status_t kiln_nn_tape_conv2d(kiln_nn_tape_t *tape, kiln_tensor_t *x, kiln_tensor_t *weight, kiln_tensor_t *bias,
+                                  const kiln_conv2d_params_t *params, kiln_tensor_t **out);
+/* kiln_tensor_max_pool2d (backward: kiln_tensor_max_pool2d_backward). */
+kiln_status_t kiln_nn_tape_max_pool2d(kiln_nn_tape_t *tape, kiln_tensor_t *x, const kiln_pool2d_params_t *params,
+                                      kiln_tensor_t **out);
+/* kiln_tensor_reshape (a view when the layout allows); the gradient is
+ * reshaped back. */
+kiln_status_t kiln_nn_tape_reshape(kiln_nn_tape_t *tape, kiln_tensor_t *x, int ndim, const int64_t *shape,
+                                   kiln_tensor_t **out);
+
+/* ---- training: which provider ran each operation (nn/param.c) -------------------
+ * Every kiln operation libkiln-nn enqueues from a thread (tape ops, their
+ * backward, optimizers, kiln_nn_train_epoch and kiln_nn_evaluate) is counted
+ * per operation and per provider that ran it (kiln_last_provider), so a
+ * program can say where its work ran. The names are those of KILN_PROVIDER:
+ * "matmul", "conv2d", "add", "relu", "reduce", "cross_entropy_backward" ...
+ * Per thread; never blocks. */
+
+typedef struct kiln_nn_provider_use_t {
+  const char *op;       /* static storage */
+  const char *provider; /* "native", "blas", "clblast", "cublas", "cudnn" (kiln's static storage) */
+  uint64_t calls;       /* since the last reset on this thread */
+} kiln_nn_provider_use_t;
+
+/* Fill up to `capacity` entries in the order first seen; returns how many
+ * exist (call with capacity 0 to count). */
+size_t kiln_nn_providers_used(kiln_nn_provider_use_t *out_uses, size_t capacity);
+/* Start counting afresh on this thread. */
+void kiln_nn_providers_reset(void);
+
+/* ---- training: layers and models (nn/layers.c, nn/model.c) -----------------------
+ * A layer turns a tensor into another and may own parameters; a model is a
+ * sequence of layers (as torch.nn.Sequential) and owns them. Forward passes
+ * take a tape (recording, for training) or NULL (evaluation). Layers and
+ * models are single-owner objects used by one thread at a time. */
+
+typedef struct kiln_nn_layer_t kiln_nn_layer_t;
+
+/* Dense: x [N, in] -> [N, out]; parameters "weight" [out, in] and "bias"
+ * [out] (when `bias`) on `device`, initialised as kiln_nn_param_init_uniform
+ * with fan_in = in and the seeds kiln_nn_seed_derive(seed, 0) and (seed, 1).
+ * Enqueues the initialisation; does not block. KILN_INVALID_ARGUMENT for a
+ * size < 1; kiln's errors (KILN_OUT_OF_MEMORY). */
+kiln_status_t kiln_nn_linear_create(kiln_device_t *device, int64_t in, int64_t out, bool bias, uint64_t seed,
+                                    kiln_nn_layer_t **out_layer);
+/* Convolution: [N, in_channels, H, W] -> [N, out_channels, P, Q] (params NULL:
+ * stride 1, no padding); "weight" [out, in, kh, kw] and "bias" [out], fan_in =
+ * in * kh * kw, seeded as linear. */
+kiln_status_t kiln_nn_conv2d_create(kiln_device_t *device, int64_t in_channels, int64_t out_channels, int64_t kernel_h,
+                                    int64_t kernel_w, const kiln_conv2d_params_t *params, bool bias, uint64_t seed,
+                                    kiln_nn_layer_t **out_layer);
+/* Max pooling (kiln_tensor_max_pool2d's params, copied), ReLU, and flatten
+ * ([N, ...] -> [N, rest], a view): no parameters, no device of their own. */
+kiln_status_t kiln_nn_max_pool2d_create(const kiln_pool2d_params_t *params, kiln_nn_layer_t **out_layer);
+kiln_status_t kiln_nn_relu_create(kiln_nn_layer_t **out_layer);
+kiln_status_t kiln_nn_flatten_create(kiln_nn_layer_t **out_layer);
+/* Frees the layer and its parameters; NULL is a no-op. Not for a layer a
+ * model owns. */
+void kiln_nn_layer_free(kiln_nn_layer_t *layer);
+
+/* "linear(784, 1000)", "conv2d(1, 6, 5x5, pad 2)", "relu" ... Owned by the layer. */
+const char *kiln_nn_layer_describe(const kiln_nn_layer_t *layer);
+/* y = layer(x), recorded on `tape` when not NULL (the layer watches its own
+ * parameters). The caller owns *out. Errors of the tape ops, with the layer named. */
+kiln_status_t kiln_nn_layer_forward(kiln_nn_layer_t *layer, kiln_nn_tape_t *tape, kiln_tensor_t *x,
+                                    kiln_tensor_t **out);
+/* The layer's parameters (weight, then bias), borrowed. */
+size_t kiln_nn_layer_param_count(const kiln_nn_layer_t *layer);
+kiln_nn_param_t *kiln_nn_layer_param(const kiln_nn_layer_t *layer, size_t i);
+
+typedef struct kiln_nn_model_t kiln_nn_model_t;
+
+/* An empty sequential model; the caller owns it. KILN_OUT_OF_MEMORY. */
+kiln_status_t kiln_nn_model_create(kiln_nn_model_t **out_model);
+/* Frees the model, its layers and their parameters; NULL is a no-op. */
+void kiln_nn_model_free(kiln_nn_model_t *model);
+/* Append `layer`; the model owns it from now on, even when this fails (it is
+ * freed then). Its parameters are renamed "<position>.weight" and
+ * "<position>.bias", as a torch.nn.Sequential's state_dict names them.
+ * KILN_DEVICE_MISMATCH when its parameters live on another device than the
+ * model's others; KILN_OUT_OF_MEMORY. */
+kiln_status_t kiln_nn_model_add(kiln_nn_model_t *model, kiln_nn_layer_t *layer);
+/* The model's layers, and its parameters in order (borrowed; the array stays
+ * valid until the next kiln_nn_model_add). */
+size_t kiln_nn_model_layer_count(const kiln_nn_model_t *model);
+kiln_nn_layer_t *kiln_nn_model_layer(const kiln_nn_model_t *model, size_t i);
+kiln_nn_param_t *const *kiln_nn_model_params(const kiln_nn_model_t *model, size_t *out_count);
+/* The device of the parameters (NULL for a model without any). */
+kiln_device_t *kiln_nn_model_device(const kiln_nn_model_t *model);
+/* Run the layers in order; recorded on `tape` when not NULL. */
+kiln_status_t kiln_nn_model_forward(kiln_nn_model_t *model, kiln_nn_tape_t *tape, kiln_tensor_t *x,
+                                    kiln_tensor_t **out);
+/* Initialise parameter k (in kiln_nn_model_params order) with
+ * kiln_nn_param_init_uniform from kiln_nn_seed_derive(seed, k). Enqueued. */
+kiln_status_t kiln_nn_model_reset_parameters(kiln_nn_model_t *model, uint64_t seed);
+/* Save or load every parameter by name as safetensors (kiln_nn_safetensors_save
+ * and _load_into, strict); the file opens in PyTorch as the state_dict of the
+ * same torch.nn.Sequential. Both block. */
+kiln_status_t kiln_nn_model_save(const kiln_nn_model_t *model, const char *path);
+kiln_status_t kiln_nn_model_load(kiln_nn_model_t *model, const char *path);
+
+/* The models of kiln-train, for 28x28 images of one channel and 10 classes,
+ * on `device`, initialised from `seed` (kiln_nn_model_reset_parameters):
+ * "mlp":   flatten, linear(784, 1000), relu, linear(1000, 10)
+ * "lenet": conv2d(1, 6, 5x5, pad 2), relu, max_pool2d(2), conv2d(6, 16, 5x5),
+ *          relu, max_pool2d(2), flatten, linear(400, 120), relu,
+ *          linear(120, 84), relu, linear(84, 10)
+ * KILN_NOT_FOUND naming the presets for another name. */
+kiln_status_t kiln_nn_model_create_preset(const char *name, kiln_device_t *device, uint64_t seed,
+                                          kiln_nn_model_t **out_model);
+
+/* ---- training: optimizers (nn/optim.c) --------------------------------------------
+ * An optimizer updates a list of parameters from their gradients, in place, one
+ * fused kiln operation per parameter (kiln_tensor_sgd_update,
+ * kiln_tensor_adam_update); a parameter without a gradient is left alone, as
+ * in PyTorch. Its state (momentum buffers; Adam's m and v) is allocated on the
+ * parameters' device when it is created. Single-owner; one thread at a time;
+ * the parameters must outlive it. */
+
+typedef struct kiln_nn_optimizer_t kiln_nn_optimizer_t;
+
+/* The parameters' device allocations fail with KILN_OUT_OF_MEMORY; bad hyper-
+ * parameters are KILN_INVALID_ARGUMENT naming them (checked here, not at the
+ * first step); count 0 is allowed. */
+kiln_status_t kiln_nn_sgd_create(kiln_nn_param_t *const *params, size_t count, const kiln_sgd_params_t *options,
+                                 kiln_nn_optimizer_t **out_optimizer);
+kiln_status_t kiln_nn_adam_create(kiln_nn_param_t *const *params, size_t count, const kiln_adam_params_t *options,
+                                  kiln_nn_optimizer_t **out_optimizer);
+/* The optimizer kiln-train uses for a preset model: "mlp": SGD, lr 0.05,
+ * momentum 0.9; "lenet": Adam, lr 0.002, betas (0.9, 0.999), eps 1e-8.
+ * kiln-train anneals the rate once per epoch with kiln_nn_lr_cosine. */
+kiln_status_t kiln_nn_optimizer_create_preset(const char *name, kiln_nn_model_t *model,
+                                              kiln_nn_optimizer_t **out_optimizer);
+void kiln_nn_optimizer_free(kiln_nn_optimizer_t *optimizer);
+/* One update of every parameter that has a gradient. Enqueued; does not block. */
+kiln_status_t kiln_nn_optimizer_step(kiln_nn_optimizer_t *optimizer);
+/* kiln_nn_param_zero_grad on every parameter. */
+void kiln_nn_optimizer_zero_grad(kiln_nn_optimizer_t *optimizer);
+/* "SGD(lr 0.1)", "Adam(lr 0.001)"; owned by the optimizer. */
+const char *kiln_nn_optimizer_describe(const kiln_nn_optimizer_t *optimizer);
+/* The learning rate now, and a new one for a schedule (KILN_INVALID_ARGUMENT
+ * unless > 0 and finite). */
+double kiln_nn_optimizer_lr(const kiln_nn_optimizer_t *optimizer);
+kiln_status_t kiln_nn_optimizer_set_lr(kiln_nn_optimizer_t *optimizer, double lr);
+/* Cosine annealing, as torch.optim.lr_scheduler.CosineAnnealingLR with
+ * T_max = epochs and eta_min = 0 stepped once per epoch: the rate of epoch
+ * `epoch` (from 0) is base_lr * (1 + cos(pi * epoch / epochs)) / 2. */
+double kiln_nn_lr_cosine(double base_lr, uint64_t epoch, uint64_t epochs);
+
+/* ---- training: the loop (nn/train.c) -----------------------------------------------
+ * One epoch of a classifier: for each batch of the loader, forward with a tape,
+ * the cross-entropy loss, backward, an optimizer step, the gradients dropped.
+ * The loss and the number of right answers are summed on the device; the host
+ * reads them every `report_every` steps (for progress) and at the end. */
+
+typedef struct kiln_nn_progress_t {
+  uint64_t epoch;
+  size_t step;     /* steps done in this epoch */
+  size_t steps;    /* steps in the epoch */
+  size_t images;   /* images trained on so far in this epoch */
+  double loss;     /* mean of the batch losses so far */
+  double accuracy; /* right answers so far / images so far */
+  double seconds;  /* since the epoch started */
+} kiln_nn_progress_t;
+
+typedef void (*kiln_nn_progress_fn)(const kiln_nn_progress_t *progress, void *user);
+
+typedef struct kiln_nn_train_options_t {
+  size_t report_every;          /* steps between progress calls; each reads two numbers back (the host waits for the device); 0: none */
+  kiln_nn_progress_fn progress; /* may be NULL */
+  void *user;
+  size_t max_steps;             /* stop after this many steps; 0: the whole epoch */
+  float *step_losses;           /* when not NULL: the loss of each of the first step_loss_count steps, */
+  size_t step_loss_count;       /* kept on the device (4-byte copies) and read once at the end */
+} kiln_nn_train_options_t;
+
+/* Zero everything: no progress, the whole epoch, no step losses. */
+void kiln_nn_train_options_initialize(kiln_nn_train_options_t *options);
+
+typedef struct kiln_nn_epoch_stats_t {
+  uint64_t epoch;      /* the loader's epoch number */
+  size_t steps;        /* batches */
+  size_t images;
+  double loss;         /* mean of the batch losses */
+  double accuracy;     /* right answers / images (the running training accuracy) */
+  double seconds;      /* wall time, until the last step's results were read */
+  double images_per_s;
+} kiln_nn_epoch_stats_t;
+
+/* Train `model` for one epoch of `loader` (whose batches must live on the
+ * model's device; the loader's next epoch starts where it stands) with
+ * `optimizer`. Blocks at each progress report and at the end, until the device
+ * has done the work. NULL options: the defaults. Errors of the steps, with the
+ * step named; the epoch stops at the first. */
+kiln_status_t kiln_nn_train_epoch(kiln_nn_model_t *model, kiln_nn_optimizer_t *optimizer, kiln_nn_loader_t *loader,
+                                  const kiln_nn_train_options_t *options, kiln_nn_epoch_stats_t *out_stats);
+
+/* The mean loss and the accuracy of `model` over one epoch of `loader` (a
+ * loader without shuffle, of any batch size), without a tape. Blocks until
+ * done (one read at the end). */
+kiln_status_t kiln_nn_evaluate(kiln_nn_model_t *model, kiln_nn_loader_t *loader, double *out_loss,
+                               double *out_accuracy);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

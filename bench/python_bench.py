@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""bench/python_bench.py: kiln from Python beside PyTorch and NumPy in one process; prints one JSON object per task on stdout.
+
+Tasks (seconds per operation, timed as bench/torch_peer.py times):
+  kiln_add16        `a + b` of two kiln tensors of 16 floats on --device (the
+                    results are freed as the loop goes; one synchronize ends a sample)
+  torch_add16       `a + b` of two PyTorch CPU tensors of 16 floats (eager)
+  numpy_add16       `a + b` of two NumPy arrays of 16 floats
+  kiln_roundtrip    np.from_dlpack(kiln.from_dlpack(x)): NumPy -> kiln -> NumPy, x 16 floats
+  torch_roundtrip   np.from_dlpack(torch.from_dlpack(x)): NumPy -> PyTorch -> NumPy
+  numpy_roundtrip   np.from_dlpack(x): NumPy -> NumPy
+  kiln_import       kiln.from_dlpack(x) alone
+  kiln_export       np.from_dlpack(t) of a kiln tensor alone
+Each answer: {"task", "ok", "median_s", "min_s", "max_s", "q1_s", "q3_s",
+"samples", "iters", "info"}, or {"task", "ok": false, "error"}. The round
+trip's answer also says whether it copied: "zero_copy" is true when the
+result's data pointer is x's and a write through x is read through the result
+and a write through kiln's tensor is read through x ("copied_bytes": 0).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def quantile(sorted_values, q):
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def measure(fn, reps, warmup, min_time):
+    one = 0.0
+    for _ in range(max(1, warmup)):
+        t0 = time.perf_counter()
+        fn(1)
+        one = time.perf_counter() - t0
+    iters = 1
+    if one < min_time:
+        probe = max(1, min(1000000, int(min_time / 10 / one) if one > 0 else 1000))
+        t0 = time.perf_counter()
+        fn(probe)
+        per = (time.perf_counter() - t0) / probe
+        iters = max(1, int(min_time / per + 0.999)) if per > 0 else 1000000
+    samples = []
+    for _ in range(max(1, reps)):
+        t0 = time.perf_counter()
+        fn(iters)
+        samples.append((time.perf_counter() - t0) / iters)
+    samples.sort()
+    return {"median_s": statistics.median(samples), "min_s": samples[0], "max_s": samples[-1],
+            "q1_s": quantile(samples, 0.25), "q3_s": quantile(samples, 0.75), "samples": len(samples),
+            "iters": iters}
+
+
+def zero_copy_check(kiln, np):
+    """NumPy -> kiln -> NumPy: the same memory all along, proved by writes through each side."""
+    x = np.arange(16, dtype=np.float32)
+    t = kiln.from_dlpack(x)
+    y = np.from_dlpack(t)
+    same_pointer = y.__array_interface__["data"][0] == x.__array_interface__["data"][0]
+    x[3] = 1234.0  # NumPy writes ...
+    seen_by_result = float(y[3]) == 1234.0 and t.tolist()[3] == 1234.0  # ... the result and kiln read it
+    t.add_(kiln.ones(16, device=t.device))  # kiln writes ...
+    t.device.synchronize()
+    seen_by_x = float(x[0]) == 1.0 and float(x[3]) == 1235.0  # ... NumPy reads it
+    ok = same_pointer and seen_by_result and seen_by_x
+    return {"zero_copy": ok, "copied_bytes": 0 if ok else x.nbytes,
+            "check": "data pointer %s; a NumPy write %s through the result; a kiln write %s through NumPy"
+                     % ("shared" if same_pointer else "differs", "read" if seen_by_result else "NOT read",
+                        "read" if seen_by_x else "NOT read")}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--min-time", type=float, default=0.05)
+    parser.add_argument("--device", default="cpu:0", help="kiln's device for kiln_add16 (default cpu:0)")
+    parser.add_argument("tasks", nargs="*")
+    args = parser.parse_args()
+
+    def fail_all(message):
+        for task in args.tasks:
+            print(json.dumps({"task": task, "ok": False, "error": message}), flush=True)
+        return 0
+
+    try:
+        import numpy as np
+    except Exception as exc:
+        return fail_all("NumPy unavailable in %s: %s (apt install python3-numpy)" % (sys.executable, exc))
+    try:
+        import kiln
+    except Exception as exc:
+        return fail_all("the kiln Python package is not importable in %s: %s (build kiln's tests, which build the "
+                        "extension, or pip install ./python)" % (sys.executable, exc))
+    try:
+        import torch
+        # One thread: the fastest setting for a 16-element op, and the figure
+        # the references quote.
+        torch.set_num_threads(1)
+        torch_info = "torch %s" % torch.__version__
+    except Exception as exc:
+        torch, torch_info = None, "PyTorch unavailable: %s" % exc
+    where = os.path.dirname(kiln._kiln.__file__)
+    info = "kiln %s from %s; numpy %s; %s; Python %s" % (kiln.__version__, where, np.__version__, torch_info,
+                                                        sys.version.split()[0])
+
+    def kiln_add16():
+        d = kiln.device(args.device)
+        a, b = kiln.ones(16, device=d), kiln.ones(16, device=d)
+
+        def run(iters):
+            for _ in range(iters):
+                a + b
+            d.synchronize()
+        return run
+
+    def torch_add16():
+        a, b = torch.ones(16), torch.ones(16)
+
+        def run(iters):
+            for _ in range(iters):
+                a + b
+        return run
+
+    def numpy_add16():
+        a, b = np.ones(16, np.float32), np.ones(16, np.float32)
+
+        def run(iters):
+            for _ in range(iters):
+                a + b
+        return run
+
+    x = np.ones(16, np.float32)
+
+    def roundtrip(via):
+        def run(iters):
+            for _ in range(iters):
+                np.from_dlpack(via(x))
+        return run
+
+    def kiln_import():
+        def run(iters):
+            for _ in range(iters):
+                kiln.from_dlpack(x)
+        return run
+
+    def kiln_export():
+        t = kiln.from_dlpack(x)
+
+        def run(iters):
+            for _ in range(iters):
+                np.from_dlpack(t)
+        return run
+
+    tasks = {
+        "kiln_add16": kiln_add16, "torch_add16": torch_add16, "numpy_add16": numpy_add16,
+        "kiln_roundtrip": lambda: roundtrip(kiln.from_dlpack),
+        "torch_roundtrip": lambda: roundtrip(torch.from_dlpack),
+        "numpy_roundtrip": lambda: roundtrip(lambda a: a),
+        "kiln_import": kiln_import, "kiln_export": kiln_export,
+    }
+    for task in args.tasks:
+        try:
+            if task not in tasks:
+                raise ValueError("unknown task %r (%s)" % (task, ", ".join(tasks)))
+            if task.startswith("torch") and torch is None:
+                raise RuntimeError(torch_info)
+            result = measure(tasks[task](), args.reps, args.warmup, args.min_time)
+            if task == "kiln_roundtrip":
+                result.update(zero_copy_check(kiln, np))
+            result.update({"task": task, "ok": True, "info": info})
+        except Exception as exc:
+            result = {"task": task, "ok": False, "error": "%s: %s" % (type(exc).__name__, exc), "info": info}
+        print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

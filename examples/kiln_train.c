@@ -1,0 +1,267 @@
+/* examples/kiln_train.c: kiln-train: train an MLP or a LeNet-shaped CNN on Fashion-MNIST on the default device (or KILN_DEVICE), with libkiln-nn. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <kiln/nn.h>
+
+typedef struct train_args_t {
+  const char *model;
+  const char *device;
+  const char *save;
+  const char *save_init;
+  long epochs;
+  long batch;
+  long limit;     /* training images used; 0: all */
+  long losses;    /* print the first N step losses of epoch 1 */
+  unsigned long long seed;
+  double lr;      /* 0: the preset's */
+  int progress;   /* -1 auto (a terminal), 0 off, 1 on */
+} train_args_t;
+
+static void usage(FILE *f) {
+  fputs("usage: kiln-train [--model mlp|lenet] [--epochs N] [--batch B] [--seed S] [--lr X]\n"
+        "                  [--device SELECTOR] [--limit N] [--losses N] [--save FILE] [--save-init FILE]\n"
+        "                  [--progress|--no-progress]\n"
+        "\n"
+        "Trains on Fashion-MNIST (Debian's dataset-fashion-mnist, or $KILN_DATA_DIR/fashion-mnist) on the\n"
+        "default device (KILN_DEVICE chooses it; --device overrides), and prints per epoch the mean loss,\n"
+        "the training and test accuracy, the seconds and images per second, and which provider ran each\n"
+        "operation. A progress bar goes to stderr when it is a terminal.\n"
+        "\n"
+        "  --model M      mlp: 784-1000-10, ReLU, SGD lr 0.05 momentum 0.9 (default); lenet: two\n"
+        "                 conv+pool stages and three linear layers, Adam lr 0.002; the rate is annealed\n"
+        "                 once per epoch by a cosine over the run\n"
+        "  --epochs N     passes over the training set (default 10)\n"
+        "  --batch B      images per step (default 100)\n"
+        "  --seed S       initialisation and shuffle (default 42): the same seed gives the same network\n"
+        "                 and the same first losses on every device\n"
+        "  --lr X         learning rate instead of the preset's\n"
+        "  --device SEL   a selector such as cpu:0 or opencl:0 (see devinfo)\n"
+        "  --limit N      train on the first N images only\n"
+        "  --losses N     print the first N step losses of the first epoch (to compare devices)\n"
+        "  --save FILE    write the trained parameters as safetensors (PyTorch's Sequential names)\n"
+        "  --save-init FILE  the same for the parameters before training\n",
+        f);
+}
+
+static int parse_long(const char *flag, const char *text, long min, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno || *end || v < min) {
+    fprintf(stderr, "kiln-train: %s takes a whole number >= %ld, not '%s'\n", flag, min, text);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_args(int argc, char **argv, train_args_t *a) {
+  *a = (train_args_t){"mlp", NULL, NULL, NULL, 10, 100, 0, 0, 42, 0, -1};
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+      usage(stdout);
+      exit(0);
+    } else if (!strcmp(s, "--progress") || !strcmp(s, "--no-progress")) {
+      a->progress = !strcmp(s, "--progress");
+      continue; /* a flag: no value follows */
+    } else if (!v) {
+      fprintf(stderr, "kiln-train: unknown or incomplete argument '%s'\n\n", s);
+      usage(stderr);
+      return -1;
+    } else if (!strcmp(s, "--model")) {
+      a->model = v;
+    } else if (!strcmp(s, "--device")) {
+      a->device = v;
+    } else if (!strcmp(s, "--save")) {
+      a->save = v;
+    } else if (!strcmp(s, "--save-init")) {
+      a->save_init = v;
+    } else if (!strcmp(s, "--epochs")) {
+      if (parse_long(s, v, 1, &a->epochs)) return -1;
+    } else if (!strcmp(s, "--batch")) {
+      if (parse_long(s, v, 1, &a->batch)) return -1;
+    } else if (!strcmp(s, "--limit")) {
+      if (parse_long(s, v, 1, &a->limit)) return -1;
+    } else if (!strcmp(s, "--losses")) {
+      if (parse_long(s, v, 1, &a->losses)) return -1;
+    } else if (!strcmp(s, "--seed")) {
+      char *end;
+      a->seed = strtoull(v, &end, 0);
+      if (*end) {
+        fprintf(stderr, "kiln-train: --seed takes a whole number, not '%s'\n", v);
+        return -1;
+      }
+    } else if (!strcmp(s, "--lr")) {
+      char *end;
+      a->lr = strtod(v, &end);
+      if (*end || !(a->lr > 0)) {
+        fprintf(stderr, "kiln-train: --lr takes a number > 0, not '%s'\n", v);
+        return -1;
+      }
+    } else {
+      fprintf(stderr, "kiln-train: unknown argument '%s'\n\n", s);
+      usage(stderr);
+      return -1;
+    }
+    i++;
+  }
+  if (strcmp(a->model, "mlp") && strcmp(a->model, "lenet")) {
+    fprintf(stderr, "kiln-train: --model is mlp or lenet, not '%s'\n", a->model);
+    return -1;
+  }
+  return 0;
+}
+
+static int fail(const char *what) {
+  fprintf(stderr, "kiln-train: %s: %s\n", what, kiln_last_error());
+  return 1;
+}
+
+/* "[#########.........] 300/600  loss 0.5123  acc 0.812  41,200 img/s" on one line of stderr. */
+static void progress_bar(const kiln_nn_progress_t *p, void *user) {
+  (void)user;
+  const int width = 30;
+  int done = p->steps ? (int)((double)p->step / (double)p->steps * width) : width;
+  char bar[64];
+  for (int i = 0; i < width; i++) bar[i] = i < done ? '#' : '.';
+  bar[width] = '\0';
+  double rate = p->seconds > 0 ? (double)p->images / p->seconds : 0;
+  fprintf(stderr, "\r  epoch %llu [%s] %zu/%zu  loss %.4f  acc %.3f  %.0f img/s ", (unsigned long long)p->epoch + 1,
+          bar, p->step, p->steps, p->loss, p->accuracy, rate);
+  fflush(stderr);
+}
+
+/* "matmul=blas add=native ..." from the counts libkiln-nn kept on this thread. */
+static void print_providers(void) {
+  kiln_nn_provider_use_t uses[64];
+  size_t n = kiln_nn_providers_used(uses, 64);
+  if (n > 64) n = 64;
+  fputs("  providers:", stdout);
+  for (size_t i = 0; i < n; i++) {
+    /* One op under several providers (the fastest policy per shape) shows each. */
+    printf(" %s=%s", uses[i].op, uses[i].provider[0] ? uses[i].provider : "?");
+  }
+  fputc('\n', stdout);
+}
+
+/* The first `limit` images of a data set, as a new one. */
+static kiln_status_t subset(const kiln_nn_dataset_t *ds, size_t limit, kiln_nn_dataset_t **out) {
+  kiln_nn_dataset_info_t info;
+  kiln_status_t status = kiln_nn_dataset_info(ds, &info);
+  if (status != KILN_OK) return status;
+  if (limit > info.count) limit = info.count;
+  return kiln_nn_dataset_create(limit, info.rows, info.cols, info.classes, kiln_nn_dataset_pixels(ds),
+                                kiln_nn_dataset_labels(ds), out);
+}
+
+int main(int argc, char **argv) {
+  train_args_t a;
+  if (parse_args(argc, argv, &a) != 0) return 2;
+  bool bar = a.progress < 0 ? isatty(STDERR_FILENO) : a.progress == 1;
+
+  kiln_device_t *device = NULL;
+  if ((a.device ? kiln_device_find(a.device, &device) : kiln_device_default(&device)) != KILN_OK)
+    return fail("choosing the device");
+  kiln_nn_dataset_t *train = NULL, *test = NULL;
+  if (kiln_nn_dataset_load_fashion_mnist(NULL, KILN_NN_TRAIN, &train) != KILN_OK) return fail("loading the training set");
+  if (kiln_nn_dataset_load_fashion_mnist(NULL, KILN_NN_TEST, &test) != KILN_OK) return fail("loading the test set");
+  if (a.limit) {
+    kiln_nn_dataset_t *part = NULL;
+    if (subset(train, (size_t)a.limit, &part) != KILN_OK) return fail("taking a subset");
+    kiln_nn_dataset_free(train);
+    train = part;
+  }
+
+  kiln_nn_model_t *model = NULL;
+  kiln_nn_optimizer_t *opt = NULL;
+  if (kiln_nn_model_create_preset(a.model, device, a.seed, &model) != KILN_OK) return fail("creating the model");
+  if (kiln_nn_optimizer_create_preset(a.model, model, &opt) != KILN_OK) return fail("creating the optimizer");
+  if (a.lr > 0 && kiln_nn_optimizer_set_lr(opt, a.lr) != KILN_OK) return fail("--lr");
+  if (a.save_init && kiln_nn_model_save(model, a.save_init) != KILN_OK) return fail("--save-init");
+
+  kiln_nn_loader_options_t lo;
+  kiln_nn_loader_options_initialize(&lo);
+  lo.batch_size = (size_t)a.batch;
+  lo.seed = a.seed;
+  kiln_nn_loader_t *train_loader = NULL, *test_loader = NULL;
+  if (kiln_nn_loader_create(train, device, &lo, &train_loader) != KILN_OK) return fail("creating the training loader");
+  lo.shuffle = false;
+  lo.batch_size = 1000;
+  if (kiln_nn_loader_create(test, device, &lo, &test_loader) != KILN_OK) return fail("creating the test loader");
+
+  kiln_nn_dataset_info_t info;
+  kiln_nn_dataset_info(train, &info);
+  size_t nparams = 0;
+  kiln_nn_param_t *const *params = kiln_nn_model_params(model, &nparams);
+  long long weights = 0;
+  for (size_t i = 0; i < nparams; i++) weights += kiln_tensor_numel(kiln_nn_param_value(params[i]));
+  printf("kiln-train: %s on %s, policy %s\n", a.model, kiln_device_name(device), kiln_policy_name(kiln_policy()));
+  printf("  model:");
+  for (size_t i = 0; i < kiln_nn_model_layer_count(model); i++)
+    printf("%s %s", i ? "," : "", kiln_nn_layer_describe(kiln_nn_model_layer(model, i)));
+  printf(" (%lld parameters)\n  %s, batch %ld, %zu training images, seed %llu\n", weights,
+         kiln_nn_optimizer_describe(opt), a.batch, info.count, a.seed);
+  fflush(stdout);
+
+  float *losses = a.losses ? calloc((size_t)a.losses, sizeof(float)) : NULL;
+  const double base_lr = kiln_nn_optimizer_lr(opt);
+  int rc = 0;
+  for (long epoch = 0; epoch < a.epochs && rc == 0; epoch++) {
+    /* The recipe anneals the rate once per epoch, as PyTorch's CosineAnnealingLR
+     * (always > 0 before the last epoch ends). */
+    if (kiln_nn_optimizer_set_lr(opt, kiln_nn_lr_cosine(base_lr, (uint64_t)epoch, (uint64_t)a.epochs)) != KILN_OK) {
+      rc = fail("setting the learning rate");
+      break;
+    }
+    kiln_nn_providers_reset();
+    kiln_nn_train_options_t to;
+    kiln_nn_train_options_initialize(&to);
+    if (bar) {
+      to.report_every = 20;
+      to.progress = progress_bar;
+    }
+    if (epoch == 0 && losses) {
+      to.step_losses = losses;
+      to.step_loss_count = (size_t)a.losses;
+    }
+    kiln_nn_epoch_stats_t st;
+    double test_loss = 0, test_acc = 0;
+    if (kiln_nn_train_epoch(model, opt, train_loader, &to, &st) != KILN_OK) {
+      rc = fail("training");
+      break;
+    }
+    if (bar) fputs("\r\033[K", stderr);
+    if (kiln_nn_evaluate(model, test_loader, &test_loss, &test_acc) != KILN_OK) {
+      rc = fail("evaluating");
+      break;
+    }
+    printf("epoch %ld/%ld  loss %.4f  train %.4f  test %.4f  %.2f s  %.0f images/s\n", epoch + 1, a.epochs, st.loss,
+           st.accuracy, test_acc, st.seconds, st.images_per_s);
+    print_providers();
+    if (epoch == 0 && losses) {
+      printf("  first %ld losses:", a.losses);
+      for (long i = 0; i < a.losses && (size_t)i < st.steps; i++) printf(" %.9g", (double)losses[i]);
+      fputc('\n', stdout);
+    }
+    fflush(stdout);
+  }
+  if (rc == 0 && a.save) {
+    if (kiln_nn_model_save(model, a.save) != KILN_OK) rc = fail("saving");
+    else printf("saved %s\n", a.save);
+  }
+  free(losses);
+  kiln_nn_loader_free(train_loader);
+  kiln_nn_loader_free(test_loader);
+  kiln_nn_optimizer_free(opt);
+  kiln_nn_model_free(model);
+  kiln_nn_dataset_free(train);
+  kiln_nn_dataset_free(test);
+  kiln_deinitialize();
+  return rc;
+}

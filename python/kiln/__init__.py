@@ -1,0 +1,56 @@
+# python/kiln/__init__.py: the kiln package: devices, tensors and their operations from the C extension kiln._kiln, DLPack exchange, and kiln.nn.
+"""kiln from Python.
+
+Every tensor lives on one device; operations run there, asynchronously, and
+operands on two devices raise kiln.DeviceMismatchError instead of copying::
+
+    import kiln
+    x = kiln.ones((2, 3), device=kiln.try_gpu())
+    print(x + x)
+
+np.asarray(t) and t.numpy() copy to host memory; kiln.from_dlpack(a) and
+np.from_dlpack(t) / torch.from_dlpack(t) share memory without a copy.
+"""
+import os as _os
+
+if _os.environ.get("KILN_PYTHON_EXTENSION_DIR"):
+    # Development: the extension built by meson in kiln's build tree
+    # (tests/meson.build), used with this source package.
+    __path__.insert(0, _os.environ["KILN_PYTHON_EXTENSION_DIR"])
+
+from . import _kiln  # noqa: E402
+from ._kiln import *  # noqa: E402,F401,F403
+from ._kiln import (  # noqa: E402,F401
+    Device, DType, Error, Tensor, float32, int32, from_dlpack, kiln_version, HAS_NN,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [name for name in dir(_kiln) if not name.startswith("_") and name not in ("nn", "HAS_NN")]
+
+
+def _format_tensor(t):
+    """repr(t): the values (read from the device: this waits for it) and where they live."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is optional
+        return f"tensor({t.tolist()}, device='{t.device}')"
+    values = t.numpy()
+    suffix = f", device='{t.device}'" + (", dtype=int32" if t.dtype == int32 else "")
+    body = np.array2string(values, separator=", ", prefix="tensor(", suffix=suffix)
+    return f"tensor({body}{suffix})"
+
+
+_kiln._set_repr_hook(_format_tensor)
+
+
+def _rebuild_tensor(array, selector):
+    """Unpickling: a tensor copied from host data onto the device named when it was pickled."""
+    return tensor(array, device=selector)  # noqa: F405
+
+
+# The star import bound `nn` to the extension's C submodule; kiln.nn is the
+# Python module that wraps it.
+globals().pop("nn", None)
+if HAS_NN:
+    from . import nn  # noqa: E402,F401

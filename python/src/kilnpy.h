@@ -1,0 +1,149 @@
+/* python/src/kilnpy.h: what the files of the kiln Python extension (kiln._kiln) share: object layouts, types, helpers. */
+#ifndef KILNPY_H
+#define KILNPY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <kiln/kiln.h>
+
+/* ---- objects --------------------------------------------------------------------------
+ * Devices belong to kiln (they live until the process ends), so a Device
+ * object only points at one; there is one Device object per kiln device, so
+ * `is` compares them. A Tensor holds one reference to a kiln tensor. A DType
+ * is one of the singletons kiln.float32 and kiln.int32. */
+
+typedef struct kp_device_t {
+  PyObject_HEAD
+  kiln_device_t *device;
+  PyObject *selector; /* str, e.g. "cpu:0" */
+  PyObject *backend;  /* str */
+  PyObject *type;     /* str: "cpu", "gpu", ... */
+  PyObject *name;     /* str */
+  Py_ssize_t index;   /* position in kiln.devices() */
+  PyObject *dlpack;   /* (device_type, device_id) tuple, or NULL when the backend has no DLPack */
+} kp_device_t;
+
+typedef struct kp_tensor_t {
+  PyObject_HEAD
+  kiln_tensor_t *tensor;
+  PyObject *weakrefs;
+  /* Made by kiln.from_dlpack over a producer's memory, which kiln's queues
+   * had not touched then: exporting it again is not expected to wait for the
+   * device, so __dlpack__ keeps the GIL for it (see dlpack.c). */
+  bool imported;
+} kp_tensor_t;
+
+typedef struct kp_dtype_t {
+  PyObject_HEAD
+  kiln_dtype_t dtype;
+  const char *name;  /* "float32" */
+  const char *short_name; /* "f32" */
+  char format;       /* struct/buffer format character: 'f', 'i' */
+} kp_dtype_t;
+
+extern PyTypeObject kp_device_type;
+extern PyTypeObject kp_tensor_type;
+extern PyTypeObject kp_dtype_type;
+extern kp_dtype_t kp_float32, kp_int32;
+
+#define KP_IS_TENSOR(o) Py_IS_TYPE((o), &kp_tensor_type)
+#define KP_TENSOR(o) (((kp_tensor_t *)(o))->tensor)
+
+/* ---- errors (module.c) ----------------------------------------------------------------- */
+
+/* Raise the kiln.Error subclass of `status` with kiln_last_error() as its
+ * message; returns NULL. */
+PyObject *kp_raise(kiln_status_t status);
+/* Raise the subclass of `status` with a message of our own; returns NULL. */
+PyObject *kp_raise_msg(kiln_status_t status, const char *fmt, ...);
+/* The exception class of a status (borrowed). */
+PyObject *kp_error_class(kiln_status_t status);
+
+/* ---- devices (device.c) ---------------------------------------------------------------- */
+
+/* The one Device object of a kiln device (a new reference), NULL with an
+ * exception set on failure. */
+PyObject *kp_device_object(kiln_device_t *device);
+/* Resolve a device argument: None (the default device), a Device, a selector
+ * string ("cpu:0", "opencl:gpu"), or an int (an index into kiln.devices()).
+ * Returns 0, or -1 with an exception set. */
+int kp_device_arg(PyObject *arg, kiln_device_t **out);
+int kp_module_init_devices(PyObject *module);
+
+/* ---- tensors (tensor.c) and conversions (convert.c) ---------------------------------------------------------------- */
+
+/* A Tensor object taking over the caller's reference to `t` (released on
+ * failure too). Returns NULL with an exception set on failure. */
+PyObject *kp_tensor_wrap(kiln_tensor_t *t);
+/* kp_tensor_wrap of *out for a status-returning call: raises on failure.
+ * `out` is a pointer so that the call filling it is evaluated first. */
+static inline PyObject *kp_result(kiln_status_t status, kiln_tensor_t **out) {
+  if (status != KILN_OK) return kp_raise(status);
+  return kp_tensor_wrap(*out);
+}
+/* The kiln tensor of a Tensor argument (borrowed); NULL with a TypeError
+ * naming `what` otherwise. */
+kiln_tensor_t *kp_tensor_arg(PyObject *obj, const char *what);
+/* A dtype argument: a DType, "float32"/"f32"/"int32"/"i32", a NumPy dtype or
+ * scalar type, Python's float or int. NULL or None gives `fallback`. */
+int kp_dtype_arg(PyObject *arg, kiln_dtype_t fallback, kiln_dtype_t *out);
+PyObject *kp_dtype_object(kiln_dtype_t dtype); /* borrowed */
+/* A shape argument: an int or a sequence of ints. Returns ndim or -1. */
+int kp_shape_arg(PyObject *arg, int64_t shape[KILN_MAX_DIMS], const char *what);
+/* The shape of a tensor as a tuple. */
+PyObject *kp_shape_tuple(int ndim, const int64_t *shape);
+/* A Python number (int, float, bool, NumPy scalar) as a double; returns 1
+ * when `obj` is one, 0 when it is not (no exception), -1 on error. */
+int kp_scalar(PyObject *obj, double *out);
+/* Copy a tensor to a new NumPy array (blocks, without the GIL). */
+PyObject *kp_tensor_to_numpy(kiln_tensor_t *t, PyObject *dtype);
+/* The values as nested lists (blocks, without the GIL). */
+PyObject *kp_tensor_to_list(kiln_tensor_t *t);
+/* A new tensor on `device` holding a copy of `data` (nested lists, numbers,
+ * objects with the buffer protocol, or anything numpy.asarray takes). */
+PyObject *kp_tensor_from_object(PyObject *data, kiln_device_t *device, PyObject *dtype_arg);
+int kp_module_init_tensor(PyObject *module);
+/* numpy, imported on first need (borrowed), NULL with ImportError set. */
+PyObject *kp_numpy(void);
+
+/* ---- operations (ops.c) ----------------------------------------------------------------- */
+
+extern PyMethodDef kp_ops_methods[];
+/* Axis argument of the reductions: None means every axis. */
+int kp_axis_arg(PyObject *arg, int *out);
+/* The conv2d and pooling pairs (int or 2-sequence). */
+int kp_pair_arg(PyObject *arg, int32_t fallback, int32_t out[2], const char *what);
+/* The binary operation behind the operators, with NumPy's broadcasting and
+ * Python scalars on either side. Returns NotImplemented for other operands. */
+PyObject *kp_binary(kiln_binary_op_t op, PyObject *a, PyObject *b);
+PyObject *kp_matmul(PyObject *a, PyObject *b, bool trans_a, bool trans_b);
+
+/* ---- DLPack (dlpack.c) ------------------------------------------------------------------- */
+
+PyObject *kp_tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *kp_tensor_dlpack_device(PyObject *self, PyObject *unused);
+extern PyMethodDef kp_dlpack_methods[];
+/* Interned names and the (1, 0) version tuple; 0 or -1. */
+int kp_dlpack_init(void);
+
+/* ---- libkiln-nn (nn_data.c, nn_train.c) ---------------------------------------------------- */
+
+#ifndef KILNPY_NO_NN
+int kp_module_init_nn(PyObject *module);
+#endif
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+/* Run `expr` (a blocking kiln call) without the GIL. */
+#define KP_NOGIL(expr)                                                                                              \
+  do {                                                                                                              \
+    Py_BEGIN_ALLOW_THREADS expr;                                                                                    \
+    Py_END_ALLOW_THREADS                                                                                            \
+  } while (0)
+
+#endif /* KILNPY_H */

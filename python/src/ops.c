@@ -1,0 +1,689 @@
+/* python/src/ops.c: kiln's operations as module functions: creation, elementwise with broadcasting, matmul, reductions, neural-network operations, gradients and in-place updates. */
+#include "kilnpy.h"
+
+#include <math.h>
+
+/* ---- shared argument helpers ------------------------------------------------------------ */
+
+int kp_axis_arg(PyObject *arg, int *out) {
+  if (!arg || arg == Py_None) {
+    *out = KILN_ALL_AXES;
+    return 0;
+  }
+  long v = PyLong_AsLong(arg);
+  if (v == -1 && PyErr_Occurred()) {
+    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError, "axis must be an int or None (kiln reduces along one axis or all of them), not %.100s",
+                   Py_TYPE(arg)->tp_name);
+    }
+    return -1;
+  }
+  *out = (int)v;
+  return 0;
+}
+
+int kp_pair_arg(PyObject *arg, int32_t fallback, int32_t out[2], const char *what) {
+  if (!arg || arg == Py_None) {
+    out[0] = out[1] = fallback;
+    return 0;
+  }
+  int64_t v[KILN_MAX_DIMS];
+  int n = kp_shape_arg(arg, v, what);
+  if (n < 0) return -1;
+  if (n == 1) v[1] = v[0];
+  else if (n != 2) {
+    kp_raise_msg(KILN_INVALID_ARGUMENT, "%s takes one int or two (height, width), not %d", what, n);
+    return -1;
+  }
+  out[0] = (int32_t)v[0];
+  out[1] = (int32_t)v[1];
+  return 0;
+}
+
+static int kp_device_kw(PyObject *arg, kiln_device_t **out) { return kp_device_arg(arg, out); }
+
+/* ---- binary operations -------------------------------------------------------------------- */
+
+/* A scalar operand of an int32 tensor must be a whole number that fits. */
+static int kp_scalar_fits(const kiln_tensor_t *t, double v, PyObject *obj) {
+  if (kiln_tensor_dtype(t) != KILN_I32) return 0;
+  if (v != floor(v) || !(v >= -2147483648.0 && v <= 2147483647.0)) {
+    PyObject *r = PyObject_Repr(obj);
+    kp_raise_msg(KILN_DTYPE_MISMATCH, "an int32 tensor with the scalar %s: kiln converts scalars to the tensor's dtype, "
+                 "which would change its value; convert the tensor first (t.astype(kiln.float32))",
+                 r ? PyUnicode_AsUTF8(r) : "?");
+    Py_XDECREF(r);
+    return -1;
+  }
+  return 0;
+}
+
+PyObject *kp_binary(kiln_binary_op_t op, PyObject *a, PyObject *b) {
+  kiln_tensor_t *out = NULL;
+  kiln_status_t status;
+  double v;
+  int r;
+  if (KP_IS_TENSOR(a)) {
+    if (KP_IS_TENSOR(b)) return kp_result(kiln_tensor_binary(op, KP_TENSOR(a), KP_TENSOR(b), &out), &out);
+    if ((r = kp_scalar(b, &v)) <= 0) {
+      if (r < 0) return NULL;
+      Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (kp_scalar_fits(KP_TENSOR(a), v, b) < 0) return NULL;
+    return kp_result(kiln_tensor_binary_scalar(op, KP_TENSOR(a), v, &out), &out);
+  }
+  if (!KP_IS_TENSOR(b)) Py_RETURN_NOTIMPLEMENTED;
+  /* scalar (op) tensor */
+  if ((r = kp_scalar(a, &v)) <= 0) {
+    if (r < 0) return NULL;
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  kiln_tensor_t *t = KP_TENSOR(b);
+  if (kp_scalar_fits(t, v, a) < 0) return NULL;
+  switch (op) {
+  case KILN_BINARY_SUB: {
+    kiln_tensor_t *neg = NULL;
+    status = kiln_tensor_neg(t, &neg);
+    if (status != KILN_OK) return kp_raise(status);
+    status = kiln_tensor_add_scalar(neg, v, &out);
+    kiln_tensor_release(neg);
+    return kp_result(status, &out);
+  }
+  case KILN_BINARY_DIV: {
+    kiln_tensor_t *full = NULL;
+    status = kiln_tensor_full(kiln_tensor_device(t), kiln_tensor_dtype(t), kiln_tensor_ndim(t), kiln_tensor_shape(t), v,
+                              &full);
+    if (status != KILN_OK) return kp_raise(status);
+    status = kiln_tensor_div(full, t, &out);
+    kiln_tensor_release(full);
+    return kp_result(status, &out);
+  }
+  default: /* add, mul, maximum, minimum, eq commute */
+    return kp_result(kiln_tensor_binary_scalar(op, t, v, &out), &out);
+  }
+}
+
+/* NumPy's rules for 1-D operands: a vector is a row on the left and a column
+ * on the right, and that axis is dropped from the result. */
+PyObject *kp_matmul(PyObject *a, PyObject *b, bool trans_a, bool trans_b) {
+  kiln_tensor_t *ta = KP_TENSOR(a), *tb = KP_TENSOR(b), *va = NULL, *vb = NULL, *out = NULL;
+  int na = kiln_tensor_ndim(ta), nb = kiln_tensor_ndim(tb);
+  kiln_status_t status = KILN_OK;
+  if (na == 1) {
+    int64_t s[2] = {1, kiln_tensor_shape(ta)[0]};
+    status = kiln_tensor_reshape(ta, 2, s, &va);
+  }
+  if (status == KILN_OK && nb == 1) {
+    int64_t s[2] = {kiln_tensor_shape(tb)[0], 1};
+    status = kiln_tensor_reshape(tb, 2, s, &vb);
+  }
+  if (status == KILN_OK) status = kiln_tensor_matmul(va ? va : ta, vb ? vb : tb, trans_a, trans_b, &out);
+  kiln_tensor_release(va);
+  kiln_tensor_release(vb);
+  if (status != KILN_OK) return kp_raise(status);
+  if (na != 1 && nb != 1) return kp_tensor_wrap(out);
+  /* Drop the axes the vectors added. */
+  int n = kiln_tensor_ndim(out), m = 0;
+  int64_t shape[KILN_MAX_DIMS];
+  const int64_t *os = kiln_tensor_shape(out);
+  for (int i = 0; i < n; i++) {
+    if (na == 1 && i == n - 2) continue;
+    if (nb == 1 && i == n - 1) continue;
+    shape[m++] = os[i];
+  }
+  kiln_tensor_t *r = NULL;
+  status = kiln_tensor_reshape(out, m, shape, &r);
+  kiln_tensor_release(out);
+  return kp_result(status, &r);
+}
+
+#define KP_BINARY_FN(NAME, name)                                                                    \
+  static PyObject *kp_fn_##name(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {          \
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, #name "() takes two operands");           \
+    PyObject *r = kp_binary(KILN_BINARY_##NAME, args[0], args[1]);                                  \
+    if (r == Py_NotImplemented) {                                                                   \
+      Py_DECREF(r);                                                                                 \
+      return PyErr_Format(PyExc_TypeError, #name "(): operands must be kiln tensors or numbers, "  \
+                          "not %.100s and %.100s", Py_TYPE(args[0])->tp_name, Py_TYPE(args[1])->tp_name); \
+    }                                                                                               \
+    return r;                                                                                       \
+  }
+KILN_BINARY_OPS(KP_BINARY_FN)
+
+static PyObject *kp_fn_matmul(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"a", "b", "transpose_a", "transpose_b", NULL};
+  PyObject *a, *b;
+  int ta = 0, tb = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|pp:matmul", names, &a, &b, &ta, &tb)) return NULL;
+  if (!kp_tensor_arg(a, "a") || !kp_tensor_arg(b, "b")) return NULL;
+  return kp_matmul(a, b, ta, tb);
+}
+
+/* ---- unary ---------------------------------------------------------------------------------- */
+
+#define KP_UNARY_FN(NAME, name)                                                      \
+  static PyObject *kp_fn_##name(PyObject *self, PyObject *arg) {                      \
+    kiln_tensor_t *t = kp_tensor_arg(arg, "x"), *out = NULL;                          \
+    if (!t) return NULL;                                                             \
+    return kp_result(kiln_tensor_unary(KILN_UNARY_##NAME, t, &out), &out);            \
+  }
+KILN_UNARY_OPS(KP_UNARY_FN)
+
+static int kp_unary_name(PyObject *arg, kiln_unary_op_t *out) {
+  static const char *const names[] = {
+#define KP_UNARY_NAME(NAME, name) #name,
+      KILN_UNARY_OPS(KP_UNARY_NAME)
+#undef KP_UNARY_NAME
+  };
+  const char *text = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+  for (int i = 0; text && i < KILN_UNARY_COUNT_; i++) {
+    if (!strcmp(text, names[i])) {
+      *out = (kiln_unary_op_t)i;
+      return 0;
+    }
+  }
+  if (!PyErr_Occurred())
+    kp_raise_msg(KILN_INVALID_ARGUMENT, "unknown unary operation %R; kiln has neg, abs, exp, log, sqrt, relu, sigmoid, "
+                 "tanh", arg);
+  return -1;
+}
+
+/* ---- creation ---------------------------------------------------------------------------------- */
+
+static PyObject *kp_fill(PyObject *args, PyObject *kwargs, const char *name, int kind) {
+  /* kind 0 empty, 1 zeros, 2 ones, 3 full */
+  static char *names_plain[] = {"shape", "dtype", "device", NULL};
+  static char *names_full[] = {"shape", "fill_value", "dtype", "device", NULL};
+  PyObject *shape_arg, *dtype_arg = NULL, *device_arg = NULL;
+  double value = 0;
+  char format[48];
+  bool ok;
+  if (kind == 3) {
+    snprintf(format, sizeof format, "Od|O$O:%s", name);
+    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names_full, &shape_arg, &value, &dtype_arg, &device_arg);
+  } else {
+    snprintf(format, sizeof format, "O|O$O:%s", name);
+    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names_plain, &shape_arg, &dtype_arg, &device_arg);
+  }
+  if (!ok) return NULL;
+  int64_t shape[KILN_MAX_DIMS];
+  int ndim = kp_shape_arg(shape_arg, shape, "shape");
+  if (ndim < 0) return NULL;
+  kiln_dtype_t dtype;
+  kiln_device_t *device;
+  if (kp_dtype_arg(dtype_arg, KILN_F32, &dtype) < 0 || kp_device_kw(device_arg, &device) < 0) return NULL;
+  kiln_tensor_t *out = NULL;
+  kiln_status_t status;
+  switch (kind) {
+  case 0: status = kiln_tensor_empty(device, dtype, ndim, shape, &out); break;
+  case 1: status = kiln_tensor_zeros(device, dtype, ndim, shape, &out); break;
+  case 2: status = kiln_tensor_ones(device, dtype, ndim, shape, &out); break;
+  default: status = kiln_tensor_full(device, dtype, ndim, shape, value, &out); break;
+  }
+  return kp_result(status, &out);
+}
+
+static PyObject *kp_fn_empty(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "empty", 0); }
+static PyObject *kp_fn_zeros(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "zeros", 1); }
+static PyObject *kp_fn_ones(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "ones", 2); }
+static PyObject *kp_fn_full(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "full", 3); }
+
+/* zeros_like and friends: the shape, dtype and device of another tensor unless given. */
+static PyObject *kp_fill_like(PyObject *args, PyObject *kwargs, const char *name, int kind) {
+  static char *names_plain[] = {"a", "dtype", "device", NULL};
+  static char *names_full[] = {"a", "fill_value", "dtype", "device", NULL};
+  PyObject *like, *dtype_arg = NULL, *device_arg = NULL;
+  double value = 0;
+  char format[48];
+  bool ok;
+  if (kind == 3) {
+    snprintf(format, sizeof format, "Od|O$O:%s", name);
+    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names_full, &like, &value, &dtype_arg, &device_arg);
+  } else {
+    snprintf(format, sizeof format, "O|O$O:%s", name);
+    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names_plain, &like, &dtype_arg, &device_arg);
+  }
+  if (!ok) return NULL;
+  kiln_tensor_t *t = kp_tensor_arg(like, "a");
+  if (!t) return NULL;
+  kiln_dtype_t dtype;
+  kiln_device_t *device = kiln_tensor_device(t);
+  if (kp_dtype_arg(dtype_arg, kiln_tensor_dtype(t), &dtype) < 0) return NULL;
+  if (device_arg && device_arg != Py_None && kp_device_arg(device_arg, &device) < 0) return NULL;
+  kiln_tensor_t *out = NULL;
+  kiln_status_t status;
+  int ndim = kiln_tensor_ndim(t);
+  const int64_t *shape = kiln_tensor_shape(t);
+  switch (kind) {
+  case 0: status = kiln_tensor_empty(device, dtype, ndim, shape, &out); break;
+  case 1: status = kiln_tensor_zeros(device, dtype, ndim, shape, &out); break;
+  case 2: status = kiln_tensor_ones(device, dtype, ndim, shape, &out); break;
+  default: status = kiln_tensor_full(device, dtype, ndim, shape, value, &out); break;
+  }
+  return kp_result(status, &out);
+}
+
+static PyObject *kp_fn_empty_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill_like(a, k, "empty_like", 0); }
+static PyObject *kp_fn_zeros_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill_like(a, k, "zeros_like", 1); }
+static PyObject *kp_fn_ones_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill_like(a, k, "ones_like", 2); }
+static PyObject *kp_fn_full_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill_like(a, k, "full_like", 3); }
+
+/* arange(stop) or arange(start, stop, step=1): int32 when every bound is an int. */
+static PyObject *kp_fn_arange(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"start", "stop", "step", "dtype", "device", NULL};
+  PyObject *a = NULL, *b = Py_None, *c = NULL, *dtype_arg = NULL, *device_arg = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OOO$O:arange", names, &a, &b, &c, &dtype_arg, &device_arg))
+    return NULL;
+  double start = 0, stop, step = 1;
+  bool all_int = PyLong_Check(a) && (b == Py_None || PyLong_Check(b)) && (!c || PyLong_Check(c));
+  if (b == Py_None) {
+    if (kp_scalar(a, &stop) <= 0) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "arange: stop must be a number");
+  } else {
+    if (kp_scalar(a, &start) <= 0 || kp_scalar(b, &stop) <= 0)
+      return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "arange: start and stop must be numbers");
+  }
+  if (c && kp_scalar(c, &step) <= 0) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "arange: step must be a number");
+  kiln_dtype_t dtype;
+  kiln_device_t *device;
+  if (kp_dtype_arg(dtype_arg, all_int ? KILN_I32 : KILN_F32, &dtype) < 0 || kp_device_kw(device_arg, &device) < 0)
+    return NULL;
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_arange(device, dtype, start, stop, step, &out), &out);
+}
+
+/* tensor(data, dtype=None, device=None): a copy of host data on a device. */
+static PyObject *kp_fn_tensor(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"data", "dtype", "device", NULL};
+  PyObject *data, *dtype_arg = NULL, *device_arg = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$O:tensor", names, &data, &dtype_arg, &device_arg)) return NULL;
+  kiln_device_t *device;
+  if (kp_device_kw(device_arg, &device) < 0) return NULL;
+  return kp_tensor_from_object(data, device, dtype_arg);
+}
+
+/* The seed of the next random tensor when none is given: a counter that
+ * manual_seed restarts, so a program draws the same numbers on every run. */
+static uint64_t kp_next_seed;
+
+static int kp_seed_arg(PyObject *arg, uint64_t *out) {
+  if (!arg || arg == Py_None) {
+    *out = kp_next_seed++;
+    return 0;
+  }
+  unsigned long long v = PyLong_AsUnsignedLongLongMask(arg);
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+  *out = v;
+  return 0;
+}
+
+static PyObject *kp_fn_manual_seed(PyObject *self, PyObject *arg) {
+  unsigned long long v = PyLong_AsUnsignedLongLongMask(arg);
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+  kp_next_seed = v;
+  Py_RETURN_NONE;
+}
+
+static PyObject *kp_random(PyObject *args, PyObject *kwargs, bool normal, const char *name) {
+  static char *names[] = {"shape", "low", "high", "seed", "device", NULL};
+  static char *names_n[] = {"shape", "mean", "std", "seed", "device", NULL};
+  PyObject *shape_arg, *seed_arg = NULL, *device_arg = NULL;
+  double p0 = normal ? 0.0 : 0.0, p1 = 1.0;
+  char format[48];
+  snprintf(format, sizeof format, "O|dd$OO:%s", name);
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, normal ? names_n : names, &shape_arg, &p0, &p1, &seed_arg,
+                                   &device_arg))
+    return NULL;
+  int64_t shape[KILN_MAX_DIMS];
+  int ndim = kp_shape_arg(shape_arg, shape, "shape");
+  kiln_device_t *device;
+  uint64_t seed;
+  if (ndim < 0 || kp_device_kw(device_arg, &device) < 0 || kp_seed_arg(seed_arg, &seed) < 0) return NULL;
+  kiln_tensor_t *out = NULL;
+  kiln_status_t status = normal ? kiln_tensor_normal(device, ndim, shape, seed, (float)p0, (float)p1, &out)
+                                : kiln_tensor_uniform(device, ndim, shape, seed, (float)p0, (float)p1, &out);
+  return kp_result(status, &out);
+}
+
+static PyObject *kp_fn_uniform(PyObject *s, PyObject *a, PyObject *k) { return kp_random(a, k, false, "uniform"); }
+static PyObject *kp_fn_normal(PyObject *s, PyObject *a, PyObject *k) { return kp_random(a, k, true, "normal"); }
+
+/* ---- reductions and nn operations --------------------------------------------------------------- */
+
+typedef kiln_status_t (*kp_reduce_fn)(const kiln_tensor_t *, int, bool, kiln_tensor_t **);
+
+static PyObject *kp_reduce_fn_call(PyObject *args, PyObject *kwargs, kp_reduce_fn fn, const char *name) {
+  static char *names[] = {"a", "axis", "keepdims", NULL};
+  PyObject *a, *axis_arg = Py_None;
+  int keepdims = 0;
+  char format[32];
+  snprintf(format, sizeof format, "O|Op:%s", name);
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, names, &a, &axis_arg, &keepdims)) return NULL;
+  kiln_tensor_t *t = kp_tensor_arg(a, "a"), *out = NULL;
+  int axis;
+  if (!t || kp_axis_arg(axis_arg, &axis) < 0) return NULL;
+  return kp_result(fn(t, axis, keepdims != 0, &out), &out);
+}
+
+#define KP_REDUCE_FN(name) \
+  static PyObject *kp_fn_##name(PyObject *s, PyObject *a, PyObject *k) { return kp_reduce_fn_call(a, k, kiln_tensor_##name, #name); }
+KP_REDUCE_FN(sum)
+KP_REDUCE_FN(mean)
+KP_REDUCE_FN(max)
+KP_REDUCE_FN(argmax)
+
+static PyObject *kp_fn_norm(PyObject *self, PyObject *arg) {
+  kiln_tensor_t *t = kp_tensor_arg(arg, "a"), *out = NULL;
+  if (!t) return NULL;
+  return kp_result(kiln_tensor_norm(t, &out), &out);
+}
+
+static PyObject *kp_softmax_common(PyObject *args, PyObject *kwargs, bool log) {
+  static char *names[] = {"a", "axis", NULL};
+  PyObject *a;
+  int axis = -1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, log ? "O|i:log_softmax" : "O|i:softmax", names, &a, &axis)) return NULL;
+  kiln_tensor_t *t = kp_tensor_arg(a, "a"), *out = NULL;
+  if (!t) return NULL;
+  if (axis != -1 && axis != kiln_tensor_ndim(t) - 1)
+    return kp_raise_msg(KILN_UNSUPPORTED, "%s along axis %d: kiln computes it along the last axis only; move the axis "
+                        "last first (swapaxes)", log ? "log_softmax" : "softmax", axis);
+  return kp_result(log ? kiln_tensor_log_softmax(t, &out) : kiln_tensor_softmax(t, &out), &out);
+}
+static PyObject *kp_fn_softmax(PyObject *s, PyObject *a, PyObject *k) { return kp_softmax_common(a, k, false); }
+static PyObject *kp_fn_log_softmax(PyObject *s, PyObject *a, PyObject *k) { return kp_softmax_common(a, k, true); }
+
+static PyObject *kp_fn_cross_entropy(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "cross_entropy(logits, labels) takes two tensors");
+  kiln_tensor_t *l = kp_tensor_arg(args[0], "logits"), *y = l ? kp_tensor_arg(args[1], "labels") : NULL, *out = NULL;
+  if (!y) return NULL;
+  return kp_result(kiln_tensor_cross_entropy(l, y, &out), &out);
+}
+
+static int kp_conv_params(PyObject *stride, PyObject *padding, PyObject *dilation, kiln_conv2d_params_t *p) {
+  *p = kiln_conv2d_params_default();
+  if (kp_pair_arg(stride, 1, p->stride, "stride") < 0 || kp_pair_arg(padding, 0, p->padding, "padding") < 0 ||
+      kp_pair_arg(dilation, 1, p->dilation, "dilation") < 0)
+    return -1;
+  return 0;
+}
+
+static PyObject *kp_fn_conv2d(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"x", "weight", "bias", "stride", "padding", "dilation", NULL};
+  PyObject *x, *w, *b = Py_None, *stride = NULL, *padding = NULL, *dilation = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|OOOO:conv2d", names, &x, &w, &b, &stride, &padding, &dilation))
+    return NULL;
+  kiln_tensor_t *tx = kp_tensor_arg(x, "x"), *tw = tx ? kp_tensor_arg(w, "weight") : NULL, *tb = NULL, *out = NULL;
+  if (!tw) return NULL;
+  if (b != Py_None && !(tb = kp_tensor_arg(b, "bias"))) return NULL;
+  kiln_conv2d_params_t p;
+  if (kp_conv_params(stride, padding, dilation, &p) < 0) return NULL;
+  return kp_result(kiln_tensor_conv2d(tx, tw, tb, &p, &out), &out);
+}
+
+static int kp_pool_params(PyObject *kernel, PyObject *stride, PyObject *padding, kiln_pool2d_params_t *p) {
+  if (kp_pair_arg(kernel, 1, p->kernel, "kernel_size") < 0 || kp_pair_arg(stride, 0, p->stride, "stride") < 0 ||
+      kp_pair_arg(padding, 0, p->padding, "padding") < 0)
+    return -1;
+  return 0;
+}
+
+static PyObject *kp_fn_max_pool2d(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"x", "kernel_size", "stride", "padding", NULL};
+  PyObject *x, *kernel, *stride = NULL, *padding = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|OO:max_pool2d", names, &x, &kernel, &stride, &padding)) return NULL;
+  kiln_tensor_t *tx = kp_tensor_arg(x, "x"), *out = NULL;
+  if (!tx) return NULL;
+  kiln_pool2d_params_t p;
+  if (kp_pool_params(kernel, stride, padding, &p) < 0) return NULL;
+  return kp_result(kiln_tensor_max_pool2d(tx, &p, &out), &out);
+}
+
+/* ---- movement as functions ---------------------------------------------------------------------- */
+
+static PyObject *kp_fn_reshape(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "reshape(a, shape) takes two arguments");
+  kiln_tensor_t *t = kp_tensor_arg(args[0], "a"), *out = NULL;
+  int64_t shape[KILN_MAX_DIMS];
+  int ndim = t ? kp_shape_arg(args[1], shape, "shape") : -1;
+  if (ndim < 0) return NULL;
+  return kp_result(kiln_tensor_reshape(t, ndim, shape, &out), &out);
+}
+
+static PyObject *kp_fn_astype(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "astype(a, dtype) takes two arguments");
+  kiln_tensor_t *t = kp_tensor_arg(args[0], "a"), *out = NULL;
+  kiln_dtype_t dtype;
+  if (!t || kp_dtype_arg(args[1], KILN_F32, &dtype) < 0) return NULL;
+  return kp_result(kiln_tensor_cast(t, dtype, &out), &out);
+}
+
+/* ---- gradients -------------------------------------------------------------------------------------- */
+
+static PyObject *kp_fn_unary_backward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 3) return PyErr_Format(PyExc_TypeError, "unary_backward(op, x, dy) takes three arguments");
+  kiln_unary_op_t op;
+  if (kp_unary_name(args[0], &op) < 0) return NULL;
+  kiln_tensor_t *x = kp_tensor_arg(args[1], "x"), *dy = x ? kp_tensor_arg(args[2], "dy") : NULL, *out = NULL;
+  if (!dy) return NULL;
+  return kp_result(kiln_tensor_unary_backward(op, x, dy, &out), &out);
+}
+
+static PyObject *kp_fn_sum_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "sum_to(a, shape) takes two arguments");
+  kiln_tensor_t *t = kp_tensor_arg(args[0], "a"), *out = NULL;
+  int64_t shape[KILN_MAX_DIMS];
+  int ndim = t ? kp_shape_arg(args[1], shape, "shape") : -1;
+  if (ndim < 0) return NULL;
+  return kp_result(kiln_tensor_sum_to(t, ndim, shape, &out), &out);
+}
+
+static PyObject *kp_fn_broadcast_to(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "broadcast_to(a, shape) takes two arguments");
+  kiln_tensor_t *t = kp_tensor_arg(args[0], "a"), *out = NULL;
+  int64_t shape[KILN_MAX_DIMS];
+  int ndim = t ? kp_shape_arg(args[1], shape, "shape") : -1;
+  if (ndim < 0) return NULL;
+  return kp_result(kiln_tensor_broadcast_to(t, ndim, shape, &out), &out);
+}
+
+static PyObject *kp_fn_softmax_backward(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"y", "dy", "log", NULL};
+  PyObject *y, *dy;
+  int log = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|p:softmax_backward", names, &y, &dy, &log)) return NULL;
+  kiln_tensor_t *ty = kp_tensor_arg(y, "y"), *tdy = ty ? kp_tensor_arg(dy, "dy") : NULL, *out = NULL;
+  if (!tdy) return NULL;
+  return kp_result(kiln_tensor_softmax_backward(ty, tdy, log != 0, &out), &out);
+}
+
+static PyObject *kp_fn_cross_entropy_backward(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"logits", "labels", "dloss", NULL};
+  PyObject *l, *y, *d = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O:cross_entropy_backward", names, &l, &y, &d)) return NULL;
+  kiln_tensor_t *tl = kp_tensor_arg(l, "logits"), *ty = tl ? kp_tensor_arg(y, "labels") : NULL, *td = NULL, *out = NULL;
+  if (!ty) return NULL;
+  if (d != Py_None && !(td = kp_tensor_arg(d, "dloss"))) return NULL;
+  return kp_result(kiln_tensor_cross_entropy_backward(tl, ty, td, &out), &out);
+}
+
+static int kp_shape4(PyObject *arg, int64_t out[4], const char *what) {
+  int64_t s[KILN_MAX_DIMS];
+  int n = kp_shape_arg(arg, s, what);
+  if (n < 0) return -1;
+  if (n != 4) {
+    kp_raise_msg(KILN_INVALID_ARGUMENT, "%s needs 4 sizes, not %d", what, n);
+    return -1;
+  }
+  memcpy(out, s, 4 * sizeof(int64_t));
+  return 0;
+}
+
+static PyObject *kp_fn_conv2d_backward_input(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"dy", "weight", "x_shape", "stride", "padding", "dilation", NULL};
+  PyObject *dy, *w, *xs, *stride = NULL, *padding = NULL, *dilation = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|OOO:conv2d_backward_input", names, &dy, &w, &xs, &stride, &padding,
+                                   &dilation))
+    return NULL;
+  kiln_tensor_t *tdy = kp_tensor_arg(dy, "dy"), *tw = tdy ? kp_tensor_arg(w, "weight") : NULL, *out = NULL;
+  int64_t shape[4];
+  kiln_conv2d_params_t p;
+  if (!tw || kp_shape4(xs, shape, "x_shape") < 0 || kp_conv_params(stride, padding, dilation, &p) < 0) return NULL;
+  return kp_result(kiln_tensor_conv2d_backward_input(tdy, tw, shape, &p, &out), &out);
+}
+
+static PyObject *kp_fn_conv2d_backward_weight(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"x", "dy", "w_shape", "stride", "padding", "dilation", NULL};
+  PyObject *x, *dy, *ws, *stride = NULL, *padding = NULL, *dilation = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|OOO:conv2d_backward_weight", names, &x, &dy, &ws, &stride,
+                                   &padding, &dilation))
+    return NULL;
+  kiln_tensor_t *tx = kp_tensor_arg(x, "x"), *tdy = tx ? kp_tensor_arg(dy, "dy") : NULL, *out = NULL;
+  int64_t shape[4];
+  kiln_conv2d_params_t p;
+  if (!tdy || kp_shape4(ws, shape, "w_shape") < 0 || kp_conv_params(stride, padding, dilation, &p) < 0) return NULL;
+  return kp_result(kiln_tensor_conv2d_backward_weight(tx, tdy, shape, &p, &out), &out);
+}
+
+static PyObject *kp_fn_conv2d_backward_bias(PyObject *self, PyObject *arg) {
+  kiln_tensor_t *t = kp_tensor_arg(arg, "dy"), *out = NULL;
+  if (!t) return NULL;
+  return kp_result(kiln_tensor_conv2d_backward_bias(t, &out), &out);
+}
+
+static PyObject *kp_fn_max_pool2d_backward(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"x", "dy", "kernel_size", "stride", "padding", NULL};
+  PyObject *x, *dy, *kernel, *stride = NULL, *padding = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|OO:max_pool2d_backward", names, &x, &dy, &kernel, &stride,
+                                   &padding))
+    return NULL;
+  kiln_tensor_t *tx = kp_tensor_arg(x, "x"), *tdy = tx ? kp_tensor_arg(dy, "dy") : NULL, *out = NULL;
+  kiln_pool2d_params_t p;
+  if (!tdy || kp_pool_params(kernel, stride, padding, &p) < 0) return NULL;
+  return kp_result(kiln_tensor_max_pool2d_backward(tx, tdy, &p, &out), &out);
+}
+
+/* ---- updates in place ---------------------------------------------------------------------------------- */
+
+static PyObject *kp_fn_sgd_update(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"param", "grad", "momentum_buffer", "lr", "momentum", "dampening", "weight_decay", "nesterov",
+                          "first_step", NULL};
+  PyObject *param, *grad, *buf = Py_None;
+  kiln_sgd_params_t p = {.lr = NAN};
+  int nesterov = 0, first_step = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$ddddpp:sgd_update", names, &param, &grad, &buf, &p.lr,
+                                   &p.momentum, &p.dampening, &p.weight_decay, &nesterov, &first_step))
+    return NULL;
+  if (isnan(p.lr)) return PyErr_Format(PyExc_TypeError, "sgd_update() needs lr=");
+  p.nesterov = nesterov != 0;
+  p.first_step = first_step != 0;
+  kiln_tensor_t *tp = kp_tensor_arg(param, "param"), *tg = tp ? kp_tensor_arg(grad, "grad") : NULL, *tb = NULL;
+  if (!tg) return NULL;
+  if (buf != Py_None && !(tb = kp_tensor_arg(buf, "momentum_buffer"))) return NULL;
+  kiln_status_t status = kiln_tensor_sgd_update(tp, tg, tb, &p);
+  if (status != KILN_OK) return kp_raise(status);
+  Py_RETURN_NONE;
+}
+
+static PyObject *kp_fn_adam_update(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"param", "grad", "m", "v", "step", "lr", "beta1", "beta2", "eps", "weight_decay", NULL};
+  PyObject *param, *grad, *m, *v;
+  long long step;
+  kiln_adam_params_t p = {.lr = NAN, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOL|$ddddd:adam_update", names, &param, &grad, &m, &v, &step,
+                                   &p.lr, &p.beta1, &p.beta2, &p.eps, &p.weight_decay))
+    return NULL;
+  if (isnan(p.lr)) return PyErr_Format(PyExc_TypeError, "adam_update() needs lr=");
+  kiln_tensor_t *tp = kp_tensor_arg(param, "param"), *tg = tp ? kp_tensor_arg(grad, "grad") : NULL;
+  kiln_tensor_t *tm = tg ? kp_tensor_arg(m, "m") : NULL, *tv = tm ? kp_tensor_arg(v, "v") : NULL;
+  if (!tv) return NULL;
+  kiln_status_t status = kiln_tensor_adam_update(tp, tg, tm, tv, (int64_t)step, &p);
+  if (status != KILN_OK) return kp_raise(status);
+  Py_RETURN_NONE;
+}
+
+/* ---- the table -------------------------------------------------------------------------------------------- */
+
+#define KP_KW(fn) (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS
+#define KP_FAST(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL
+
+PyMethodDef kp_ops_methods[] = {
+    {"empty", KP_KW(kp_fn_empty), "empty(shape, dtype=float32, *, device=None)\n--\n\nA tensor of undefined values."},
+    {"zeros", KP_KW(kp_fn_zeros), "zeros(shape, dtype=float32, *, device=None)\n--\n\nA tensor of zeros."},
+    {"ones", KP_KW(kp_fn_ones), "ones(shape, dtype=float32, *, device=None)\n--\n\nA tensor of ones."},
+    {"full", KP_KW(kp_fn_full), "full(shape, fill_value, dtype=float32, *, device=None)\n--\n\nA tensor of one value."},
+    {"empty_like", KP_KW(kp_fn_empty_like), "empty_like(a, dtype=None, *, device=None)\n--\n\nempty() of a's shape, dtype and device."},
+    {"zeros_like", KP_KW(kp_fn_zeros_like), "zeros_like(a, dtype=None, *, device=None)\n--\n\nzeros() of a's shape, dtype and device."},
+    {"ones_like", KP_KW(kp_fn_ones_like), "ones_like(a, dtype=None, *, device=None)\n--\n\nones() of a's shape, dtype and device."},
+    {"full_like", KP_KW(kp_fn_full_like), "full_like(a, fill_value, dtype=None, *, device=None)\n--\n\nfull() of a's shape, dtype and device."},
+    {"arange", KP_KW(kp_fn_arange),
+     "arange(start, stop=None, step=1, dtype=None, *, device=None)\n--\n\nEvenly spaced values in [start, stop), as "
+     "NumPy's: int32 when the bounds are ints, else float32."},
+    {"tensor", KP_KW(kp_fn_tensor),
+     "tensor(data, dtype=None, *, device=None)\n--\n\nA new tensor holding a copy of `data`: numbers, nested lists, a "
+     "NumPy array or anything with the buffer protocol, or another kiln tensor. Floats become float32 and integers "
+     "int32 unless dtype says otherwise. Blocks until the data has left host memory."},
+    {"asarray", KP_KW(kp_fn_tensor), "asarray(data, dtype=None, *, device=None)\n--\n\nkiln.tensor(data, ...): a copy."},
+    {"uniform", KP_KW(kp_fn_uniform),
+     "uniform(shape, low=0.0, high=1.0, *, seed=None, device=None)\n--\n\nfloat32 uniform in [low, high) from "
+     "Philox with key `seed` (the same numbers on every device); seed None takes the next of kiln.manual_seed's "
+     "counter."},
+    {"rand", KP_KW(kp_fn_uniform), "rand(shape, low=0.0, high=1.0, *, seed=None, device=None)\n--\n\nkiln.uniform."},
+    {"normal", KP_KW(kp_fn_normal),
+     "normal(shape, mean=0.0, std=1.0, *, seed=None, device=None)\n--\n\nfloat32 normal numbers (Philox, as uniform)."},
+    {"randn", KP_KW(kp_fn_normal), "randn(shape, mean=0.0, std=1.0, *, seed=None, device=None)\n--\n\nkiln.normal."},
+    {"manual_seed", kp_fn_manual_seed, METH_O,
+     "manual_seed(seed)\n--\n\nRestart the counter that gives random tensors their seed when none is given."},
+#define KP_BINARY_ENTRY(NAME, name) {#name, KP_FAST(kp_fn_##name), #name "(a, b)\n--\n\nElementwise " #name " with NumPy's broadcasting; either side may be a number."},
+    KILN_BINARY_OPS(KP_BINARY_ENTRY)
+#undef KP_BINARY_ENTRY
+    {"matmul", KP_KW(kp_fn_matmul),
+     "matmul(a, b, transpose_a=False, transpose_b=False)\n--\n\nMatrix product (2-D, batched 3-D, or a 1-D vector "
+     "on either side as NumPy's); float32."},
+#define KP_UNARY_ENTRY(NAME, name) {#name, kp_fn_##name, METH_O, #name "(x)\n--\n\nElementwise " #name "."},
+    KILN_UNARY_OPS(KP_UNARY_ENTRY)
+#undef KP_UNARY_ENTRY
+    {"sum", KP_KW(kp_fn_sum), "sum(a, axis=None, keepdims=False)\n--\n\nThe sum along one axis, or of all elements."},
+    {"mean", KP_KW(kp_fn_mean), "mean(a, axis=None, keepdims=False)\n--\n\nThe mean (float32)."},
+    {"max", KP_KW(kp_fn_max), "max(a, axis=None, keepdims=False)\n--\n\nThe maximum."},
+    {"argmax", KP_KW(kp_fn_argmax), "argmax(a, axis=None, keepdims=False)\n--\n\nThe index of the first maximum (int32)."},
+    {"norm", kp_fn_norm, METH_O, "norm(a)\n--\n\nThe Frobenius norm: a 0-d float32 tensor."},
+    {"softmax", KP_KW(kp_fn_softmax), "softmax(a, axis=-1)\n--\n\nSoftmax along the last axis."},
+    {"log_softmax", KP_KW(kp_fn_log_softmax), "log_softmax(a, axis=-1)\n--\n\nLog-softmax along the last axis."},
+    {"cross_entropy", KP_FAST(kp_fn_cross_entropy),
+     "cross_entropy(logits, labels)\n--\n\nMean over N of -log_softmax(logits)[n, labels[n]]; logits float32 [N, C], "
+     "labels int32 [N]."},
+    {"conv2d", KP_KW(kp_fn_conv2d),
+     "conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1)\n--\n\nCross-correlation as in deep-learning "
+     "frameworks: x [N, C, H, W], weight [K, C, R, S], bias [K]."},
+    {"max_pool2d", KP_KW(kp_fn_max_pool2d),
+     "max_pool2d(x, kernel_size, stride=None, padding=0)\n--\n\nMax pooling over [N, C, H, W]; stride None means "
+     "kernel_size."},
+    {"reshape", KP_FAST(kp_fn_reshape), "reshape(a, shape)\n--\n\na.reshape(shape)."},
+    {"astype", KP_FAST(kp_fn_astype), "astype(a, dtype)\n--\n\na.astype(dtype)."},
+    {"unary_backward", KP_FAST(kp_fn_unary_backward),
+     "unary_backward(op, x, dy)\n--\n\ndy * op'(x) for a unary op named as kiln names it ('relu', 'tanh', ...)."},
+    {"sum_to", KP_FAST(kp_fn_sum_to),
+     "sum_to(a, shape)\n--\n\nThe sum of `a` over the axes along which `shape` broadcasts to a's shape."},
+    {"broadcast_to", KP_FAST(kp_fn_broadcast_to), "broadcast_to(a, shape)\n--\n\n`a` broadcast to `shape` (a new tensor)."},
+    {"softmax_backward", KP_KW(kp_fn_softmax_backward),
+     "softmax_backward(y, dy, log=False)\n--\n\nThe gradient of softmax (log_softmax when log) from its result y."},
+    {"cross_entropy_backward", KP_KW(kp_fn_cross_entropy_backward),
+     "cross_entropy_backward(logits, labels, dloss=None)\n--\n\n(softmax(logits) - onehot(labels)) / N, times dloss."},
+    {"conv2d_backward_input", KP_KW(kp_fn_conv2d_backward_input),
+     "conv2d_backward_input(dy, weight, x_shape, stride=1, padding=0, dilation=1)\n--\n\nconv2d's gradient for x."},
+    {"conv2d_backward_weight", KP_KW(kp_fn_conv2d_backward_weight),
+     "conv2d_backward_weight(x, dy, w_shape, stride=1, padding=0, dilation=1)\n--\n\nconv2d's gradient for weight."},
+    {"conv2d_backward_bias", kp_fn_conv2d_backward_bias, METH_O,
+     "conv2d_backward_bias(dy)\n--\n\nconv2d's gradient for bias: dy summed over N, P and Q."},
+    {"max_pool2d_backward", KP_KW(kp_fn_max_pool2d_backward),
+     "max_pool2d_backward(x, dy, kernel_size, stride=None, padding=0)\n--\n\nmax_pool2d's gradient for x."},
+    {"sgd_update", KP_KW(kp_fn_sgd_update),
+     "sgd_update(param, grad, momentum_buffer, *, lr, momentum=0, dampening=0, weight_decay=0, nesterov=False, "
+     "first_step=False)\n--\n\nOne fused SGD step in place, as torch.optim.SGD (momentum_buffer None when momentum "
+     "is 0; first_step: the buffer's first update, buf = g whatever the dampening, as torch does)."},
+    {"adam_update", KP_KW(kp_fn_adam_update),
+     "adam_update(param, grad, m, v, step, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0)\n--\n\n"
+     "One fused Adam step in place, as torch.optim.Adam (step counts from 1)."},
+    {NULL, NULL, 0, NULL},
+};

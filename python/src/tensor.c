@@ -1,0 +1,754 @@
+/* python/src/tensor.c: kiln.Tensor (its attributes, operators, movement between devices and to NumPy) and kiln.DType. */
+#include "kilnpy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- dtypes -------------------------------------------------------------------------- */
+
+kp_dtype_t kp_float32 = {PyObject_HEAD_INIT(&kp_dtype_type).dtype = KILN_F32, .name = "float32", .short_name = "f32",
+                         .format = 'f'};
+kp_dtype_t kp_int32 = {PyObject_HEAD_INIT(&kp_dtype_type).dtype = KILN_I32, .name = "int32", .short_name = "i32",
+                       .format = 'i'};
+
+PyObject *kp_dtype_object(kiln_dtype_t dtype) {
+  return dtype == KILN_I32 ? (PyObject *)&kp_int32 : (PyObject *)&kp_float32;
+}
+
+static int kp_dtype_from_name(const char *name, kiln_dtype_t *out) {
+  if (!strcmp(name, "float32") || !strcmp(name, "f32") || !strcmp(name, "f4") || !strcmp(name, "<f4") ||
+      !strcmp(name, "float")) {
+    *out = KILN_F32;
+    return 1;
+  }
+  if (!strcmp(name, "int32") || !strcmp(name, "i32") || !strcmp(name, "i4") || !strcmp(name, "<i4") ||
+      !strcmp(name, "int")) {
+    *out = KILN_I32;
+    return 1;
+  }
+  return 0;
+}
+
+int kp_dtype_arg(PyObject *arg, kiln_dtype_t fallback, kiln_dtype_t *out) {
+  if (!arg || arg == Py_None) {
+    *out = fallback;
+    return 0;
+  }
+  if (Py_IS_TYPE(arg, &kp_dtype_type)) {
+    *out = ((kp_dtype_t *)arg)->dtype;
+    return 0;
+  }
+  if (arg == (PyObject *)&PyFloat_Type) {
+    *out = KILN_F32;
+    return 0;
+  }
+  if (arg == (PyObject *)&PyLong_Type || arg == (PyObject *)&PyBool_Type) {
+    *out = KILN_I32;
+    return 0;
+  }
+  PyObject *name = NULL;
+  if (PyUnicode_Check(arg)) name = Py_NewRef(arg);
+  else if (PyType_Check(arg)) name = PyObject_GetAttrString(arg, "__name__"); /* numpy.float32 */
+  else name = PyObject_GetAttrString(arg, "name");                            /* numpy.dtype('float32') */
+  if (!name) PyErr_Clear();
+  const char *text = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+  int found = text ? kp_dtype_from_name(text, out) : 0;
+  if (!found) {
+    PyObject *r = PyObject_Repr(arg);
+    kp_raise_msg(KILN_DTYPE_MISMATCH, "dtype %s is not one kiln has: use kiln.float32 or kiln.int32 (or 'float32', "
+                 "'int32', numpy.float32, numpy.int32)", r ? PyUnicode_AsUTF8(r) : "?");
+    Py_XDECREF(r);
+  }
+  Py_XDECREF(name);
+  return found ? 0 : -1;
+}
+
+static PyObject *kp_dtype_repr(kp_dtype_t *d) { return PyUnicode_FromFormat("kiln.%s", d->name); }
+static PyObject *kp_dtype_str(kp_dtype_t *d) { return PyUnicode_FromString(d->name); }
+
+static PyObject *kp_dtype_richcompare(PyObject *a, PyObject *b, int op) {
+  if (op != Py_EQ && op != Py_NE) Py_RETURN_NOTIMPLEMENTED;
+  int equal;
+  if (Py_IS_TYPE(b, &kp_dtype_type)) {
+    equal = a == b;
+  } else if (PyUnicode_Check(b)) {
+    kiln_dtype_t d;
+    const char *text = PyUnicode_AsUTF8(b);
+    if (!text) return NULL;
+    equal = kp_dtype_from_name(text, &d) && d == ((kp_dtype_t *)a)->dtype;
+  } else {
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  return PyBool_FromLong(op == Py_EQ ? equal : !equal);
+}
+
+static Py_hash_t kp_dtype_hash(kp_dtype_t *d) { return (Py_hash_t)d->dtype + 0x6b696c6e; }
+
+static PyMemberDef kp_dtype_members[] = {
+    {"name", T_STRING, offsetof(kp_dtype_t, name), READONLY, "NumPy's name: 'float32', 'int32'"},
+    {"short_name", T_STRING, offsetof(kp_dtype_t, short_name), READONLY, "kiln's name: 'f32', 'i32'"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyObject *kp_dtype_itemsize(kp_dtype_t *d, void *closure) {
+  return PyLong_FromSize_t(kiln_dtype_size(d->dtype));
+}
+
+static PyGetSetDef kp_dtype_getset[] = {
+    {"itemsize", (getter)kp_dtype_itemsize, NULL, "bytes per element", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject kp_dtype_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln.DType",
+    .tp_basicsize = sizeof(kp_dtype_t),
+    .tp_repr = (reprfunc)kp_dtype_repr,
+    .tp_str = (reprfunc)kp_dtype_str,
+    .tp_hash = (hashfunc)kp_dtype_hash,
+    .tp_richcompare = kp_dtype_richcompare,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An element type: kiln.float32 or kiln.int32. Compares equal to its NumPy name ('float32').",
+    .tp_members = kp_dtype_members,
+    .tp_getset = kp_dtype_getset,
+};
+
+/* ---- argument helpers ------------------------------------------------------------------ */
+
+kiln_tensor_t *kp_tensor_arg(PyObject *obj, const char *what) {
+  if (KP_IS_TENSOR(obj)) return KP_TENSOR(obj);
+  PyErr_Format(PyExc_TypeError,
+               "%s must be a kiln.Tensor, not %.100s (kiln.tensor(x) copies data into one; kiln.from_dlpack(x) "
+               "shares it)",
+               what, Py_TYPE(obj)->tp_name);
+  return NULL;
+}
+
+int kp_shape_arg(PyObject *arg, int64_t shape[KILN_MAX_DIMS], const char *what) {
+  if (PyLong_Check(arg)) {
+    long long v = PyLong_AsLongLong(arg);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    shape[0] = v;
+    return 1;
+  }
+  PyObject *seq = PySequence_Fast(arg, "");
+  if (!seq) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be an int or a sequence of ints, not %.100s", what, Py_TYPE(arg)->tp_name);
+    return -1;
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n > KILN_MAX_DIMS) {
+    Py_DECREF(seq);
+    kp_raise_msg(KILN_INVALID_ARGUMENT, "%s has %zd dimensions; kiln tensors have at most %d", what, n, KILN_MAX_DIMS);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+    PyObject *index = PyNumber_Index(item);
+    if (!index) {
+      Py_DECREF(seq);
+      PyErr_Format(PyExc_TypeError, "%s[%zd] must be an int, not %.100s", what, i, Py_TYPE(item)->tp_name);
+      return -1;
+    }
+    shape[i] = PyLong_AsLongLong(index);
+    Py_DECREF(index);
+    if (shape[i] == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return -1;
+    }
+  }
+  Py_DECREF(seq);
+  return (int)n;
+}
+
+PyObject *kp_shape_tuple(int ndim, const int64_t *shape) {
+  PyObject *t = PyTuple_New(ndim);
+  if (!t) return NULL;
+  for (int i = 0; i < ndim; i++) {
+    PyObject *v = PyLong_FromLongLong(shape[i]);
+    if (!v) {
+      Py_DECREF(t);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(t, i, v);
+  }
+  return t;
+}
+
+/* ---- the Tensor object ------------------------------------------------------------------
+ * A free list keeps the objects of short-lived results (the `a + b` of a
+ * loop) so that an operation from Python costs kiln's enqueue and little
+ * more. Guarded by the GIL. */
+
+#define KP_FREE_MAX 256
+static kp_tensor_t *kp_free_list[KP_FREE_MAX];
+static int kp_free_count;
+
+PyObject *kp_tensor_wrap(kiln_tensor_t *t) {
+  kp_tensor_t *o;
+  if (kp_free_count > 0) {
+    o = kp_free_list[--kp_free_count];
+  } else {
+    o = PyObject_Malloc(sizeof *o);
+    if (!o) {
+      kiln_tensor_release(t);
+      return PyErr_NoMemory();
+    }
+  }
+  PyObject_Init((PyObject *)o, &kp_tensor_type);
+  o->tensor = t;
+  o->weakrefs = NULL;
+  o->imported = false;
+  return (PyObject *)o;
+}
+
+static void kp_tensor_dealloc(kp_tensor_t *o) {
+  if (o->weakrefs) PyObject_ClearWeakRefs((PyObject *)o);
+  kiln_tensor_t *t = o->tensor;
+  o->tensor = NULL;
+  if (kp_free_count < KP_FREE_MAX) kp_free_list[kp_free_count++] = o;
+  else PyObject_Free(o);
+  /* Last: releasing memory imported through DLPack can run its producer's
+   * deleter, which may run Python code. */
+  kiln_tensor_release(t);
+}
+
+static Py_hash_t kp_tensor_hash(PyObject *o) {
+  /* Identity, as PyTorch's tensors: == builds a tensor, so it cannot serve a dict. */
+  Py_hash_t h = (Py_hash_t)((uintptr_t)o >> 4);
+  return h == -1 ? -2 : h;
+}
+
+/* ---- attributes -------------------------------------------------------------------------- */
+
+static PyObject *kp_tensor_get_shape(kp_tensor_t *o, void *c) {
+  return kp_shape_tuple(kiln_tensor_ndim(o->tensor), kiln_tensor_shape(o->tensor));
+}
+static PyObject *kp_tensor_get_strides(kp_tensor_t *o, void *c) {
+  return kp_shape_tuple(kiln_tensor_ndim(o->tensor), kiln_tensor_strides(o->tensor));
+}
+static PyObject *kp_tensor_get_ndim(kp_tensor_t *o, void *c) { return PyLong_FromLong(kiln_tensor_ndim(o->tensor)); }
+static PyObject *kp_tensor_get_size(kp_tensor_t *o, void *c) {
+  return PyLong_FromLongLong(kiln_tensor_numel(o->tensor));
+}
+static PyObject *kp_tensor_get_dtype(kp_tensor_t *o, void *c) {
+  return Py_NewRef(kp_dtype_object(kiln_tensor_dtype(o->tensor)));
+}
+static PyObject *kp_tensor_get_device(kp_tensor_t *o, void *c) {
+  return kp_device_object(kiln_tensor_device(o->tensor));
+}
+static PyObject *kp_tensor_get_itemsize(kp_tensor_t *o, void *c) {
+  return PyLong_FromSize_t(kiln_dtype_size(kiln_tensor_dtype(o->tensor)));
+}
+static PyObject *kp_tensor_get_nbytes(kp_tensor_t *o, void *c) {
+  return PyLong_FromLongLong(kiln_tensor_numel(o->tensor) * (long long)kiln_dtype_size(kiln_tensor_dtype(o->tensor)));
+}
+static PyObject *kp_tensor_get_contiguous(kp_tensor_t *o, void *c) {
+  return PyBool_FromLong(kiln_tensor_is_contiguous(o->tensor));
+}
+
+static PyObject *kp_permute_dims(kiln_tensor_t *t, const int *perm) {
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_permute(t, perm, &out), &out);
+}
+
+static PyObject *kp_tensor_get_T(kp_tensor_t *o, void *c) {
+  int n = kiln_tensor_ndim(o->tensor), perm[KILN_MAX_DIMS];
+  for (int i = 0; i < n; i++) perm[i] = n - 1 - i;
+  return kp_permute_dims(o->tensor, perm);
+}
+
+static PyGetSetDef kp_tensor_getset[] = {
+    {"shape", (getter)kp_tensor_get_shape, NULL, "the sizes, a tuple", NULL},
+    {"strides", (getter)kp_tensor_get_strides, NULL, "the strides in elements (NumPy's are in bytes)", NULL},
+    {"ndim", (getter)kp_tensor_get_ndim, NULL, "the number of dimensions", NULL},
+    {"size", (getter)kp_tensor_get_size, NULL, "the number of elements", NULL},
+    {"dtype", (getter)kp_tensor_get_dtype, NULL, "kiln.float32 or kiln.int32", NULL},
+    {"device", (getter)kp_tensor_get_device, NULL, "the kiln.Device the tensor lives on", NULL},
+    {"itemsize", (getter)kp_tensor_get_itemsize, NULL, "bytes per element", NULL},
+    {"nbytes", (getter)kp_tensor_get_nbytes, NULL, "bytes of the elements", NULL},
+    {"is_contiguous", (getter)kp_tensor_get_contiguous, NULL, "whether the elements are dense in row-major order", NULL},
+    {"T", (getter)kp_tensor_get_T, NULL, "the axes reversed (a view)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+/* ---- to the host (convert.c copies) --------------------------------------------------------------------------- */
+
+static PyObject *kp_tensor_array(kp_tensor_t *o, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"dtype", "copy", NULL};
+  PyObject *dtype = NULL, *copy = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:__array__", names, &dtype, &copy)) return NULL;
+  if (copy == Py_False)
+    return PyErr_Format(PyExc_ValueError,
+                        "a kiln tensor cannot become a NumPy array without a copy (np.asarray copies it to the host); "
+                        "to share memory use np.from_dlpack(t)");
+  return kp_tensor_to_numpy(o->tensor, dtype);
+}
+
+static PyObject *kp_tensor_numpy(kp_tensor_t *o, PyObject *unused) { return kp_tensor_to_numpy(o->tensor, NULL); }
+
+static PyObject *kp_tensor_tolist(kp_tensor_t *o, PyObject *unused) { return kp_tensor_to_list(o->tensor); }
+
+static PyObject *kp_tensor_item(kp_tensor_t *o, PyObject *unused) {
+  if (kiln_tensor_numel(o->tensor) != 1)
+    return kp_raise_msg(KILN_INVALID_ARGUMENT, "item(): the tensor has %lld elements; only a one-element tensor has one "
+                        "value (use .tolist() or np.asarray)", (long long)kiln_tensor_numel(o->tensor));
+  double v;
+  kiln_status_t status;
+  KP_NOGIL(status = kiln_tensor_item(o->tensor, &v));
+  if (status != KILN_OK) return kp_raise(status);
+  if (kiln_tensor_dtype(o->tensor) == KILN_I32) return PyLong_FromDouble(v);
+  return PyFloat_FromDouble(v);
+}
+
+static PyObject *kp_nb_float(PyObject *o) {
+  PyObject *v = kp_tensor_item((kp_tensor_t *)o, NULL);
+  if (!v || PyFloat_CheckExact(v)) return v;
+  PyObject *f = PyNumber_Float(v);
+  Py_DECREF(v);
+  return f;
+}
+
+static PyObject *kp_nb_int(PyObject *o) {
+  PyObject *v = kp_tensor_item((kp_tensor_t *)o, NULL);
+  if (!v || PyLong_CheckExact(v)) return v;
+  PyObject *i = PyNumber_Long(v);
+  Py_DECREF(v);
+  return i;
+}
+
+static int kp_nb_bool(PyObject *o) {
+  if (kiln_tensor_numel(KP_TENSOR(o)) != 1) {
+    kp_raise_msg(KILN_INVALID_ARGUMENT,
+                 "the truth value of a tensor of %lld elements is ambiguous; reduce it first (kiln.max, .sum) and "
+                 "read the one value",
+                 (long long)kiln_tensor_numel(KP_TENSOR(o)));
+    return -1;
+  }
+  double v;
+  kiln_status_t status;
+  KP_NOGIL(status = kiln_tensor_item(KP_TENSOR(o), &v));
+  if (status != KILN_OK) {
+    kp_raise(status);
+    return -1;
+  }
+  return v != 0.0;
+}
+
+/* ---- movement ------------------------------------------------------------------------------- */
+
+static PyObject *kp_tensor_to(kp_tensor_t *o, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  PyObject *dev_arg = nargs > 0 ? args[0] : NULL;
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; i++) {
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "device") == 0 && !dev_arg) dev_arg = args[nargs + i];
+    else return PyErr_Format(PyExc_TypeError, "to() takes one argument, the device");
+  }
+  if (nargs > 1 || !dev_arg) return PyErr_Format(PyExc_TypeError, "to(device) takes exactly one device");
+  kiln_device_t *device;
+  if (kp_device_arg(dev_arg, &device) < 0) return NULL;
+  /* The same object when it already lives there (the chapter's `Z.to(...) is Z`). */
+  if (kiln_tensor_device(o->tensor) == device) return Py_NewRef((PyObject *)o);
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_to(o->tensor, device, &out), &out);
+}
+
+static PyObject *kp_tensor_copy(kp_tensor_t *o, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  PyObject *dev_arg = nargs > 0 ? args[0] : NULL;
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; i++) {
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "device") == 0 && !dev_arg) dev_arg = args[nargs + i];
+    else return PyErr_Format(PyExc_TypeError, "copy() takes one argument, the device");
+  }
+  if (nargs > 1) return PyErr_Format(PyExc_TypeError, "copy(device=None) takes at most one device");
+  kiln_device_t *device = kiln_tensor_device(o->tensor);
+  if (dev_arg && dev_arg != Py_None && kp_device_arg(dev_arg, &device) < 0) return NULL;
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_copy(o->tensor, device, &out), &out);
+}
+
+static PyObject *kp_tensor_cpu(kp_tensor_t *o, PyObject *unused) {
+  kiln_device_t *cpu;
+  kiln_status_t status = kiln_device_find("cpu", &cpu);
+  if (status != KILN_OK) return kp_raise(status);
+  if (kiln_tensor_device(o->tensor) == cpu) return Py_NewRef((PyObject *)o);
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_to(o->tensor, cpu, &out), &out);
+}
+
+/* reshape(*shape) or reshape(shape). */
+static PyObject *kp_tensor_reshape(kp_tensor_t *o, PyObject *args) {
+  int64_t shape[KILN_MAX_DIMS];
+  int ndim;
+  if (PyTuple_GET_SIZE(args) == 1 && !PyLong_Check(PyTuple_GET_ITEM(args, 0)))
+    ndim = kp_shape_arg(PyTuple_GET_ITEM(args, 0), shape, "shape");
+  else
+    ndim = kp_shape_arg(args, shape, "shape");
+  if (ndim < 0) return NULL;
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_reshape(o->tensor, ndim, shape, &out), &out);
+}
+
+static PyObject *kp_tensor_flatten(kp_tensor_t *o, PyObject *unused) {
+  int64_t shape[1] = {-1};
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_reshape(o->tensor, 1, shape, &out), &out);
+}
+
+/* permute(*dims) / transpose(*axes): a permutation of every axis; transpose()
+ * without arguments reverses them, as NumPy's. */
+static PyObject *kp_permute_args(kp_tensor_t *o, PyObject *args, bool empty_reverses) {
+  int n = kiln_tensor_ndim(o->tensor), perm[KILN_MAX_DIMS];
+  Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+  if (nargs == 0 && empty_reverses) return kp_tensor_get_T(o, NULL);
+  int64_t dims[KILN_MAX_DIMS];
+  int count;
+  if (nargs == 1 && !PyLong_Check(PyTuple_GET_ITEM(args, 0))) count = kp_shape_arg(PyTuple_GET_ITEM(args, 0), dims, "axes");
+  else count = kp_shape_arg(args, dims, "axes");
+  if (count < 0) return NULL;
+  if (count != n)
+    return kp_raise_msg(KILN_INVALID_ARGUMENT, "the permutation has %d axes; the tensor has %d (use swapaxes(a, b) to "
+                        "swap two)", count, n);
+  for (int i = 0; i < n; i++) perm[i] = (int)dims[i];
+  return kp_permute_dims(o->tensor, perm);
+}
+
+static PyObject *kp_tensor_permute(kp_tensor_t *o, PyObject *args) { return kp_permute_args(o, args, false); }
+static PyObject *kp_tensor_transpose(kp_tensor_t *o, PyObject *args) { return kp_permute_args(o, args, true); }
+
+static PyObject *kp_tensor_swapaxes(kp_tensor_t *o, PyObject *args) {
+  int a, b;
+  if (!PyArg_ParseTuple(args, "ii:swapaxes", &a, &b)) return NULL;
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_transpose(o->tensor, a, b, &out), &out);
+}
+
+static PyObject *kp_tensor_contiguous(kp_tensor_t *o, PyObject *unused) {
+  kiln_tensor_t *out = NULL;
+  kiln_status_t status = kiln_tensor_contiguous(o->tensor, &out);
+  if (status != KILN_OK) return kp_raise(status);
+  if (out == o->tensor) {
+    kiln_tensor_release(out);
+    return Py_NewRef((PyObject *)o);
+  }
+  return kp_tensor_wrap(out);
+}
+
+static PyObject *kp_tensor_astype(kp_tensor_t *o, PyObject *arg) {
+  kiln_dtype_t dtype;
+  if (kp_dtype_arg(arg, KILN_F32, &dtype) < 0) return NULL;
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_cast(o->tensor, dtype, &out), &out);
+}
+
+/* ---- reductions and the rest as methods ------------------------------------------------------ */
+
+typedef kiln_status_t (*kp_reduce_fn)(const kiln_tensor_t *, int, bool, kiln_tensor_t **);
+
+static PyObject *kp_reduce(kp_tensor_t *o, PyObject *args, PyObject *kwargs, kp_reduce_fn fn, const char *name) {
+  static char *names[] = {"axis", "keepdims", NULL};
+  PyObject *axis_arg = Py_None;
+  int keepdims = 0;
+  char format[32];
+  snprintf(format, sizeof format, "|Op:%s", name);
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, names, &axis_arg, &keepdims)) return NULL;
+  int axis;
+  if (kp_axis_arg(axis_arg, &axis) < 0) return NULL;
+  kiln_tensor_t *out = NULL;
+  return kp_result(fn(o->tensor, axis, keepdims != 0, &out), &out);
+}
+
+#define KP_REDUCE_METHOD(name)                                                                    \
+  static PyObject *kp_tensor_##name(kp_tensor_t *o, PyObject *args, PyObject *kwargs) {            \
+    return kp_reduce(o, args, kwargs, kiln_tensor_##name, #name);                                  \
+  }
+KP_REDUCE_METHOD(sum)
+KP_REDUCE_METHOD(mean)
+KP_REDUCE_METHOD(max)
+KP_REDUCE_METHOD(argmax)
+
+static PyObject *kp_tensor_norm(kp_tensor_t *o, PyObject *unused) {
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_norm(o->tensor, &out), &out);
+}
+
+#define KP_UNARY_METHOD(NAME, name)                                                       \
+  static PyObject *kp_tensor_##name(kp_tensor_t *o, PyObject *unused) {                   \
+    kiln_tensor_t *out = NULL;                                                            \
+    return kp_result(kiln_tensor_unary(KILN_UNARY_##NAME, o->tensor, &out), &out);         \
+  }
+KILN_UNARY_OPS(KP_UNARY_METHOD)
+
+static int kp_last_axis(PyObject *args, PyObject *kwargs, int ndim, const char *name) {
+  static char *names[] = {"axis", NULL};
+  int axis = -1;
+  char format[32];
+  snprintf(format, sizeof format, "|i:%s", name);
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, names, &axis)) return -1;
+  if (axis != -1 && axis != ndim - 1) {
+    kp_raise_msg(KILN_UNSUPPORTED, "%s along axis %d: kiln computes it along the last axis only; move the axis last "
+                 "first (t.swapaxes(%d, -1))", name, axis, axis);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *kp_tensor_softmax(kp_tensor_t *o, PyObject *args, PyObject *kwargs) {
+  if (kp_last_axis(args, kwargs, kiln_tensor_ndim(o->tensor), "softmax") < 0) return NULL;
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_softmax(o->tensor, &out), &out);
+}
+
+static PyObject *kp_tensor_log_softmax(kp_tensor_t *o, PyObject *args, PyObject *kwargs) {
+  if (kp_last_axis(args, kwargs, kiln_tensor_ndim(o->tensor), "log_softmax") < 0) return NULL;
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_log_softmax(o->tensor, &out), &out);
+}
+
+/* In place: self += alpha * other (f32, contiguous, same shape and device). */
+static PyObject *kp_tensor_add_(kp_tensor_t *o, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"other", "alpha", NULL};
+  PyObject *other;
+  double alpha = 1.0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|d:add_", names, &other, &alpha)) return NULL;
+  kiln_tensor_t *b = kp_tensor_arg(other, "other");
+  if (!b) return NULL;
+  kiln_status_t status = kiln_tensor_accumulate(o->tensor, alpha, b);
+  if (status != KILN_OK) return kp_raise(status);
+  return Py_NewRef((PyObject *)o);
+}
+
+/* Device-side copy of src's elements into this tensor from flat element
+ * `offset` (both contiguous, one dtype): a log kept on the device. */
+static PyObject *kp_tensor_copy_from(kp_tensor_t *o, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"src", "offset", NULL};
+  PyObject *src;
+  long long offset = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|L:copy_from", names, &src, &offset)) return NULL;
+  kiln_tensor_t *s = kp_tensor_arg(src, "src"), *d = o->tensor;
+  if (!s) return NULL;
+  if (kiln_tensor_dtype(s) != kiln_tensor_dtype(d))
+    return kp_raise_msg(KILN_DTYPE_MISMATCH, "copy_from: src is %s, this tensor %s; convert with astype first",
+                        kiln_dtype_name(kiln_tensor_dtype(s)), kiln_dtype_name(kiln_tensor_dtype(d)));
+  if (!kiln_tensor_is_contiguous(s) || !kiln_tensor_is_contiguous(d))
+    return kp_raise_msg(KILN_INVALID_ARGUMENT, "copy_from: both tensors must be contiguous (.contiguous())");
+  long long n = kiln_tensor_numel(s), total = kiln_tensor_numel(d);
+  if (offset < 0 || offset > total || n > total - offset)
+    return kp_raise_msg(KILN_INVALID_ARGUMENT, "copy_from: %lld elements at offset %lld do not fit in %lld", n, offset,
+                        total);
+  size_t item = kiln_dtype_size(kiln_tensor_dtype(d));
+  kiln_queue_t *queue = kiln_device_current_queue(kiln_tensor_device(d));
+  kiln_status_t status =
+      kiln_buffer_copy(queue, kiln_tensor_buffer(s), kiln_tensor_offset_bytes(s), kiln_tensor_buffer(d),
+                       kiln_tensor_offset_bytes(d) + (size_t)offset * item, (size_t)n * item, 0, NULL, NULL);
+  if (status != KILN_OK) return kp_raise(status);
+  return Py_NewRef((PyObject *)o);
+}
+
+static PyObject *kp_tensor_provider_hint(kp_tensor_t *o, PyObject *unused) {
+  return PyUnicode_FromString(kiln_last_provider());
+}
+
+/* ---- operators ------------------------------------------------------------------------------ */
+
+#define KP_NB_BINARY(NAME, name) \
+  static PyObject *kp_nb_##name(PyObject *a, PyObject *b) { return kp_binary(KILN_BINARY_##NAME, a, b); }
+KP_NB_BINARY(ADD, add)
+KP_NB_BINARY(SUB, sub)
+KP_NB_BINARY(MUL, mul)
+KP_NB_BINARY(DIV, div)
+
+static PyObject *kp_nb_matmul(PyObject *a, PyObject *b) {
+  if (!KP_IS_TENSOR(a) || !KP_IS_TENSOR(b)) Py_RETURN_NOTIMPLEMENTED;
+  return kp_matmul(a, b, false, false);
+}
+
+static PyObject *kp_nb_neg(PyObject *a) {
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_neg(KP_TENSOR(a), &out), &out);
+}
+static PyObject *kp_nb_abs(PyObject *a) {
+  kiln_tensor_t *out = NULL;
+  return kp_result(kiln_tensor_abs(KP_TENSOR(a), &out), &out);
+}
+static PyObject *kp_nb_pos(PyObject *a) { return Py_NewRef(a); }
+
+static PyObject *kp_tensor_richcompare(PyObject *a, PyObject *b, int op) {
+  if (op == Py_EQ) return kp_binary(KILN_BINARY_EQ, a, b);
+  if (op == Py_NE) {
+    PyObject *eq = kp_binary(KILN_BINARY_EQ, a, b);
+    if (!eq || eq == Py_NotImplemented) return eq;
+    /* 1 - eq */
+    kiln_tensor_t *neg = NULL, *out = NULL;
+    kiln_status_t status = kiln_tensor_neg(KP_TENSOR(eq), &neg);
+    Py_DECREF(eq);
+    if (status != KILN_OK) return kp_raise(status);
+    status = kiln_tensor_add_scalar(neg, 1.0, &out);
+    kiln_tensor_release(neg);
+    return kp_result(status, &out);
+  }
+  Py_RETURN_NOTIMPLEMENTED;
+}
+
+static Py_ssize_t kp_tensor_len(PyObject *o) {
+  if (kiln_tensor_ndim(KP_TENSOR(o)) == 0) {
+    PyErr_SetString(PyExc_TypeError, "len() of a 0-d tensor");
+    return -1;
+  }
+  return (Py_ssize_t)kiln_tensor_shape(KP_TENSOR(o))[0];
+}
+
+static PyNumberMethods kp_tensor_number = {
+    .nb_add = kp_nb_add,
+    .nb_subtract = kp_nb_sub,
+    .nb_multiply = kp_nb_mul,
+    .nb_true_divide = kp_nb_div,
+    .nb_matrix_multiply = kp_nb_matmul,
+    .nb_negative = kp_nb_neg,
+    .nb_positive = kp_nb_pos,
+    .nb_absolute = kp_nb_abs,
+    .nb_bool = kp_nb_bool,
+    .nb_float = kp_nb_float,
+    .nb_int = kp_nb_int,
+};
+
+static PySequenceMethods kp_tensor_sequence = {
+    .sq_length = kp_tensor_len,
+};
+
+/* ---- repr, pickling ------------------------------------------------------------------------- */
+
+static PyObject *kp_repr_hook;
+
+static PyObject *kp_tensor_repr(kp_tensor_t *o) {
+  if (kp_repr_hook) return PyObject_CallOneArg(kp_repr_hook, (PyObject *)o);
+  PyObject *shape = kp_tensor_get_shape(o, NULL);
+  if (!shape) return NULL;
+  PyObject *r = PyUnicode_FromFormat("<kiln.Tensor shape=%R dtype=%s device=%s>", shape,
+                                     kiln_dtype_name(kiln_tensor_dtype(o->tensor)),
+                                     kiln_device_selector(kiln_tensor_device(o->tensor)));
+  Py_DECREF(shape);
+  return r;
+}
+
+static PyObject *kp_set_repr_hook(PyObject *self, PyObject *fn) {
+  Py_XSETREF(kp_repr_hook, fn == Py_None ? NULL : Py_NewRef(fn));
+  Py_RETURN_NONE;
+}
+
+static PyObject *kp_tensor_reduce(kp_tensor_t *o, PyObject *unused) {
+  /* Pickles as kiln.tensor(<numpy array>, device=<selector>): a copy through the host. */
+  PyObject *mod = PyImport_ImportModule("kiln");
+  if (!mod) return NULL;
+  PyObject *fn = PyObject_GetAttrString(mod, "_rebuild_tensor");
+  Py_DECREF(mod);
+  if (!fn) return NULL;
+  PyObject *arr = kp_tensor_to_numpy(o->tensor, NULL);
+  if (!arr) {
+    Py_DECREF(fn);
+    return NULL;
+  }
+  return Py_BuildValue("(N(Ns))", fn, arr, kiln_device_selector(kiln_tensor_device(o->tensor)));
+}
+
+/* ---- the type ------------------------------------------------------------------------------------ */
+
+static PyMethodDef kp_tensor_methods[] = {
+    {"to", (PyCFunction)(void (*)(void))kp_tensor_to, METH_FASTCALL | METH_KEYWORDS,
+     "to(device)\n--\n\nThe tensor on `device`: this very object when it already lives there, else a copy "
+     "(a transfer)."},
+    {"copy", (PyCFunction)(void (*)(void))kp_tensor_copy, METH_FASTCALL | METH_KEYWORDS,
+     "copy(device=None)\n--\n\nA new copy on `device` (the tensor's own device when None), always new memory."},
+    {"cpu", (PyCFunction)kp_tensor_cpu, METH_NOARGS, "cpu()\n--\n\nto(kiln.device('cpu'))."},
+    {"numpy", (PyCFunction)kp_tensor_numpy, METH_NOARGS,
+     "numpy()\n--\n\nA copy in a new NumPy array (blocks until the data arrived, as np.asarray(t) does)."},
+    {"__array__", (PyCFunction)(void (*)(void))kp_tensor_array, METH_VARARGS | METH_KEYWORDS,
+     "__array__(dtype=None, copy=None)\n--\n\nnp.asarray(t): always a copy to host memory."},
+    {"tolist", (PyCFunction)kp_tensor_tolist, METH_NOARGS, "tolist()\n--\n\nThe values as nested lists (blocks)."},
+    {"item", (PyCFunction)kp_tensor_item, METH_NOARGS,
+     "item()\n--\n\nThe value of a one-element tensor as a float or int (blocks)."},
+    {"reshape", (PyCFunction)kp_tensor_reshape, METH_VARARGS,
+     "reshape(*shape)\n--\n\nA view with a new shape when the layout allows, else a copy; one size may be -1."},
+    {"flatten", (PyCFunction)kp_tensor_flatten, METH_NOARGS, "flatten()\n--\n\nreshape(-1)."},
+    {"transpose", (PyCFunction)kp_tensor_transpose, METH_VARARGS,
+     "transpose(*axes)\n--\n\nA view with the axes permuted as NumPy's: no argument reverses them."},
+    {"permute", (PyCFunction)kp_tensor_permute, METH_VARARGS, "permute(*dims)\n--\n\nA view with the axes permuted."},
+    {"swapaxes", (PyCFunction)kp_tensor_swapaxes, METH_VARARGS, "swapaxes(a, b)\n--\n\nA view with two axes swapped."},
+    {"contiguous", (PyCFunction)kp_tensor_contiguous, METH_NOARGS,
+     "contiguous()\n--\n\nThis tensor when its elements are dense, else a dense copy."},
+    {"astype", (PyCFunction)kp_tensor_astype, METH_O,
+     "astype(dtype)\n--\n\nThe values converted to kiln.float32 or kiln.int32 (always a new tensor)."},
+    {"sum", (PyCFunction)(void (*)(void))kp_tensor_sum, METH_VARARGS | METH_KEYWORDS,
+     "sum(axis=None, keepdims=False)\n--\n\nThe sum along an axis, or of everything when axis is None."},
+    {"mean", (PyCFunction)(void (*)(void))kp_tensor_mean, METH_VARARGS | METH_KEYWORDS,
+     "mean(axis=None, keepdims=False)\n--\n\nThe mean (float32)."},
+    {"max", (PyCFunction)(void (*)(void))kp_tensor_max, METH_VARARGS | METH_KEYWORDS,
+     "max(axis=None, keepdims=False)\n--\n\nThe maximum."},
+    {"argmax", (PyCFunction)(void (*)(void))kp_tensor_argmax, METH_VARARGS | METH_KEYWORDS,
+     "argmax(axis=None, keepdims=False)\n--\n\nThe index of the first maximum (int32)."},
+    {"norm", (PyCFunction)kp_tensor_norm, METH_NOARGS, "norm()\n--\n\nThe Frobenius norm, a 0-d float32 tensor."},
+#define KP_UNARY_ENTRY(NAME, name) {#name, (PyCFunction)kp_tensor_##name, METH_NOARGS, #name "()\n--\n\nkiln." #name "(self)."},
+    KILN_UNARY_OPS(KP_UNARY_ENTRY)
+#undef KP_UNARY_ENTRY
+    {"softmax", (PyCFunction)(void (*)(void))kp_tensor_softmax, METH_VARARGS | METH_KEYWORDS,
+     "softmax(axis=-1)\n--\n\nSoftmax along the last axis."},
+    {"log_softmax", (PyCFunction)(void (*)(void))kp_tensor_log_softmax, METH_VARARGS | METH_KEYWORDS,
+     "log_softmax(axis=-1)\n--\n\nLog-softmax along the last axis."},
+    {"add_", (PyCFunction)(void (*)(void))kp_tensor_add_, METH_VARARGS | METH_KEYWORDS,
+     "add_(other, alpha=1.0)\n--\n\nIn place: self += alpha * other (float32, contiguous, one shape and device); "
+     "returns self."},
+    {"copy_from", (PyCFunction)(void (*)(void))kp_tensor_copy_from, METH_VARARGS | METH_KEYWORDS,
+     "copy_from(src, offset=0)\n--\n\nIn place, on the device: copy src's elements (contiguous, same dtype, any "
+     "device) into this tensor's, starting at flat element `offset`; returns self. Enqueued (the chapter's "
+     "exercise 3 keeps its log on the device this way)."},
+    {"__dlpack__", (PyCFunction)(void (*)(void))kp_tensor_dlpack, METH_FASTCALL | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\nA DLPack capsule over this "
+     "tensor's memory, without a copy: 'dltensor_versioned' when max_version >= (1, 0), else 'dltensor'. Waits for "
+     "the work already enqueued on the tensor's device."},
+    {"__dlpack_device__", (PyCFunction)kp_tensor_dlpack_device, METH_NOARGS,
+     "__dlpack_device__()\n--\n\n(device type, device id) as DLPack numbers them: (1, 0) for kiln's CPU."},
+    {"__reduce__", (PyCFunction)kp_tensor_reduce, METH_NOARGS, NULL},
+    {"_last_provider", (PyCFunction)kp_tensor_provider_hint, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject kp_tensor_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln.Tensor",
+    .tp_basicsize = sizeof(kp_tensor_t),
+    .tp_dealloc = (destructor)kp_tensor_dealloc,
+    .tp_repr = (reprfunc)kp_tensor_repr,
+    .tp_as_number = &kp_tensor_number,
+    .tp_as_sequence = &kp_tensor_sequence,
+    .tp_hash = kp_tensor_hash,
+    .tp_richcompare = kp_tensor_richcompare,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A tensor on one kiln device. Operations enqueue work on that device and return at once; reading "
+              "values (np.asarray, .tolist(), .item(), print) waits for it. Operands on two devices raise "
+              "kiln.DeviceMismatchError: move one with .to(device).",
+    .tp_weaklistoffset = offsetof(kp_tensor_t, weakrefs),
+    .tp_methods = kp_tensor_methods,
+    .tp_getset = kp_tensor_getset,
+};
+
+static PyMethodDef kp_tensor_functions[] = {
+    {"_set_repr_hook", kp_set_repr_hook, METH_O, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+int kp_module_init_tensor(PyObject *module) {
+  if (PyType_Ready(&kp_dtype_type) < 0 || PyType_Ready(&kp_tensor_type) < 0) return -1;
+  /* NumPy must not turn `array + tensor` into an array of objects or a host
+   * copy: it defers to the tensor's operators (which refuse arrays). */
+  if (PyDict_SetItemString(kp_tensor_type.tp_dict, "__array_ufunc__", Py_None) < 0) return -1;
+  PyObject *priority = PyLong_FromLong(1000);
+  int rc = priority ? PyDict_SetItemString(kp_tensor_type.tp_dict, "__array_priority__", priority) : -1;
+  Py_XDECREF(priority);
+  if (rc < 0) return -1;
+  PyType_Modified(&kp_tensor_type);
+  if (PyModule_AddObjectRef(module, "Tensor", (PyObject *)&kp_tensor_type) < 0) return -1;
+  if (PyModule_AddObjectRef(module, "DType", (PyObject *)&kp_dtype_type) < 0) return -1;
+  if (PyModule_AddObjectRef(module, "float32", (PyObject *)&kp_float32) < 0) return -1;
+  if (PyModule_AddObjectRef(module, "int32", (PyObject *)&kp_int32) < 0) return -1;
+  return PyModule_AddFunctions(module, kp_tensor_functions);
+}
