@@ -1121,6 +1121,7 @@ static void kg_ref_sgd(const kg_ref_t *ref, kiln_device_t *dev) {
   p.dampening = kg_ref_real_need(ref, "dampening");
   p.weight_decay = kg_ref_real_need(ref, "weight_decay");
   p.nesterov = kg_ref_int(ref, "nesterov", 0) != 0;
+  p.first_step = false; /* a zero buffer and the reference's dampening 0: the same steps */
   kiln_tensor_t *param = kg_ref_upload(dev, ref, "param"), *buf = NULL;
   KT_OK(kiln_tensor_zeros(dev, KILN_F32, kiln_tensor_ndim(param), kiln_tensor_shape(param), &buf));
   const int64_t steps = kg_ref_int(ref, "steps", 0);

@@ -30,6 +30,8 @@ _Static_assert(KILN_MAX_DIMS <= KILN_CUDA_MAX_DIMS, "the kernels' argument struc
   X(reduce_rows_f32) X(reduce_rows_i32) X(reduce_parts_f32) X(reduce_parts_i32)                   \
   X(reduce_cols_f32) X(reduce_cols_i32) X(softmax_f32) X(xent_rows) X(xent_mean)                  \
   X(im2col_f32) X(bias_nchw_f32) X(max_pool2d_f32)                                                \
+  X(softmax_backward_f32) X(xent_backward_f32) X(col2im_f32) X(im2col_rows_f32) X(pack_dy_f32)     \
+  X(max_pool2d_argmax_f32) X(max_pool2d_backward_f32) X(accumulate_f32) X(sgd_f32) X(adam_f32)    \
   X(sgemm_nn) X(sgemm_nt) X(sgemm_tn) X(sgemm_tt)                                                  \
   X(sgemm_nn_vec) X(sgemm_nt_vec) X(sgemm_tn_vec) X(sgemm_tt_vec)
 
@@ -41,6 +43,7 @@ typedef enum kiln_cuda_kernel_t {
 #define KILN_UNARY_I32(NAME, expr) KILN_CUDA_K_unary_i32_##NAME,
 #define KILN_BINARY_F32(NAME, expr) KILN_CUDA_K_binary_f32_##NAME, KILN_CUDA_K_binary_scalar_f32_##NAME,
 #define KILN_BINARY_I32(NAME, expr) KILN_CUDA_K_binary_i32_##NAME, KILN_CUDA_K_binary_scalar_i32_##NAME,
+#define KILN_UNARY_GRAD_F32(NAME, expr) KILN_CUDA_K_unary_grad_f32_##NAME,
 #include "kernels/ops.def"
   KILN_CUDA_KERNEL_COUNT
 } kiln_cuda_kernel_t;
@@ -146,6 +149,7 @@ struct kiln_backend_buffer_t {
   CUdeviceptr ptr; /* 0 for size 0 */
   size_t size;
   bool pooled;     /* from the pool: freed with cuMemFreeAsync */
+  bool wrapped;    /* another's memory (a DLPack import): never freed here */
 };
 
 struct kiln_backend_queue_t {
@@ -295,7 +299,8 @@ typedef struct kiln_cuda_op_impl_t {
 } kiln_cuda_op_impl_t;
 
 /* The rows: `native` for every kind, `cublas` for matmul, `cudnn` for
- * conv2d and max_pool2d; ended by KILN_OP_TABLE_END. */
+ * conv2d, max_pool2d, conv2d_backward_input, conv2d_backward_weight and
+ * softmax_backward; ended by KILN_OP_TABLE_END. */
 extern const kiln_op_entry_t kiln_cuda_ops[];
 
 /* The native SGEMM, shared with conv2d. Pointers are device addresses. */
@@ -321,7 +326,50 @@ kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *
 /* Device address of element 0 of a view. */
 CUdeviceptr kiln_cuda_view_ptr(const kiln_view_t *view);
 
+/* The native routines' shared parts (ops.c). ew_setup: the walk of an
+ * elementwise kernel over op's merged dimensions (ndim 0 when flat);
+ * launch_flat: a grid-stride kernel over n items; grid_rows: blocks for a
+ * kernel giving one block to each of `items` rows; conv_args: the sizes of
+ * op's convolution (kind CONV2D or one of its gradients). */
+void kiln_cuda_ew_setup(kiln_cuda_ew_args_t *a, const kiln_op_t *op, const kiln_view_t *in0,
+                        const kiln_view_t *in1);
+kiln_status_t kiln_cuda_launch_flat(kiln_backend_queue_t *queue, kiln_cuda_kernel_t kernel, int64_t n, void *args);
+unsigned kiln_cuda_grid_rows(int64_t items);
+void kiln_cuda_conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op);
+/* Scratch for the columns of a convolution's images per GEMM: images are
+ * taken in rounds whose columns fit (at least one image a round). */
+#define KILN_CUDA_IM2COL_BYTES ((size_t)256 << 20)
+
+/* The native routines of the training kinds (ops_train.c). */
+kiln_status_t kiln_cuda_run_unary_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                           const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_softmax_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                             const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_cross_entropy_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                   const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                  const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                   const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_max_pool2d_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                const kiln_op_t *op);
+kiln_status_t kiln_cuda_run_update(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op);
+
 /* ---- providers (cublas.c, cudnn.c) -------------------------------------------- */
+
+/* ---- DLPack (dlpack.c): the interface's slots ------------------------------------ */
+
+/* kDLCUDA and the device's ordinal. */
+void kiln_cuda_dlpack_device(kiln_backend_context_t *ctx, kiln_backend_device_t *device, int32_t *out_type,
+                             int32_t *out_id);
+/* The buffer's CUdeviceptr (NULL when empty). */
+void *kiln_cuda_buffer_handle(kiln_backend_context_t *ctx, kiln_backend_buffer_t *buffer);
+/* A buffer over `size` bytes of device memory at the CUdeviceptr `handle`
+ * that kiln did not allocate: checked to be device memory of this device
+ * with `size` bytes in its allocation (KILN_INVALID_ARGUMENT,
+ * KILN_DEVICE_MISMATCH otherwise), never freed by kiln. */
+kiln_status_t kiln_cuda_buffer_wrap(kiln_backend_context_t *ctx, kiln_backend_device_t *device, void *handle,
+                                    size_t size, kiln_backend_buffer_t **out_buffer);
 
 /* ---- start-up checks (device.c) ------------------------------------------------ */
 
@@ -369,12 +417,19 @@ bool kiln_cuda_cudnn_load(kiln_backend_context_t *ctx, char *out_reason, size_t 
 void kiln_cuda_cudnn_unload(kiln_backend_context_t *ctx);
 /* The device's table of plans (at open), and its release (at close). */
 kiln_status_t kiln_cuda_cudnn_device_init(kiln_backend_device_t *device);
-/* The cudnn rows' supports() (conv2d and max_pool2d) and routines. */
+/* The cudnn rows' supports() (conv2d, max_pool2d, conv2d_backward_input,
+ * conv2d_backward_weight, softmax_backward) and routines. */
 bool kiln_cuda_cudnn_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
                               const kiln_op_entry_t *entry, const kiln_op_t *op);
 kiln_status_t kiln_cuda_cudnn_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op);
 kiln_status_t kiln_cuda_cudnn_max_pool2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                          const kiln_op_t *op);
+kiln_status_t kiln_cuda_cudnn_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                    const kiln_op_t *op);
+kiln_status_t kiln_cuda_cudnn_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                     const kiln_op_t *op);
+kiln_status_t kiln_cuda_cudnn_softmax_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                               const kiln_op_t *op);
 void kiln_cuda_cudnn_queue_release(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue);
 void kiln_cuda_cudnn_device_release(kiln_backend_device_t *device);
 

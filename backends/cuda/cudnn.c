@@ -1,4 +1,4 @@
-/* backends/cuda/cudnn.c: the cudnn provider for CONV2D and MAX_POOL2D: cuDNN loaded at run time, checked at load, one plan (or refusal) per shape kept in memory. */
+/* backends/cuda/cudnn.c: the cudnn provider for CONV2D, MAX_POOL2D and the gradients cuDNN computes as kiln defines them: cuDNN loaded at run time, checked at load, one plan (or refusal) per shape kept in memory. */
 /*
  * The API. cuDNN 9 marks its legacy descriptor API (cudnnConvolutionForward,
  * filter/convolution/pooling descriptors) deprecated in favour of the graph
@@ -26,6 +26,16 @@
  * sub-library that fails all the same returns KILN_UNAVAILABLE from the row:
  * the core runs native and offers cudnn no more on that device, and the
  * device remembers it (supports() says false from then on).
+ *
+ * Gradients. cudnnConvolutionBackwardData and cudnnConvolutionBackwardFilter
+ * serve CONV2D_BACKWARD_INPUT and _WEIGHT, with an algorithm that cuDNN
+ * marks deterministic (its others add with atomics, so a result would change
+ * from run to run), and cudnnSoftmaxBackward SOFTMAX_BACKWARD (ACCURATE for
+ * softmax, LOG for log-softmax: the formulas of backend.h). MAX_POOL2D_BACKWARD
+ * has no cudnn row: cudnnPoolingBackward gives a window's gradient to one of
+ * its tied maxima, not necessarily the first in row-major order that kiln
+ * (like PyTorch) specifies and the conformance suite checks to the bit, and
+ * finds the maximum by comparing x with the forward's y, which no NaN equals.
  *
  * Plans. Each shape's descriptors and algorithm (or the reason cuDNN
  * refused it) are kept per device in a hash table; a refused shape is not
@@ -62,6 +72,13 @@ struct kiln_cuda_cudnn_t {
   kiln_cudnn_conv_algorithm_fn conv_algorithm;
   kiln_cudnn_conv_workspace_fn conv_workspace;
   kiln_cudnn_conv_forward_fn conv_forward;
+  kiln_cudnn_bwd_data_algorithm_fn bwd_data_algorithm;
+  kiln_cudnn_bwd_data_workspace_fn bwd_data_workspace;
+  kiln_cudnn_bwd_data_fn bwd_data;
+  kiln_cudnn_bwd_filter_algorithm_fn bwd_filter_algorithm;
+  kiln_cudnn_bwd_filter_workspace_fn bwd_filter_workspace;
+  kiln_cudnn_bwd_filter_fn bwd_filter;
+  kiln_cudnn_softmax_backward_fn softmax_backward;
   kiln_cudnn_set_pool_2d_fn set_pool_2d;
   kiln_cudnn_pool_output_dim_fn pool_output_dim;
   kiln_cudnn_pool_forward_fn pool_forward;
@@ -91,6 +108,13 @@ static const struct { const char *symbol; size_t offset; } cudnn_symbols[] = {
     KILN_CUDNN_SYM_(conv_algorithm, "cudnnGetConvolutionForwardAlgorithm_v7"),
     KILN_CUDNN_SYM_(conv_workspace, "cudnnGetConvolutionForwardWorkspaceSize"),
     KILN_CUDNN_SYM_(conv_forward, "cudnnConvolutionForward"),
+    KILN_CUDNN_SYM_(bwd_data_algorithm, "cudnnGetConvolutionBackwardDataAlgorithm_v7"),
+    KILN_CUDNN_SYM_(bwd_data_workspace, "cudnnGetConvolutionBackwardDataWorkspaceSize"),
+    KILN_CUDNN_SYM_(bwd_data, "cudnnConvolutionBackwardData"),
+    KILN_CUDNN_SYM_(bwd_filter_algorithm, "cudnnGetConvolutionBackwardFilterAlgorithm_v7"),
+    KILN_CUDNN_SYM_(bwd_filter_workspace, "cudnnGetConvolutionBackwardFilterWorkspaceSize"),
+    KILN_CUDNN_SYM_(bwd_filter, "cudnnConvolutionBackwardFilter"),
+    KILN_CUDNN_SYM_(softmax_backward, "cudnnSoftmaxBackward"),
     KILN_CUDNN_SYM_(create_pool, "cudnnCreatePoolingDescriptor"),
     KILN_CUDNN_SYM_(set_pool_2d, "cudnnSetPooling2dDescriptor"),
     KILN_CUDNN_SYM_(pool_output_dim, "cudnnGetPooling2dForwardOutputDim"),
@@ -242,15 +266,24 @@ void kiln_cuda_cudnn_device_release(kiln_backend_device_t *device) {
   device->cudnn_cache = NULL;
 }
 
+/* The kinds that are a convolution's (op->u.conv2d). */
+static bool is_conv(kiln_op_kind_t kind) {
+  return kind == KILN_OP_CONV2D || kind == KILN_OP_CONV2D_BACKWARD_INPUT || kind == KILN_OP_CONV2D_BACKWARD_WEIGHT;
+}
+
 static void plan_key(const kiln_op_t *op, int64_t key[KILN_CUDNN_KEY_LEN]) {
   memset(key, 0, KILN_CUDNN_KEY_LEN * sizeof key[0]);
   key[0] = op->kind;
-  if (op->kind == KILN_OP_CONV2D) {
+  if (is_conv(op->kind)) {
     const int64_t values[15] = {op->u.conv2d.n, op->u.conv2d.c, op->u.conv2d.h, op->u.conv2d.w, op->u.conv2d.k,
                                 op->u.conv2d.r, op->u.conv2d.s, op->u.conv2d.p, op->u.conv2d.q,
                                 op->u.conv2d.stride[0], op->u.conv2d.stride[1], op->u.conv2d.pad[0],
                                 op->u.conv2d.pad[1], op->u.conv2d.dil[0], op->u.conv2d.dil[1]};
     memcpy(key + 1, values, sizeof values);
+  } else if (op->kind == KILN_OP_SOFTMAX_BACKWARD) {
+    key[1] = op->u.softmax.rows;
+    key[2] = op->u.softmax.cols;
+    key[3] = op->u.softmax.log;
   } else {
     const int64_t values[12] = {op->u.pooling.n, op->u.pooling.c, op->u.pooling.h, op->u.pooling.w,
                                 op->u.pooling.p, op->u.pooling.q, op->u.pooling.kernel[0], op->u.pooling.kernel[1],
@@ -315,8 +348,7 @@ static kiln_status_t queue_handle(kiln_backend_context_t *ctx, kiln_backend_queu
     if (status != KILN_OK) {
       atomic_store_explicit(&queue->device->cudnn_failed, true, memory_order_relaxed);
       return kiln_cuda_error(ctx, KILN_UNAVAILABLE,
-                             "cuDNN cannot start on cuda:%d (%s); the native provider runs conv2d and max_pool2d "
-                             "there",
+                             "cuDNN cannot start on cuda:%d (%s); the native provider runs its operations there",
                              queue->device->ordinal, ctx->host.last_error());
     }
     queue->cudnn = handle;
@@ -334,13 +366,14 @@ static kiln_status_t provider_status(kiln_backend_queue_t *queue, kiln_status_t 
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
-/* Sizes beyond int, empty dimensions, pooling windows that may lie wholly in
- * the padding, and shapes cuDNN refused before are the native provider's. */
+/* Sizes beyond int, empty dimensions (a weight gradient of no image: zeros),
+ * pooling windows that may lie wholly in the padding, and shapes cuDNN
+ * refused before are the native provider's. */
 bool kiln_cuda_cudnn_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
                               const kiln_op_entry_t *entry, const kiln_op_t *op) {
   if (!ctx->cudnn || atomic_load_explicit(&device->cudnn_failed, memory_order_relaxed)) return false;
   if (!op) return true;
-  if (op->kind == KILN_OP_CONV2D) {
+  if (is_conv(op->kind)) {
     const int64_t dims[] = {op->u.conv2d.n, op->u.conv2d.c, op->u.conv2d.h, op->u.conv2d.w, op->u.conv2d.k,
                             op->u.conv2d.r, op->u.conv2d.s, op->u.conv2d.p, op->u.conv2d.q,
                             op->u.conv2d.n * op->u.conv2d.c * op->u.conv2d.h * op->u.conv2d.w,
@@ -350,6 +383,9 @@ bool kiln_cuda_cudnn_supports(kiln_backend_context_t *ctx, kiln_backend_device_t
       if (!fits_int(dims[i])) return false;
     for (size_t i = 0; i < 9; i++)
       if (dims[i] == 0) return false;
+  } else if (op->kind == KILN_OP_SOFTMAX_BACKWARD) {
+    const int64_t rows = op->u.softmax.rows, cols = op->u.softmax.cols;
+    if (rows < 1 || cols < 1 || !fits_int(rows) || !fits_int(cols) || !fits_int(rows * cols)) return false;
   } else { /* MAX_POOL2D */
     const int64_t n = op->u.pooling.n, c = op->u.pooling.c, h = op->u.pooling.h, w = op->u.pooling.w;
     const int64_t p = op->u.pooling.p, q = op->u.pooling.q;
@@ -379,12 +415,29 @@ static kiln_status_t refuse(kiln_backend_context_t *ctx, plan_t *plan, const cha
   snprintf(plan->why, sizeof plan->why, "%s", what);
   plan->refused = true;
   return kiln_cuda_error(ctx, KILN_UNSUPPORTED, "provider 'cudnn' cannot run this %s (%s); the native provider runs it",
-                         op->kind == KILN_OP_CONV2D ? "conv2d" : "max_pool2d", what);
+                         kiln_backend_op_kind_name(op->kind), what);
 }
 
-/* The descriptors of one convolution and its algorithm: the first of cuDNN's
- * heuristic ranking that needs no TF32 (unless KILN_CUDA_TF32=1) and at most
- * 1 GiB of workspace. A shape cuDNN cannot run leaves plan->refused set. */
+/* The first of `returned` heuristic results (cuDNN ranks them) that
+ * succeeded, needs at most 1 GiB of workspace and no TF32 (unless
+ * KILN_CUDA_TF32=1), and, for a gradient, is deterministic; -1 when none. */
+static int choose_algorithm(const kiln_backend_context_t *ctx, const kiln_cudnn_fwd_perf_t *results, int returned,
+                            bool deterministic) {
+  for (int i = 0; i < returned; i++) {
+    if (results[i].status != KILN_CUDNN_STATUS_SUCCESS) continue;
+    if (results[i].memory > ((size_t)1 << 30)) continue;
+    if (!ctx->tf32 && (results[i].math_type == KILN_CUDNN_TENSOR_OP_MATH ||
+                       results[i].math_type == KILN_CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+      continue;
+    if (deterministic && results[i].determinism != KILN_CUDNN_DETERMINISTIC) continue;
+    return i;
+  }
+  return -1;
+}
+
+/* The descriptors of one convolution (x, or dx; y, or dy; w, or dw) and the
+ * algorithm of op's kind: forward, backward data or backward filter (see
+ * choose_algorithm). A shape cuDNN cannot run leaves plan->refused set. */
 static kiln_status_t plan_conv(kiln_backend_context_t *ctx, kiln_cudnn_handle_t handle, const kiln_op_t *op,
                                plan_t *plan) {
   const kiln_cuda_cudnn_t *dnn = ctx->cudnn;
@@ -424,26 +477,57 @@ static kiln_status_t plan_conv(kiln_backend_context_t *ctx, kiln_cudnn_handle_t 
       return refuse(ctx, plan, "cuDNN computes another output shape", op);
   }
   if (status != KILN_OK) return status;
+  /* Room for every kind's algorithms (8 forward, 6 data, 7 filter). */
   kiln_cudnn_fwd_perf_t results[KILN_CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int returned = 0;
-  status = check(ctx,
-                 dnn->conv_algorithm(handle, plan->x, plan->w, plan->conv, plan->y,
-                                     KILN_CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, results),
-                 "%s", "cudnnGetConvolutionForwardAlgorithm_v7");
-  if (status != KILN_OK) return status;
-  int chosen = -1;
-  for (int i = 0; i < returned && chosen < 0; i++) {
-    if (results[i].status != KILN_CUDNN_STATUS_SUCCESS) continue;
-    if (results[i].memory > ((size_t)1 << 30)) continue;
-    if (!ctx->tf32 && (results[i].math_type == KILN_CUDNN_TENSOR_OP_MATH ||
-                       results[i].math_type == KILN_CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-      continue;
-    chosen = i;
+  const char *query;
+  switch (op->kind) {
+  case KILN_OP_CONV2D_BACKWARD_INPUT:
+    query = "cudnnGetConvolutionBackwardDataAlgorithm_v7";
+    status = check(ctx,
+                   dnn->bwd_data_algorithm(handle, plan->w, plan->y, plan->conv, plan->x,
+                                           KILN_CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, results),
+                   "%s", query);
+    break;
+  case KILN_OP_CONV2D_BACKWARD_WEIGHT:
+    query = "cudnnGetConvolutionBackwardFilterAlgorithm_v7";
+    status = check(ctx,
+                   dnn->bwd_filter_algorithm(handle, plan->x, plan->y, plan->conv, plan->w,
+                                             KILN_CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned, results),
+                   "%s", query);
+    break;
+  default: /* CONV2D */
+    query = "cudnnGetConvolutionForwardAlgorithm_v7";
+    status = check(ctx,
+                   dnn->conv_algorithm(handle, plan->x, plan->w, plan->conv, plan->y,
+                                       KILN_CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, results),
+                   "%s", query);
+    break;
   }
-  if (chosen < 0) return refuse(ctx, plan, "no algorithm fits without TF32 and 1 GiB of workspace", op);
+  if (status != KILN_OK) return status;
+  const bool gradient = op->kind != KILN_OP_CONV2D;
+  const int chosen = choose_algorithm(ctx, results, returned, gradient);
+  if (chosen < 0)
+    return refuse(ctx, plan,
+                  gradient ? "no deterministic algorithm fits without TF32 and 1 GiB of workspace"
+                           : "no algorithm fits without TF32 and 1 GiB of workspace",
+                  op);
   plan->algo = results[chosen].algo;
-  return check(ctx, dnn->conv_workspace(handle, plan->x, plan->w, plan->conv, plan->y, plan->algo, &plan->workspace),
-               "%s", "cudnnGetConvolutionForwardWorkspaceSize");
+  switch (op->kind) {
+  case KILN_OP_CONV2D_BACKWARD_INPUT:
+    return check(ctx,
+                 dnn->bwd_data_workspace(handle, plan->w, plan->y, plan->conv, plan->x, plan->algo, &plan->workspace),
+                 "%s", "cudnnGetConvolutionBackwardDataWorkspaceSize");
+  case KILN_OP_CONV2D_BACKWARD_WEIGHT:
+    return check(ctx,
+                 dnn->bwd_filter_workspace(handle, plan->x, plan->y, plan->conv, plan->w, plan->algo,
+                                           &plan->workspace),
+                 "%s", "cudnnGetConvolutionBackwardFilterWorkspaceSize");
+  default:
+    return check(ctx,
+                 dnn->conv_workspace(handle, plan->x, plan->w, plan->conv, plan->y, plan->algo, &plan->workspace),
+                 "%s", "cudnnGetConvolutionForwardWorkspaceSize");
+  }
 }
 
 static kiln_status_t plan_pool(kiln_backend_context_t *ctx, const kiln_op_t *op, plan_t *plan) {
@@ -475,6 +559,20 @@ static kiln_status_t plan_pool(kiln_backend_context_t *ctx, const kiln_op_t *op,
   return status;
 }
 
+/* SOFTMAX_BACKWARD: y, dy and dx are all [rows, cols] as NCHW [rows, cols,
+ * 1, 1], the softmax over each row's C (H = W = 1), one descriptor for the
+ * three. */
+static kiln_status_t plan_softmax(kiln_backend_context_t *ctx, const kiln_op_t *op, plan_t *plan) {
+  const kiln_cuda_cudnn_t *dnn = ctx->cudnn;
+  kiln_status_t status = check(ctx, dnn->create_tensor(&plan->x), "%s", "cudnnCreateTensorDescriptor");
+  if (status == KILN_OK)
+    status = check(ctx,
+                   dnn->set_tensor_4d(plan->x, KILN_CUDNN_TENSOR_NCHW, KILN_CUDNN_DATA_FLOAT, (int)op->u.softmax.rows,
+                                      (int)op->u.softmax.cols, 1, 1),
+                   "%s", "cudnnSetTensor4dDescriptor (rows)");
+  return status;
+}
+
 /* The plan for `op`: the cached one, or one built now (and kept when the
  * cache has room; *out_owned says the caller must destroy it). A refused
  * shape returns KILN_UNSUPPORTED. Queue lock held, context current. */
@@ -493,12 +591,14 @@ static kiln_status_t plan_get(kiln_backend_context_t *ctx, kiln_backend_queue_t 
   if (refused)
     return kiln_cuda_error(ctx, KILN_UNSUPPORTED,
                            "provider 'cudnn' cannot run this %s (%s, found earlier); the native provider runs it",
-                           op->kind == KILN_OP_CONV2D ? "conv2d" : "max_pool2d", why);
+                           kiln_backend_op_kind_name(op->kind), why);
   if (!plan) {
     plan_t *made = calloc(1, sizeof *made);
     if (!made) return kiln_cuda_error(ctx, KILN_OUT_OF_MEMORY, "out of host memory for a cuDNN plan");
     memcpy(made->key, key, sizeof key);
-    kiln_status_t status = op->kind == KILN_OP_CONV2D ? plan_conv(ctx, handle, op, made) : plan_pool(ctx, op, made);
+    kiln_status_t status = is_conv(op->kind)                     ? plan_conv(ctx, handle, op, made)
+                           : op->kind == KILN_OP_SOFTMAX_BACKWARD ? plan_softmax(ctx, op, made)
+                                                                  : plan_pool(ctx, op, made);
     if (status == KILN_UNSUPPORTED && !made->refused) {
       /* A status cuDNN gave for these arguments (2xxx, 3xxx): a refusal
        * of this shape as well. */
@@ -536,7 +636,7 @@ static kiln_status_t plan_get(kiln_backend_context_t *ctx, kiln_backend_queue_t 
     pthread_mutex_unlock(&cache->lock);
     if (later)
       return kiln_cuda_error(ctx, KILN_UNSUPPORTED, "provider 'cudnn' cannot run this %s (%s); the native provider "
-                             "runs it", op->kind == KILN_OP_CONV2D ? "conv2d" : "max_pool2d", why);
+                             "runs it", kiln_backend_op_kind_name(op->kind), why);
   }
   *out_plan = plan;
   return KILN_OK;
@@ -555,7 +655,55 @@ static void refuse_later(kiln_backend_queue_t *queue, plan_t *plan, const char *
 
 /* ---- the routines ------------------------------------------------------------------ */
 
-kiln_status_t kiln_cuda_cudnn_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
+static const void *in_ptr(const kiln_op_t *op, int i) {
+  return (const void *)(uintptr_t)kiln_cuda_view_ptr(&op->in[i]);
+}
+
+/* The call of op's kind with its plan, workspace and operands. */
+static kiln_status_t call(kiln_backend_context_t *ctx, kiln_cudnn_handle_t handle, const kiln_op_t *op,
+                          const plan_t *plan, CUdeviceptr workspace) {
+  const kiln_cuda_cudnn_t *dnn = ctx->cudnn;
+  const float alpha = 1.0f, beta = 0.0f;
+  void *out = (void *)(uintptr_t)kiln_cuda_view_ptr(&op->out);
+  void *ws = (void *)(uintptr_t)workspace;
+  char detail[160] = "";
+  if (is_conv(op->kind))
+    snprintf(detail, sizeof detail, "n=%lld c=%lld h=%lld w=%lld k=%lld r=%lld s=%lld, algorithm %d",
+             (long long)op->u.conv2d.n, (long long)op->u.conv2d.c, (long long)op->u.conv2d.h, (long long)op->u.conv2d.w,
+             (long long)op->u.conv2d.k, (long long)op->u.conv2d.r, (long long)op->u.conv2d.s, plan->algo);
+  switch (op->kind) {
+  case KILN_OP_CONV2D: /* in: x, w */
+    return check(ctx,
+                 dnn->conv_forward(handle, &alpha, plan->x, in_ptr(op, 0), plan->w, in_ptr(op, 1), plan->conv,
+                                   plan->algo, ws, plan->workspace, &beta, plan->y, out),
+                 "cudnnConvolutionForward (%s)", detail);
+  case KILN_OP_CONV2D_BACKWARD_INPUT: /* in: dy, w; out: dx */
+    return check(ctx,
+                 dnn->bwd_data(handle, &alpha, plan->w, in_ptr(op, 1), plan->y, in_ptr(op, 0), plan->conv,
+                               plan->algo, ws, plan->workspace, &beta, plan->x, out),
+                 "cudnnConvolutionBackwardData (%s)", detail);
+  case KILN_OP_CONV2D_BACKWARD_WEIGHT: /* in: x, dy; out: dw */
+    return check(ctx,
+                 dnn->bwd_filter(handle, &alpha, plan->x, in_ptr(op, 0), plan->y, in_ptr(op, 1), plan->conv,
+                                 plan->algo, ws, plan->workspace, &beta, plan->w, out),
+                 "cudnnConvolutionBackwardFilter (%s)", detail);
+  case KILN_OP_SOFTMAX_BACKWARD: /* in: y, dy; out: dx */
+    return check(ctx,
+                 dnn->softmax_backward(handle, op->u.softmax.log ? KILN_CUDNN_SOFTMAX_LOG : KILN_CUDNN_SOFTMAX_ACCURATE,
+                                       KILN_CUDNN_SOFTMAX_MODE_INSTANCE, &alpha, plan->x, in_ptr(op, 0), plan->x,
+                                       in_ptr(op, 1), &beta, plan->x, out),
+                 "%s", "cudnnSoftmaxBackward");
+  default: /* MAX_POOL2D; in: x */
+    return check(ctx,
+                 dnn->pool_forward(handle, plan->pool, &alpha, plan->x, in_ptr(op, 0), &beta, plan->y, out), "%s",
+                 "cudnnPoolingForward");
+  }
+}
+
+/* Every cudnn row: the queue's handle, the shape's plan, the workspace on
+ * the queue's stream, the call. A refusal at the call is remembered like one
+ * at planning. */
+static kiln_status_t run(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   const kiln_cuda_cudnn_t *dnn = ctx->cudnn;
   if (!dnn)
     return kiln_cuda_error(ctx, KILN_UNAVAILABLE, "provider 'cudnn' is absent (%s); use 'native'", ctx->cudnn_state);
@@ -568,49 +716,38 @@ kiln_status_t kiln_cuda_cudnn_conv2d(kiln_backend_context_t *ctx, kiln_backend_q
   CUdeviceptr workspace = 0;
   if (status == KILN_OK && plan->workspace) status = kiln_cuda_scratch_alloc(queue, plan->workspace, &workspace);
   if (status == KILN_OK) {
-    const float alpha = 1.0f, beta = 0.0f;
-    char detail[160];
-    snprintf(detail, sizeof detail, "n=%lld c=%lld h=%lld w=%lld k=%lld r=%lld s=%lld, algorithm %d",
-             (long long)op->u.conv2d.n, (long long)op->u.conv2d.c, (long long)op->u.conv2d.h, (long long)op->u.conv2d.w,
-             (long long)op->u.conv2d.k, (long long)op->u.conv2d.r, (long long)op->u.conv2d.s, plan->algo);
-    status = check(ctx,
-                   dnn->conv_forward(handle, &alpha, plan->x, (const void *)(uintptr_t)kiln_cuda_view_ptr(&op->in[0]),
-                                     plan->w, (const void *)(uintptr_t)kiln_cuda_view_ptr(&op->in[1]), plan->conv,
-                                     plan->algo, (void *)(uintptr_t)workspace, plan->workspace, &beta, plan->y,
-                                     (void *)(uintptr_t)kiln_cuda_view_ptr(&op->out)),
-                   "cudnnConvolutionForward (%s)", detail);
+    status = call(ctx, handle, op, plan, workspace);
     if (status == KILN_UNSUPPORTED) refuse_later(queue, plan, ctx->host.last_error());
     status = provider_status(queue, status);
   }
   kiln_cuda_scratch_free(queue, workspace);
   pthread_mutex_unlock(&queue->lock);
   if (owned) plan_destroy(dnn, plan); /* host-side parameters: done with once the call returned */
+  return status;
+}
+
+kiln_status_t kiln_cuda_cudnn_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  kiln_status_t status = run(ctx, queue, op);
   if (status == KILN_OK) status = kiln_cuda_conv_bias(queue, op);
   return status;
 }
 
 kiln_status_t kiln_cuda_cudnn_max_pool2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                          const kiln_op_t *op) {
-  const kiln_cuda_cudnn_t *dnn = ctx->cudnn;
-  if (!dnn)
-    return kiln_cuda_error(ctx, KILN_UNAVAILABLE, "provider 'cudnn' is absent (%s); use 'native'", ctx->cudnn_state);
-  pthread_mutex_lock(&queue->lock);
-  kiln_cudnn_handle_t handle = NULL;
-  plan_t *plan = NULL;
-  bool owned = false;
-  kiln_status_t status = queue_handle(ctx, queue, &handle);
-  if (status == KILN_OK) status = plan_get(ctx, queue, handle, op, &plan, &owned);
-  if (status == KILN_OK) {
-    const float alpha = 1.0f, beta = 0.0f;
-    status = check(ctx,
-                   dnn->pool_forward(handle, plan->pool, &alpha, plan->x,
-                                     (const void *)(uintptr_t)kiln_cuda_view_ptr(&op->in[0]), &beta, plan->y,
-                                     (void *)(uintptr_t)kiln_cuda_view_ptr(&op->out)),
-                   "%s", "cudnnPoolingForward");
-    if (status == KILN_UNSUPPORTED) refuse_later(queue, plan, ctx->host.last_error());
-    status = provider_status(queue, status);
-  }
-  pthread_mutex_unlock(&queue->lock);
-  if (owned) plan_destroy(dnn, plan);
-  return status;
+  return run(ctx, queue, op);
+}
+
+kiln_status_t kiln_cuda_cudnn_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                    const kiln_op_t *op) {
+  return run(ctx, queue, op);
+}
+
+kiln_status_t kiln_cuda_cudnn_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                     const kiln_op_t *op) {
+  return run(ctx, queue, op);
+}
+
+kiln_status_t kiln_cuda_cudnn_softmax_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                               const kiln_op_t *op) {
+  return run(ctx, queue, op);
 }

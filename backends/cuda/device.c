@@ -465,6 +465,9 @@ static const kiln_backend_iface_t cuda_iface = {
   .buffer_fill = kiln_cuda_buffer_fill,
   .ops = kiln_cuda_ops,
   .version_text = cuda_version_text,
+  .dlpack_device = kiln_cuda_dlpack_device,
+  .buffer_handle = kiln_cuda_buffer_handle,
+  .buffer_wrap = kiln_cuda_buffer_wrap,
   .buffer_allocate_on = kiln_cuda_buffer_allocate_on,
 };
 

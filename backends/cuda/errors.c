@@ -204,11 +204,13 @@ static const char *advice_for(kiln_status_t status) {
 
 kiln_status_t kiln_cuda_check(kiln_backend_context_t *ctx, CUresult result, const char *call_fmt, ...) {
   if (result == CUDA_SUCCESS) return KILN_OK;
-  char call[512];
-  va_list args;
-  va_start(args, call_fmt);
-  vsnprintf(call, sizeof call, call_fmt, args);
-  va_end(args);
+  char call[512] = "a CUDA call";
+  if (call_fmt) {
+    va_list args;
+    va_start(args, call_fmt);
+    vsnprintf(call, sizeof call, call_fmt, args);
+    va_end(args);
+  }
   const char *name = kiln_cuda_result_name(result), *text = NULL;
   if (cuGetErrorString(result, &text) != CUDA_SUCCESS || !text) text = "no description";
   kiln_status_t status = kiln_cuda_status_of(result);
@@ -244,11 +246,13 @@ kiln_status_t kiln_cuda_cublas_check(kiln_backend_context_t *ctx, int status, co
   case 16: code = KILN_UNAVAILABLE; break;
   default: code = KILN_INTERNAL; break;
   }
-  char call[512];
-  va_list args;
-  va_start(args, call_fmt);
-  vsnprintf(call, sizeof call, call_fmt, args);
-  va_end(args);
+  char call[512] = "a CUDA call";
+  if (call_fmt) {
+    va_list args;
+    va_start(args, call_fmt);
+    vsnprintf(call, sizeof call, call_fmt, args);
+    va_end(args);
+  }
   return kiln_cuda_error(ctx, code, "%s failed: %s (%d); %s", call, cublas_status_name(status), status,
                          code == KILN_UNSUPPORTED   ? "the native provider runs these arguments"
                          : code == KILN_UNAVAILABLE ? "cuBLAS cannot work on this device; the native provider runs "
@@ -278,11 +282,13 @@ kiln_status_t kiln_cuda_cudnn_check(kiln_backend_context_t *ctx, int status, con
     code = KILN_DEVICE_LOST;
   else
     code = KILN_INTERNAL;
-  char call[512];
-  va_list args;
-  va_start(args, call_fmt);
-  vsnprintf(call, sizeof call, call_fmt, args);
-  va_end(args);
+  char call[512] = "a CUDA call";
+  if (call_fmt) {
+    va_list args;
+    va_start(args, call_fmt);
+    vsnprintf(call, sizeof call, call_fmt, args);
+    va_end(args);
+  }
   return kiln_cuda_error(ctx, code, "%s failed: %s (%d); %s", call, name ? name : "unknown cudnnStatus_t", status,
                          code == KILN_UNSUPPORTED   ? "the native provider runs these arguments"
                          : code == KILN_UNAVAILABLE ? "cuDNN cannot work on this device; the native provider runs "

@@ -129,7 +129,8 @@ kiln_status_t kiln_cuda_buffer_allocate_on(kiln_backend_context_t *ctx, kiln_bac
 
 void kiln_cuda_buffer_free(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_backend_buffer_t *buffer) {
   if (!buffer) return;
-  if (buffer->ptr && kiln_cuda_enter(device) == KILN_OK) {
+  /* Imported memory stays its owner's: the core calls its deleter. */
+  if (buffer->ptr && !buffer->wrapped && kiln_cuda_enter(device) == KILN_OK) {
     /* The core guarantees no pending work uses the buffer, so the free needs
      * no ordering against any queue; the memory returns to the pool. */
     if (buffer->pooled)

@@ -23,6 +23,7 @@ static const char *const kernel_names[KILN_CUDA_KERNEL_COUNT] = {
 #define KILN_BINARY_I32(NAME, expr)                                                                   \
   [KILN_CUDA_K_binary_i32_##NAME] = "kiln_binary_i32_" #NAME,                                          \
   [KILN_CUDA_K_binary_scalar_i32_##NAME] = "kiln_binary_scalar_i32_" #NAME,
+#define KILN_UNARY_GRAD_F32(NAME, expr) [KILN_CUDA_K_unary_grad_f32_##NAME] = "kiln_unary_grad_f32_" #NAME,
 #include "kernels/ops.def"
 };
 

@@ -54,7 +54,8 @@ CUdeviceptr kiln_cuda_view_ptr(const kiln_view_t *view) {
  * contiguous run (the core's `flat`, the kernels' fast path), else the
  * dimensions the core merged, copied as they are: out contiguous of its
  * shape, the inputs by their strides (0 where broadcast). */
-static void ew_setup(kiln_cuda_ew_args_t *a, const kiln_op_t *op, const kiln_view_t *in0, const kiln_view_t *in1) {
+void kiln_cuda_ew_setup(kiln_cuda_ew_args_t *a, const kiln_op_t *op, const kiln_view_t *in0,
+                        const kiln_view_t *in1) {
   a->n = kiln_backend_view_numel(&op->out);
   if (op->flat) {
     a->ndim = 0;
@@ -68,12 +69,12 @@ static void ew_setup(kiln_cuda_ew_args_t *a, const kiln_op_t *op, const kiln_vie
   }
 }
 
-static kiln_status_t launch_flat(kiln_backend_queue_t *queue, kiln_cuda_kernel_t kernel, int64_t n, void *args) {
+kiln_status_t kiln_cuda_launch_flat(kiln_backend_queue_t *queue, kiln_cuda_kernel_t kernel, int64_t n, void *args) {
   return kiln_cuda_launch(queue, kernel, kiln_cuda_grid_for(queue->device, n), 1, 1, KILN_CUDA_BLOCK, args);
 }
 
 /* Blocks for a kernel that gives one block to each of `items` rows. */
-static unsigned grid_rows(int64_t items) {
+unsigned kiln_cuda_grid_rows(int64_t items) {
   const int64_t cap = 1 << 20; /* grid-stride beyond this */
   if (items < 1) return 1;
   return (unsigned)(items < cap ? items : cap);
@@ -92,16 +93,18 @@ static kiln_status_t run_generate(kiln_backend_context_t *ctx, kiln_backend_queu
       memcpy(&a.scalar_i, &op->u.fill.value.f32, 4);
     else
       a.scalar_i = op->u.fill.value.i32;
-    return launch_flat(queue, KILN_CUDA_K_fill32, a.n, &a);
+    return kiln_cuda_launch_flat(queue, KILN_CUDA_K_fill32, a.n, &a);
   case KILN_OP_ARANGE:
     a.start = op->u.arange.start;
     a.step = op->u.arange.step;
-    return launch_flat(queue, op->out.dtype == KILN_F32 ? KILN_CUDA_K_arange_f32 : KILN_CUDA_K_arange_i32, a.n, &a);
+    return kiln_cuda_launch_flat(queue, op->out.dtype == KILN_F32 ? KILN_CUDA_K_arange_f32 : KILN_CUDA_K_arange_i32,
+                                 a.n, &a);
   default: /* RANDOM */
     a.seed = op->u.random.seed;
     a.scalar_f = op->u.random.a;
     a.scalar_f2 = op->u.random.b;
-    return launch_flat(queue, op->u.random.normal ? KILN_CUDA_K_random_normal : KILN_CUDA_K_random_uniform, a.n, &a);
+    return kiln_cuda_launch_flat(queue, op->u.random.normal ? KILN_CUDA_K_random_normal : KILN_CUDA_K_random_uniform,
+                                 a.n, &a);
   }
 }
 
@@ -115,7 +118,7 @@ static kiln_status_t run_elementwise(kiln_backend_context_t *ctx, kiln_backend_q
   kiln_cuda_kernel_t kernel;
   switch (op->kind) {
   case KILN_OP_COPY:
-    ew_setup(&a, op, &op->in[0], NULL);
+    kiln_cuda_ew_setup(&a, op, &op->in[0], NULL);
     if (a.ndim == 0)
       return kiln_cuda_check(ctx, cuMemcpyDtoDAsync(a.out, a.in0, (size_t)a.n * 4u, queue->stream),
                              "cuMemcpyDtoDAsync (COPY of %lld elements) on cuda:%d", (long long)a.n,
@@ -123,16 +126,16 @@ static kiln_status_t run_elementwise(kiln_backend_context_t *ctx, kiln_backend_q
     kernel = KILN_CUDA_K_copy32_strided;
     break;
   case KILN_OP_CAST:
-    ew_setup(&a, op, &op->in[0], NULL);
+    kiln_cuda_ew_setup(&a, op, &op->in[0], NULL);
     kernel = dtype == KILN_F32 ? KILN_CUDA_K_cast_f32_to_i32 : KILN_CUDA_K_cast_i32_to_f32;
     break;
   case KILN_OP_UNARY:
-    ew_setup(&a, op, &op->in[0], NULL);
+    kiln_cuda_ew_setup(&a, op, &op->in[0], NULL);
     kernel = formula_of(op, dtype);
     break;
   case KILN_OP_BINARY:
     a.in1 = kiln_cuda_view_ptr(&op->in[1]);
-    ew_setup(&a, op, &op->in[0], &op->in[1]);
+    kiln_cuda_ew_setup(&a, op, &op->in[0], &op->in[1]);
     kernel = formula_of(op, dtype);
     break;
   default: /* BINARY_SCALAR: the scalar comes converted to the operand's dtype */
@@ -140,11 +143,11 @@ static kiln_status_t run_elementwise(kiln_backend_context_t *ctx, kiln_backend_q
       a.scalar_f = op->u.binary.scalar.f32;
     else
       a.scalar_i = op->u.binary.scalar.i32;
-    ew_setup(&a, op, &op->in[0], NULL);
+    kiln_cuda_ew_setup(&a, op, &op->in[0], NULL);
     kernel = formula_of(op, dtype);
     break;
   }
-  return launch_flat(queue, kernel, a.n, &a);
+  return kiln_cuda_launch_flat(queue, kernel, a.n, &a);
 }
 
 /* Split `len` into chunks when `items` blocks alone would leave the GPU
@@ -201,20 +204,21 @@ static kiln_status_t run_reduce(kiln_backend_context_t *ctx, kiln_backend_queue_
   kiln_cuda_reduce_plan(&a, queue->device->sm_count, &plan);
   const kiln_cuda_kernel_t first = plan.cols ? (f32 ? KILN_CUDA_K_reduce_cols_f32 : KILN_CUDA_K_reduce_cols_i32)
                                              : (f32 ? KILN_CUDA_K_reduce_rows_f32 : KILN_CUDA_K_reduce_rows_i32);
-  if (a.chunks == 1) return kiln_cuda_launch(queue, first, grid_rows(plan.blocks), 1, 1, KILN_CUDA_BLOCK, &a);
+  if (a.chunks == 1)
+    return kiln_cuda_launch(queue, first, kiln_cuda_grid_rows(plan.blocks), 1, 1, KILN_CUDA_BLOCK, &a);
   CUdeviceptr parts = 0;
   kiln_status_t status =
       kiln_cuda_scratch_alloc(queue, (size_t)(plan.parts_rows * a.chunks) * sizeof(kiln_cuda_reduce_part_t), &parts);
   if (status != KILN_OK) return status;
   a.parts = parts;
-  status = kiln_cuda_launch(queue, first, grid_rows(plan.blocks), 1, 1, KILN_CUDA_BLOCK, &a);
+  status = kiln_cuda_launch(queue, first, kiln_cuda_grid_rows(plan.blocks), 1, 1, KILN_CUDA_BLOCK, &a);
   if (status == KILN_OK) {
     /* Columns' parts are laid out [outer * inner][chunks]: the same pass as
      * rows', over outer * inner rows. */
     kiln_cuda_reduce_args_t merge = a;
     merge.outer = plan.parts_rows;
     status = kiln_cuda_launch(queue, f32 ? KILN_CUDA_K_reduce_parts_f32 : KILN_CUDA_K_reduce_parts_i32,
-                              grid_rows(plan.parts_rows), 1, 1, KILN_CUDA_BLOCK, &merge);
+                              kiln_cuda_grid_rows(plan.parts_rows), 1, 1, KILN_CUDA_BLOCK, &merge);
   }
   kiln_cuda_scratch_free(queue, parts);
   return status;
@@ -229,7 +233,7 @@ static kiln_status_t run_softmax(kiln_backend_context_t *ctx, kiln_backend_queue
   a.cols = op->u.softmax.cols;
   a.log = op->u.softmax.log;
   if (a.rows * a.cols == 0) return KILN_OK;
-  return kiln_cuda_launch(queue, KILN_CUDA_K_softmax_f32, grid_rows(a.rows), 1, 1, KILN_CUDA_BLOCK, &a);
+  return kiln_cuda_launch(queue, KILN_CUDA_K_softmax_f32, kiln_cuda_grid_rows(a.rows), 1, 1, KILN_CUDA_BLOCK, &a);
 }
 
 static kiln_status_t run_cross_entropy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
@@ -247,7 +251,7 @@ static kiln_status_t run_cross_entropy(kiln_backend_context_t *ctx, kiln_backend
     status = kiln_cuda_scratch_alloc(queue, (size_t)a.rows * sizeof(double), &work);
     if (status != KILN_OK) return status;
     a.work = work;
-    status = kiln_cuda_launch(queue, KILN_CUDA_K_xent_rows, grid_rows(a.rows), 1, 1, KILN_CUDA_BLOCK, &a);
+    status = kiln_cuda_launch(queue, KILN_CUDA_K_xent_rows, kiln_cuda_grid_rows(a.rows), 1, 1, KILN_CUDA_BLOCK, &a);
   }
   /* n == 0 still writes the output: NaN, the mean of nothing. */
   if (status == KILN_OK) status = kiln_cuda_launch(queue, KILN_CUDA_K_xent_mean, 1, 1, 1, KILN_CUDA_BLOCK, &a);
@@ -309,7 +313,7 @@ static kiln_status_t run_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_
   return kiln_cuda_gemm_native(queue, &a, op->u.matmul.trans_a, op->u.matmul.trans_b);
 }
 
-static void conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op) {
+void kiln_cuda_conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op) {
   memset(a, 0, sizeof *a);
   a->n = op->u.conv2d.n;
   a->c = op->u.conv2d.c;
@@ -327,12 +331,9 @@ static void conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op) {
   }
 }
 
-/* Scratch for the columns of this many images at most per GEMM. */
-#define KILN_CUDA_IM2COL_BYTES ((size_t)256 << 20)
-
 static kiln_status_t run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_conv_args_t a;
-  conv_args(&a, op);
+  kiln_cuda_conv_args(&a, op);
   const int64_t crs = a.c * a.r * a.s, pq = a.p * a.q;
   const CUdeviceptr x = kiln_cuda_view_ptr(&op->in[0]), w = kiln_cuda_view_ptr(&op->in[1]);
   const CUdeviceptr y = kiln_cuda_view_ptr(&op->out);
@@ -370,7 +371,7 @@ static kiln_status_t run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_
       ia.images = count;
       ia.in = x + (CUdeviceptr)(first * a.c * a.h * a.w) * 4u;
       ia.out = cols;
-      status = launch_flat(queue, KILN_CUDA_K_im2col_f32, count * crs * pq, &ia);
+      status = kiln_cuda_launch_flat(queue, KILN_CUDA_K_im2col_f32, count * crs * pq, &ia);
       if (status != KILN_OK) break;
       g.b = cols;
       g.ldb = pq;
@@ -386,7 +387,7 @@ static kiln_status_t run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_
     ba.images = a.n;
     ba.out = y;
     ba.bias = kiln_cuda_view_ptr(&op->in[2]);
-    status = launch_flat(queue, KILN_CUDA_K_bias_nchw_f32, a.n * a.k * pq, &ba);
+    status = kiln_cuda_launch_flat(queue, KILN_CUDA_K_bias_nchw_f32, a.n * a.k * pq, &ba);
   }
   return status;
 }
@@ -395,11 +396,11 @@ static kiln_status_t run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_
 kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *op) {
   if (!op->u.conv2d.has_bias) return KILN_OK;
   kiln_cuda_conv_args_t a;
-  conv_args(&a, op);
+  kiln_cuda_conv_args(&a, op);
   a.images = a.n;
   a.out = kiln_cuda_view_ptr(&op->out);
   a.bias = kiln_cuda_view_ptr(&op->in[2]);
-  return launch_flat(queue, KILN_CUDA_K_bias_nchw_f32, a.n * a.k * a.p * a.q, &a);
+  return kiln_cuda_launch_flat(queue, KILN_CUDA_K_bias_nchw_f32, a.n * a.k * a.p * a.q, &a);
 }
 
 static kiln_status_t run_max_pool2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
@@ -420,7 +421,7 @@ static kiln_status_t run_max_pool2d(kiln_backend_context_t *ctx, kiln_backend_qu
   }
   const int64_t n = a.n * a.c * a.p * a.q;
   if (n == 0) return KILN_OK;
-  return launch_flat(queue, KILN_CUDA_K_max_pool2d_f32, n, &a);
+  return kiln_cuda_launch_flat(queue, KILN_CUDA_K_max_pool2d_f32, n, &a);
 }
 
 /* ---- the table ------------------------------------------------------------- */
@@ -460,26 +461,22 @@ static const kiln_cuda_op_impl_t native_conv2d = {run_conv2d};
 static const kiln_cuda_op_impl_t native_max_pool2d = {run_max_pool2d};
 static const kiln_cuda_op_impl_t native_cast = {run_elementwise};
 
-/* The training kinds (runtime/backend.h, commit 207e1ee) have no CUDA kernels
- * yet: their rows say so, so that the plugin builds and every other op runs.
- * Replace each with its routine as the kernels come. */
-static kiln_status_t run_not_yet(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
-  return kiln_cuda_error(ctx, KILN_UNSUPPORTED,
-                         "the CUDA backend has no kernel for %s yet; run it on another device (kiln_tensor_to)",
-                         kiln_backend_op_kind_name(op->kind));
-}
-static const kiln_cuda_op_impl_t native_unary_backward = {run_not_yet};
-static const kiln_cuda_op_impl_t native_softmax_backward = {run_not_yet};
-static const kiln_cuda_op_impl_t native_cross_entropy_backward = {run_not_yet};
-static const kiln_cuda_op_impl_t native_conv2d_backward_input = {run_not_yet};
-static const kiln_cuda_op_impl_t native_conv2d_backward_weight = {run_not_yet};
-static const kiln_cuda_op_impl_t native_max_pool2d_backward = {run_not_yet};
-static const kiln_cuda_op_impl_t native_accumulate = {run_not_yet};
-static const kiln_cuda_op_impl_t native_sgd_update = {run_not_yet};
-static const kiln_cuda_op_impl_t native_adam_update = {run_not_yet};
+/* The training kinds (ops_train.c). */
+static const kiln_cuda_op_impl_t native_unary_backward = {kiln_cuda_run_unary_backward};
+static const kiln_cuda_op_impl_t native_softmax_backward = {kiln_cuda_run_softmax_backward};
+static const kiln_cuda_op_impl_t native_cross_entropy_backward = {kiln_cuda_run_cross_entropy_backward};
+static const kiln_cuda_op_impl_t native_conv2d_backward_input = {kiln_cuda_run_conv2d_backward_input};
+static const kiln_cuda_op_impl_t native_conv2d_backward_weight = {kiln_cuda_run_conv2d_backward_weight};
+static const kiln_cuda_op_impl_t native_max_pool2d_backward = {kiln_cuda_run_max_pool2d_backward};
+static const kiln_cuda_op_impl_t native_accumulate = {kiln_cuda_run_update};
+static const kiln_cuda_op_impl_t native_sgd_update = {kiln_cuda_run_update};
+static const kiln_cuda_op_impl_t native_adam_update = {kiln_cuda_run_update};
 static const kiln_cuda_op_impl_t cublas_matmul = {kiln_cuda_cublas_matmul};
 static const kiln_cuda_op_impl_t cudnn_conv2d = {kiln_cuda_cudnn_conv2d};
 static const kiln_cuda_op_impl_t cudnn_max_pool2d = {kiln_cuda_cudnn_max_pool2d};
+static const kiln_cuda_op_impl_t cudnn_conv2d_backward_input = {kiln_cuda_cudnn_conv2d_backward_input};
+static const kiln_cuda_op_impl_t cudnn_conv2d_backward_weight = {kiln_cuda_cudnn_conv2d_backward_weight};
+static const kiln_cuda_op_impl_t cudnn_softmax_backward = {kiln_cuda_cudnn_softmax_backward};
 
 /* Native rows first: listings show providers in this order. */
 const kiln_op_entry_t kiln_cuda_ops[] = {
@@ -493,5 +490,13 @@ const kiln_op_entry_t kiln_cuda_ops[] = {
    .impl = &cudnn_conv2d},
   {.kind = KILN_OP_MAX_POOL2D, .provider = "cudnn", .supports = kiln_cuda_cudnn_supports, .run = run_row,
    .impl = &cudnn_max_pool2d},
+  /* Gradients cuDNN computes as kiln defines them (max_pool2d_backward is
+   * not among them: see cudnn.c). */
+  {.kind = KILN_OP_CONV2D_BACKWARD_INPUT, .provider = "cudnn", .supports = kiln_cuda_cudnn_supports, .run = run_row,
+   .impl = &cudnn_conv2d_backward_input},
+  {.kind = KILN_OP_CONV2D_BACKWARD_WEIGHT, .provider = "cudnn", .supports = kiln_cuda_cudnn_supports, .run = run_row,
+   .impl = &cudnn_conv2d_backward_weight},
+  {.kind = KILN_OP_SOFTMAX_BACKWARD, .provider = "cudnn", .supports = kiln_cuda_cudnn_supports, .run = run_row,
+   .impl = &cudnn_softmax_backward},
   KILN_OP_TABLE_END,
 };

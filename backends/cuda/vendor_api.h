@@ -76,8 +76,16 @@ typedef void *kiln_cudnn_pooling_t; /* cudnnPoolingDescriptor_t */
 #define KILN_CUDNN_POOLING_MAX 0        /* cudnnPoolingMode_t */
 #define KILN_CUDNN_PROPAGATE_NAN 1      /* cudnnNanPropagation_t */
 #define KILN_CUDNN_CONVOLUTION_FWD_ALGO_COUNT 8
+#define KILN_CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT 6
+#define KILN_CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT 7
+#define KILN_CUDNN_DETERMINISTIC 1      /* cudnnDeterminism_t */
+#define KILN_CUDNN_SOFTMAX_ACCURATE 1   /* cudnnSoftmaxAlgorithm_t */
+#define KILN_CUDNN_SOFTMAX_LOG 2
+#define KILN_CUDNN_SOFTMAX_MODE_INSTANCE 0 /* cudnnSoftmaxMode_t */
 
-/* cudnnConvolutionFwdAlgoPerf_t */
+/* cudnnConvolutionFwdAlgoPerf_t; cudnnConvolutionBwdDataAlgoPerf_t and
+ * cudnnConvolutionBwdFilterAlgoPerf_t have the same layout, their algo
+ * fields being their own enums. */
 typedef struct kiln_cudnn_fwd_perf_t {
   int algo;             /* cudnnConvolutionFwdAlgo_t */
   kiln_cudnn_status_t status;
@@ -87,6 +95,8 @@ typedef struct kiln_cudnn_fwd_perf_t {
   int math_type;        /* cudnnMathType_t */
   int reserved[3];
 } kiln_cudnn_fwd_perf_t;
+typedef kiln_cudnn_fwd_perf_t kiln_cudnn_bwd_data_perf_t;
+typedef kiln_cudnn_fwd_perf_t kiln_cudnn_bwd_filter_perf_t;
 
 typedef size_t (*kiln_cudnn_get_version_fn)(void);
 typedef kiln_cudnn_status_t (*kiln_cudnn_version_check_fn)(void);
@@ -117,6 +127,39 @@ typedef kiln_cudnn_status_t (*kiln_cudnn_conv_forward_fn)(kiln_cudnn_handle_t, c
                                                           const void *w, kiln_cudnn_conv_t, int algo,
                                                           void *workspace, size_t workspace_size, const void *beta,
                                                           kiln_cudnn_tensor_t, void *y);
+/* cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, wDesc, dyDesc, convDesc, dxDesc, ...),
+ * cudnnGetConvolutionBackwardDataWorkspaceSize, cudnnConvolutionBackwardData. */
+typedef kiln_cudnn_status_t (*kiln_cudnn_bwd_data_algorithm_fn)(kiln_cudnn_handle_t, kiln_cudnn_filter_t,
+                                                                kiln_cudnn_tensor_t, kiln_cudnn_conv_t,
+                                                                kiln_cudnn_tensor_t, int requested, int *returned,
+                                                                kiln_cudnn_bwd_data_perf_t *);
+typedef kiln_cudnn_status_t (*kiln_cudnn_bwd_data_workspace_fn)(kiln_cudnn_handle_t, kiln_cudnn_filter_t,
+                                                                kiln_cudnn_tensor_t, kiln_cudnn_conv_t,
+                                                                kiln_cudnn_tensor_t, int algo, size_t *);
+typedef kiln_cudnn_status_t (*kiln_cudnn_bwd_data_fn)(kiln_cudnn_handle_t, const void *alpha, kiln_cudnn_filter_t,
+                                                      const void *w, kiln_cudnn_tensor_t, const void *dy,
+                                                      kiln_cudnn_conv_t, int algo, void *workspace,
+                                                      size_t workspace_size, const void *beta, kiln_cudnn_tensor_t,
+                                                      void *dx);
+/* cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, xDesc, dyDesc, convDesc, dwDesc, ...),
+ * cudnnGetConvolutionBackwardFilterWorkspaceSize, cudnnConvolutionBackwardFilter. */
+typedef kiln_cudnn_status_t (*kiln_cudnn_bwd_filter_algorithm_fn)(kiln_cudnn_handle_t, kiln_cudnn_tensor_t,
+                                                                  kiln_cudnn_tensor_t, kiln_cudnn_conv_t,
+                                                                  kiln_cudnn_filter_t, int requested, int *returned,
+                                                                  kiln_cudnn_bwd_filter_perf_t *);
+typedef kiln_cudnn_status_t (*kiln_cudnn_bwd_filter_workspace_fn)(kiln_cudnn_handle_t, kiln_cudnn_tensor_t,
+                                                                  kiln_cudnn_tensor_t, kiln_cudnn_conv_t,
+                                                                  kiln_cudnn_filter_t, int algo, size_t *);
+typedef kiln_cudnn_status_t (*kiln_cudnn_bwd_filter_fn)(kiln_cudnn_handle_t, const void *alpha, kiln_cudnn_tensor_t,
+                                                        const void *x, kiln_cudnn_tensor_t, const void *dy,
+                                                        kiln_cudnn_conv_t, int algo, void *workspace,
+                                                        size_t workspace_size, const void *beta, kiln_cudnn_filter_t,
+                                                        void *dw);
+/* cudnnSoftmaxBackward(handle, algorithm, mode, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx). */
+typedef kiln_cudnn_status_t (*kiln_cudnn_softmax_backward_fn)(kiln_cudnn_handle_t, int algorithm, int mode,
+                                                              const void *alpha, kiln_cudnn_tensor_t, const void *y,
+                                                              kiln_cudnn_tensor_t, const void *dy, const void *beta,
+                                                              kiln_cudnn_tensor_t, void *dx);
 typedef kiln_cudnn_status_t (*kiln_cudnn_set_pool_2d_fn)(kiln_cudnn_pooling_t, int mode, int nan_propagation,
                                                          int window_h, int window_w, int pad_v, int pad_h,
                                                          int stride_v, int stride_h);

@@ -518,4 +518,5 @@ KILN_KERNEL kiln_max_pool2d_f32(const kiln_cuda_conv_args_t p) {
   }
 }
 
+#include "train.cuh"
 #include "gemm.cuh"

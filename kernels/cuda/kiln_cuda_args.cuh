@@ -66,9 +66,12 @@ typedef struct kiln_cuda_reduce_args_t {
 } kiln_cuda_reduce_args_t;
 
 /* SOFTMAX (one block per row) and CROSS_ENTROPY (rows kernel: one block per
- * row writes a double loss into `work`; mean kernel: one block sums them). */
+ * row writes a double loss into `work`; mean kernel: one block sums them),
+ * and their gradients, one block per row: SOFTMAX_BACKWARD's y in `in` and
+ * dy in `aux`; CROSS_ENTROPY_BACKWARD's logits in `in`, labels, and its
+ * one-element dloss in `aux` (0: none, 1). */
 typedef struct kiln_cuda_rows_args_t {
-  uint64_t in, labels, out, work;
+  uint64_t in, labels, out, work, aux;
   int64_t rows, cols;
   int32_t log;
   int32_t pad_;
@@ -93,13 +96,31 @@ typedef struct kiln_cuda_gemm_args_t {
   int64_t batch;
 } kiln_cuda_gemm_args_t;
 
-/* CONV2D's helpers (im2col into [images][c*r*s][p*q], bias over NCHW) and
- * MAX_POOL2D. For im2col, `in` points at the first of `images` images. */
+/* CONV2D's helpers (im2col into [images][c*r*s][p*q], bias over NCHW),
+ * MAX_POOL2D, and the gradients' (col2im, the weight gradient's columns and
+ * dy, max pooling's two passes). For im2col and friends, `in` and `out`
+ * point at the first of `images` images. MAX_POOL2D_BACKWARD: `index` holds
+ * each window's cell (int, the first pass's output) and `aux` dy. */
 typedef struct kiln_cuda_conv_args_t {
-  uint64_t in, out, bias;
+  uint64_t in, out, bias, index, aux;
   int64_t images, n, c, h, w, k, r, s, p, q;
   int32_t stride[2], pad[2], dil[2];
   int32_t kernel[2];
 } kiln_cuda_conv_args_t;
+
+/* ACCUMULATE, SGD_UPDATE and ADAM_UPDATE: n contiguous floats in each
+ * operand; `param` is the tensor updated (ACCUMULATE's a), `grad` the one
+ * only read (ACCUMULATE's b), s1 and s2 the state written too (SGD's
+ * momentum buffer when has_buf; Adam's m and v). The host folds the
+ * constants: keep1 = 1 - dampening (SGD) or 1 - beta1 (Adam), keep2 =
+ * 1 - beta2, step_size = lr / bias1 (the kernel takes sqrt(bias2)). */
+typedef struct kiln_cuda_update_args_t {
+  uint64_t param, grad, s1, s2;
+  int64_t n;
+  float alpha;                                           /* ACCUMULATE */
+  float lr, momentum, keep1, weight_decay;               /* SGD; keep1 and weight_decay Adam's too */
+  float beta1, beta2, keep2, eps, step_size, bias2;      /* Adam */
+  int32_t has_buf, nesterov;
+} kiln_cuda_update_args_t;
 
 #endif /* KILN_KERNELS_CUDA_ARGS_CUH */

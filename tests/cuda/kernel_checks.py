@@ -8,11 +8,15 @@ fatbin's kernels are (-O3, no fast math). Checks:
   - kiln_random_uniform holds no fused multiply-add: its transform is
     low + (high - low) * u rounded twice, as the CPU computes it, so that
     uniform numbers are bit-identical on every backend (kernels/philox.h);
+  - the fused updates (kiln_accumulate_f32, kiln_sgd_f32, kiln_adam_f32)
+    hold no fused multiply-add either: each operation rounds on its own, as
+    on the CPU, so an update gives the same bits on every backend
+    (kernels/cuda/train.cuh);
   - ptxas allocates every native SGEMM kernel without spilling registers to
     local memory at the plugin's launch bounds (kernels/cuda/gemm.cuh):
     required with `strict` (sm_90), reported otherwise.
-It prints ptxas's register report for the SGEMM and reduction kernels (the
-table in backends/cuda/README.md).
+It prints ptxas's register report for the SGEMM, reduction and training
+kernels (the tables in backends/cuda/README.md).
 """
 import re
 import subprocess
@@ -20,6 +24,11 @@ import sys
 import tempfile
 
 ENTRY = re.compile(r"^\.visible \.entry (\w+)\(", re.M)
+UPDATES = ("kiln_accumulate_f32", "kiln_sgd_f32", "kiln_adam_f32")
+# The kernels whose registers and spills the report shows.
+SHOWN = ("kiln_sgemm_", "kiln_reduce_", "kiln_softmax_backward", "kiln_xent_backward", "kiln_col2im",
+         "kiln_im2col_rows", "kiln_pack_dy", "kiln_max_pool2d_", "kiln_accumulate", "kiln_sgd", "kiln_adam",
+         "kiln_unary_grad_f32_")
 
 
 def entry_body(ptx, name):
@@ -76,13 +85,24 @@ def main():
         else:
             print("kiln_random_uniform: mul.rn.f32 then add.rn.f32, no fma")
 
+    for name in UPDATES:
+        body = entry_body(ptx, name)
+        if body is None:
+            failures.append(name + " is not in the PTX")
+            continue
+        fused = re.findall(r"^\s*(?:fma|mad)\.\S*f32\b.*$", body, re.M)
+        if fused:
+            failures.append("%s fuses a multiply-add (%s): its updates would differ from the CPU's in the last bit"
+                            % (name, fused[0].strip()))
+    print("%s: no fma" % ", ".join(UPDATES))
+
     report = ptxas_report(ptxas, arch, ptx_path)
-    shown = sorted(k for k in report if k.startswith("kiln_sgemm_") or k.startswith("kiln_reduce_"))
+    shown = sorted(k for k in report if k.startswith(SHOWN))
     print("ptxas -v, %s:" % arch)
-    print("  %-24s %9s %12s %11s" % ("kernel", "registers", "spill stores", "spill loads"))
+    print("  %-30s %9s %12s %11s" % ("kernel", "registers", "spill stores", "spill loads"))
     for name in shown:
         r = report[name]
-        print("  %-24s %9s %12d %11d" % (name, r["regs"], r["spill_stores"], r["spill_loads"]))
+        print("  %-30s %9s %12d %11d" % (name, r["regs"], r["spill_stores"], r["spill_loads"]))
     sgemm = [k for k in report if k.startswith("kiln_sgemm_")]
     if len(sgemm) != 8:
         failures.append("expected 8 kiln_sgemm_* kernels, ptxas compiled %d" % len(sgemm))

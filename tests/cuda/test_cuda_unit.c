@@ -32,9 +32,36 @@ static void host_log(kiln_log_level_t level, const char *fmt, ...) {}
 static kiln_log_level_t host_log_level(void) { return KILN_LOG_OFF; }
 static const char *host_setting(const char *variable) { return NULL; }
 
+/* What a test made, freed after it (teardown), so that LeakSanitizer, which
+ * the sanitizer build runs these suites under, sees no leak: the contexts
+ * (and the vendor tables they loaded), and the devices' tables of cuDNN
+ * plans (with the descriptors they hold). */
+#define MADE_MAX 16
+static kiln_backend_context_t *made_contexts[MADE_MAX];
+static struct { kiln_backend_context_t *ctx; void *cache; } made_caches[MADE_MAX];
+static int made_context_count, made_cache_count;
+
+static void made_free(void) {
+  for (int i = 0; i < made_cache_count; i++) {
+    kiln_backend_device_t device;
+    memset(&device, 0, sizeof device);
+    device.ctx = made_caches[i].ctx;
+    device.cudnn_cache = made_caches[i].cache;
+    kiln_cuda_cudnn_device_release(&device);
+  }
+  for (int i = 0; i < made_context_count; i++) {
+    kiln_cuda_cudnn_unload(made_contexts[i]);
+    kiln_cuda_cublas_unload(made_contexts[i]);
+    free(made_contexts[i]);
+  }
+  made_context_count = made_cache_count = 0;
+}
+
 static kiln_backend_context_t *context_new(void) {
   kiln_backend_context_t *ctx = calloc(1, sizeof *ctx);
   ck_assert_ptr_nonnull(ctx);
+  ck_assert_int_lt(made_context_count, MADE_MAX);
+  made_contexts[made_context_count++] = ctx;
   ctx->host.size = sizeof ctx->host;
   ctx->host.set_error = host_set_error;
   ctx->host.last_error = host_last_error;
@@ -198,6 +225,9 @@ static void fixture_init(fixture_t *f) {
   atomic_init(&f->device.cudnn_failed, false);
   atomic_init(&f->device.cublas_failed, false);
   ck_assert_int_eq(kiln_cuda_cudnn_device_init(&f->device), KILN_OK);
+  ck_assert_int_lt(made_cache_count, MADE_MAX);
+  made_caches[made_cache_count].ctx = f->ctx;
+  made_caches[made_cache_count++].cache = f->device.cudnn_cache;
   f->queue.device = f->queue2.device = &f->device;
   pthread_mutex_init(&f->queue.lock, NULL);
   pthread_mutex_init(&f->queue2.lock, NULL);
@@ -272,6 +302,19 @@ START_TEST(test_cudnn_refusals_are_remembered) {
   pool.in[0].buffer = pool.out.buffer = &f.buffer;
   ck_assert_int_eq(kiln_cuda_cudnn_max_pool2d(f.ctx, &f.queue, &pool), KILN_UNSUPPORTED);
   ck_assert(!kiln_cuda_cudnn_supports(f.ctx, &f.device, NULL, &pool));
+  /* And the gradients, each kind apart from the forward of the same shape. */
+  const kiln_op_kind_t gradients[2] = {KILN_OP_CONV2D_BACKWARD_INPUT, KILN_OP_CONV2D_BACKWARD_WEIGHT};
+  for (int i = 0; i < 2; i++) {
+    kiln_op_t grad = conv_op(&f, 3);
+    grad.kind = gradients[i];
+    ck_assert(kiln_cuda_cudnn_supports(f.ctx, &f.device, NULL, &grad));
+    const kiln_status_t status = i == 0 ? kiln_cuda_cudnn_conv2d_backward_input(f.ctx, &f.queue, &grad)
+                                        : kiln_cuda_cudnn_conv2d_backward_weight(f.ctx, &f.queue, &grad);
+    ck_assert_int_eq(status, KILN_UNSUPPORTED);
+    CONTAINS(message, kiln_backend_op_kind_name(gradients[i]));
+    CONTAINS(message, "another output shape");
+    ck_assert(!kiln_cuda_cudnn_supports(f.ctx, &f.device, NULL, &grad));
+  }
   /* A status cuDNN gives for the arguments is a refusal too; other shapes
    * and the device stay offered. */
   setenv("KILN_FAKE_CUDNN_FAIL", "refuse", 1);
@@ -282,7 +325,6 @@ START_TEST(test_cudnn_refusals_are_remembered) {
   kiln_op_t third = conv_op(&f, 2);
   ck_assert(kiln_cuda_cudnn_supports(f.ctx, &f.device, NULL, &third));
   ck_assert(kiln_cuda_cudnn_supports(f.ctx, &f.device, NULL, NULL));
-  kiln_cuda_cudnn_device_release(&f.device);
 }
 END_TEST
 
@@ -472,6 +514,7 @@ int main(void) {
   Suite *suite = suite_create("cuda-unit");
   TCase *tc = tcase_create("cuda-unit");
   tcase_set_timeout(tc, 60);
+  tcase_add_checked_fixture(tc, NULL, made_free);
   tcase_add_test(tc, test_vendor_libs_setting);
   tcase_add_test(tc, test_missing_library_says_where_it_looked);
   tcase_add_test(tc, test_real_cudnn_passes_its_checks_without_a_gpu);

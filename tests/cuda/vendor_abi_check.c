@@ -59,6 +59,27 @@ SAME_(offsetof(kiln_cudnn_fwd_perf_t, time), offsetof(cudnnConvolutionFwdAlgoPer
 SAME_(offsetof(kiln_cudnn_fwd_perf_t, memory), offsetof(cudnnConvolutionFwdAlgoPerf_t, memory));
 SAME_(offsetof(kiln_cudnn_fwd_perf_t, determinism), offsetof(cudnnConvolutionFwdAlgoPerf_t, determinism));
 SAME_(offsetof(kiln_cudnn_fwd_perf_t, math_type), offsetof(cudnnConvolutionFwdAlgoPerf_t, mathType));
+SAME_(KILN_CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+SAME_(KILN_CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+SAME_(KILN_CUDNN_DETERMINISTIC, CUDNN_DETERMINISTIC);
+SAME_(KILN_CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_ACCURATE);
+SAME_(KILN_CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_LOG);
+SAME_(KILN_CUDNN_SOFTMAX_MODE_INSTANCE, CUDNN_SOFTMAX_MODE_INSTANCE);
+SAME_(sizeof(int), sizeof(cudnnConvolutionBwdDataAlgo_t));
+SAME_(sizeof(int), sizeof(cudnnConvolutionBwdFilterAlgo_t));
+SAME_(sizeof(int), sizeof(cudnnSoftmaxAlgorithm_t));
+SAME_(sizeof(int), sizeof(cudnnSoftmaxMode_t));
+/* The backward perf structs, declared as the forward's layout. */
+#define SAME_PERF_(T)                                                                              \
+  SAME_(sizeof(kiln_cudnn_fwd_perf_t), sizeof(T));                                                 \
+  SAME_(offsetof(kiln_cudnn_fwd_perf_t, algo), offsetof(T, algo));                                 \
+  SAME_(offsetof(kiln_cudnn_fwd_perf_t, status), offsetof(T, status));                             \
+  SAME_(offsetof(kiln_cudnn_fwd_perf_t, time), offsetof(T, time));                                 \
+  SAME_(offsetof(kiln_cudnn_fwd_perf_t, memory), offsetof(T, memory));                             \
+  SAME_(offsetof(kiln_cudnn_fwd_perf_t, determinism), offsetof(T, determinism));                   \
+  SAME_(offsetof(kiln_cudnn_fwd_perf_t, math_type), offsetof(T, mathType))
+SAME_PERF_(cudnnConvolutionBwdDataAlgoPerf_t);
+SAME_PERF_(cudnnConvolutionBwdFilterAlgoPerf_t);
 #pragma GCC diagnostic pop
 #endif
 

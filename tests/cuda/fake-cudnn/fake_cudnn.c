@@ -11,7 +11,8 @@
  *   refuse           the algorithm query returns CUDNN_STATUS_NOT_SUPPORTED
  *   shape            the output-shape queries answer one more row
  *   unset / none     everything succeeds (nothing runs on a device: the
- *                    forward calls only count themselves)
+ *                    computing calls check their descriptors against each
+ *                    other, as cuDNN does, and count themselves)
  * KILN_FAKE_CUDNN_VERSION overrides cudnnGetVersion (91999, 9.19.99: no release's). While
  * kiln_fake_cudnn_hold(1) is in force, the algorithm query waits (up to
  * 5 s) until kiln_fake_cudnn_hold(0): a test uses it to see whether other
@@ -33,13 +34,16 @@ static bool fails(const char *what) {
   return mode && !strcmp(mode, what);
 }
 
-static atomic_int calls_forward;
+static atomic_int calls_forward, calls_backward;
 static atomic_int held;
 static atomic_int waiting;
 
 FAKE_EXPORT void kiln_fake_cudnn_hold(int on) { atomic_store(&held, on); }
 FAKE_EXPORT int kiln_fake_cudnn_waiting(void) { return atomic_load(&waiting); }
 FAKE_EXPORT int kiln_fake_cudnn_forward_calls(void) { return atomic_load(&calls_forward); }
+/* cudnnConvolutionBackwardData, cudnnConvolutionBackwardFilter and
+ * cudnnSoftmaxBackward calls whose arguments were consistent. */
+FAKE_EXPORT int kiln_fake_cudnn_backward_calls(void) { return atomic_load(&calls_backward); }
 
 FAKE_EXPORT size_t cudnnGetVersion(void) {
   const char *v = getenv("KILN_FAKE_CUDNN_VERSION");
@@ -144,8 +148,13 @@ typedef struct perf_t {
   int reserved[3];
 } perf_t;
 
-FAKE_EXPORT status_t cudnnGetConvolutionForwardAlgorithm_v7(void *handle, void *x, void *w, void *conv, void *y,
-                                                            int requested, int *returned, perf_t *results) {
+/* The algorithm queries of all three directions: held while the test says
+ * (kiln_fake_cudnn_hold), failing as KILN_FAKE_CUDNN_FAIL says, else a
+ * ranking kiln must read past. Forward: a tensor-core algorithm first
+ * (kiln skips it without TF32), then algorithm 0 in FMA math. Backward: the
+ * same, then a nondeterministic algorithm 0 in FMA math (kiln skips it for
+ * a gradient), then algorithm 1, deterministic. */
+static status_t algorithm_query(int requested, int *returned, perf_t *results, bool backward) {
   if (atomic_load(&held)) {
     atomic_fetch_add(&waiting, 1);
     const struct timespec tick = {0, 1000000};
@@ -155,17 +164,29 @@ FAKE_EXPORT status_t cudnnGetConvolutionForwardAlgorithm_v7(void *handle, void *
   }
   if (fails("algorithm")) return 1008;
   if (fails("refuse")) return 3000;
-  if (requested < 2) return 2000;
-  /* A tensor-core algorithm first (kiln skips it without TF32), then one
-   * in plain FMA math. */
-  memset(results, 0, 2 * sizeof *results);
+  const int count = backward ? 3 : 2;
+  if (requested < count) return 2000;
+  memset(results, 0, (size_t)count * sizeof *results);
   results[0].algo = 1;
   results[0].math_type = 1;
+  results[0].determinism = 1;
   results[1].algo = 0;
   results[1].math_type = 3;
   results[1].memory = 4096;
-  *returned = 2;
+  results[1].determinism = backward ? 0 : 1;
+  if (backward) {
+    results[2].algo = 1;
+    results[2].math_type = 3;
+    results[2].memory = 8192;
+    results[2].determinism = 1;
+  }
+  *returned = count;
   return 0;
+}
+
+FAKE_EXPORT status_t cudnnGetConvolutionForwardAlgorithm_v7(void *handle, void *x, void *w, void *conv, void *y,
+                                                            int requested, int *returned, perf_t *results) {
+  return algorithm_query(requested, returned, results, false);
 }
 FAKE_EXPORT status_t cudnnGetConvolutionForwardWorkspaceSize(void *handle, void *x, void *w, void *conv, void *y,
                                                              int algo, size_t *bytes) {
@@ -176,6 +197,62 @@ FAKE_EXPORT status_t cudnnConvolutionForward(void *handle, const void *alpha, vo
                                              const void *wd, void *conv, int algo, void *ws, size_t ws_size,
                                              const void *beta, void *y, void *yd) {
   atomic_fetch_add(&calls_forward, 1);
+  return 0;
+}
+
+/* Whether dy's descriptor is the convolution's output for x and w, as cuDNN
+ * checks its arguments (the "shape" failure aside). */
+static bool conv_consistent(const desc_t *x, const desc_t *w, const desc_t *conv, const desc_t *dy) {
+  if (!x || !w || !conv || !dy || x->kind != 1 || w->kind != 2 || conv->kind != 3 || dy->kind != 1) return false;
+  int n, k, p, q;
+  if (cudnnGetConvolution2dForwardOutputDim((void *)conv, (void *)x, (void *)w, &n, &k, &p, &q)) return false;
+  return x->v[1] == w->v[1] && dy->v[0] == n && dy->v[1] == k && dy->v[2] == p && dy->v[3] == q;
+}
+
+FAKE_EXPORT status_t cudnnGetConvolutionBackwardDataAlgorithm_v7(void *handle, void *w, void *dy, void *conv,
+                                                                 void *dx, int requested, int *returned,
+                                                                 perf_t *results) {
+  return algorithm_query(requested, returned, results, true);
+}
+FAKE_EXPORT status_t cudnnGetConvolutionBackwardDataWorkspaceSize(void *handle, void *w, void *dy, void *conv,
+                                                                  void *dx, int algo, size_t *bytes) {
+  *bytes = algo == 1 ? 8192 : 4096;
+  return 0;
+}
+FAKE_EXPORT status_t cudnnConvolutionBackwardData(void *handle, const void *alpha, void *w, const void *wd, void *dy,
+                                                  const void *dyd, void *conv, int algo, void *ws, size_t ws_size,
+                                                  const void *beta, void *dx, void *dxd) {
+  if (!conv_consistent(dx, w, conv, dy) || !wd || !dyd || !dxd || algo != 1 || ws_size < 8192 || !ws) return 2000;
+  atomic_fetch_add(&calls_backward, 1);
+  return 0;
+}
+
+FAKE_EXPORT status_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(void *handle, void *x, void *dy, void *conv,
+                                                                   void *dw, int requested, int *returned,
+                                                                   perf_t *results) {
+  return algorithm_query(requested, returned, results, true);
+}
+FAKE_EXPORT status_t cudnnGetConvolutionBackwardFilterWorkspaceSize(void *handle, void *x, void *dy, void *conv,
+                                                                    void *dw, int algo, size_t *bytes) {
+  *bytes = algo == 1 ? 8192 : 4096;
+  return 0;
+}
+FAKE_EXPORT status_t cudnnConvolutionBackwardFilter(void *handle, const void *alpha, void *x, const void *xd,
+                                                    void *dy, const void *dyd, void *conv, int algo, void *ws,
+                                                    size_t ws_size, const void *beta, void *dw, void *dwd) {
+  if (!conv_consistent(x, dw, conv, dy) || !xd || !dyd || !dwd || algo != 1 || ws_size < 8192 || !ws) return 2000;
+  atomic_fetch_add(&calls_backward, 1);
+  return 0;
+}
+
+/* ACCURATE (1) or LOG (2), per instance (0), three descriptors of one shape. */
+FAKE_EXPORT status_t cudnnSoftmaxBackward(void *handle, int algorithm, int mode, const void *alpha, void *yp,
+                                          const void *y, void *dyp, const void *dy, const void *beta, void *dxp,
+                                          void *dx) {
+  const desc_t *yd = yp, *dyd = dyp, *dxd = dxp;
+  if (algorithm < 1 || algorithm > 2 || mode != 0 || !yd || !dyd || !dxd || !y || !dy || !dx) return 2000;
+  if (yd->kind != 1 || memcmp(yd, dyd, sizeof *yd) || memcmp(yd, dxd, sizeof *yd)) return 2000;
+  atomic_fetch_add(&calls_backward, 1);
   return 0;
 }
 

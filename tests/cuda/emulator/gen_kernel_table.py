@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""tests/cuda/emulator/gen_kernel_table.py: list the kernels of .cu files as the GPU compiler sees them, for the test driver's launch table.
+
+nvcc compiles each source to PTX for one architecture (sm_90 by default) and
+ptxas assembles it with -v. From the PTX come the entry points, their
+parameters (size and alignment of each, as the GPU lays them out) and
+.maxntid/.reqntid; from ptxas the registers, static shared memory and stack
+each kernel needs. The output is an X-macro list that the host build of the
+same source expands into its launch table, with a static_assert per
+parameter that the host compiler's layout of the argument is the GPU's:
+
+  #define FAKECUDA_KERNEL_LIST(K, P) \\
+    K(kiln_fill32, 256, 0, 12, 0, 1) P(kiln_fill32, 0, 232, 8) ...
+
+  K(name, max_threads, static_shared_bytes, registers, stack_bytes, params)
+  P(name, index, size, align)
+
+max_threads is the product of .maxntid (or .reqntid), 0 when the kernel
+declares no bound.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ENTRY = re.compile(r"^\.(?:visible|weak)\s+\.entry\s+([A-Za-z_$][\w$]*)\s*\((.*?)\)\s*(.*?)\{", re.S | re.M)
+PARAM_ARRAY = re.compile(r"\.param\s+(?:\.ptr\s+\S+\s+)?\.align\s+(\d+)\s+\.b8\s+\w+\[(\d+)\]")
+PARAM_SCALAR = re.compile(r"\.param\s+\.([usfb])(8|16|32|64)\b")  # a pointer adds .ptr, .global, .align
+NTID = re.compile(r"\.(maxntid|reqntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?")
+PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+PTXAS_STACK = re.compile(r"(\d+) bytes stack frame")
+PTXAS_USED = re.compile(r"Used (\d+) registers")
+PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptx(text):
+    kernels = {}
+    for match in ENTRY.finditer(text):
+        name, params_text, directives = match.group(1), match.group(2), match.group(3)
+        params = []
+        for item in params_text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            array = PARAM_ARRAY.search(item)
+            scalar = PARAM_SCALAR.search(item)
+            if array:
+                params.append((int(array.group(2)), int(array.group(1))))
+            elif scalar:
+                size = int(scalar.group(2)) // 8
+                params.append((size, size))
+            else:
+                raise ValueError(f"{name}: cannot read the parameter '{item}'")
+        threads = 0
+        ntid = NTID.search(directives)
+        if ntid:
+            threads = 1
+            for g in ntid.groups()[1:]:
+                threads *= int(g) if g else 1
+        kernels[name] = {"params": params, "threads": threads, "regs": 0, "smem": 0, "stack": 0}
+    return kernels
+
+
+def parse_ptxas(text, kernels):
+    current = None
+    for line in text.splitlines():
+        entry = PTXAS_ENTRY.search(line)
+        if entry:
+            current = kernels.get(entry.group(1))
+            continue
+        if current is None:
+            continue
+        stack = PTXAS_STACK.search(line)
+        if stack:
+            current["stack"] = int(stack.group(1))
+        used = PTXAS_USED.search(line)
+        if used:
+            current["regs"] = int(used.group(1))
+            smem = PTXAS_SMEM.search(line)
+            current["smem"] = int(smem.group(1)) if smem else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nvcc", required=True)
+    parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("-I", dest="includes", action="append", default=[])
+    parser.add_argument("--output", required=True)
+    parser.add_argument("sources", nargs="+")
+    args = parser.parse_args()
+
+    ptxas = os.path.join(os.path.dirname(args.nvcc), "ptxas")
+    if not os.access(ptxas, os.X_OK):
+        ptxas = "ptxas"
+    kernels = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for index, source in enumerate(args.sources):
+            ptx_path = os.path.join(tmp, f"kernels{index}.ptx")
+            command = [args.nvcc, "-ptx", f"-arch={args.arch}"] + [f"-I{d}" for d in args.includes]
+            command += [source, "-o", ptx_path]
+            subprocess.run(command, check=True)
+            with open(ptx_path) as f:
+                found = parse_ptx(f.read())
+            if not found:
+                print(f"no .entry in the PTX of {source}", file=sys.stderr)
+                return 1
+            done = subprocess.run([ptxas, f"-arch={args.arch}", "-v", ptx_path, "-o", os.path.join(tmp, "k.cubin")],
+                                  check=True, capture_output=True, text=True)
+            parse_ptxas(done.stdout + done.stderr, found)
+            for name in found:
+                if name in kernels:
+                    print(f"kernel {name} is defined twice", file=sys.stderr)
+                    return 1
+            kernels.update(found)
+
+    names = ", ".join(os.path.basename(s) for s in args.sources)
+    lines = [
+        f"/* Generated by tests/cuda/emulator/gen_kernel_table.py from {names}",
+        f" * (nvcc -ptx -arch={args.arch}, then ptxas -v): {len(kernels)} kernels. Do not edit. */",
+        "#define FAKECUDA_KERNEL_LIST(K, P) \\",
+    ]
+    for name in sorted(kernels):
+        k = kernels[name]
+        row = f"  K({name}, {k['threads']}, {k['smem']}, {k['regs']}, {k['stack']}, {len(k['params'])})"
+        for i, (size, align) in enumerate(k["params"]):
+            row += f" P({name}, {i}, {size}, {align})"
+        lines.append(row + " \\")
+    lines.append("")
+    text = "\n".join(lines) + "\n"
+    with open(args.output, "w") as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
