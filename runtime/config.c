@@ -373,7 +373,7 @@ static const char *const known_variables[] = {
 /* What kiln's own tests, benchmark and scripts pass to themselves: never
  * reported. Whole families, so that a new test variable needs no entry. */
 static const char *const internal_prefixes[] = {
-    "KILN_TEST_", "KILN_FAKE_", "KILN_GRAD_", "KILN_CONFORMANCE_", "KILN_NN_TEST_", "KILN_BENCH_CORETYPE_",
+    "KILN_TEST_", "KILN_FAKE_", "KILN_FAKECUDA_", "KILN_GRAD_", "KILN_CONFORMANCE_", "KILN_NN_TEST_", "KILN_BENCH_CORETYPE_",
 };
 static const char *const internal_variables[] = {"KILN_WERROR", "KILN_ROOT"};
 

@@ -125,7 +125,7 @@ test_variables() {
   [ -n "$names" ] || fail "no KILN_* variable found in the sources (the search is broken)"
   for name in $names; do
     # Test and tool families (internal_prefixes in config.c) are never reported.
-    case "$name" in KILN_TEST_*|KILN_FAKE_*|KILN_GRAD_*|KILN_CONFORMANCE_*|KILN_NN_TEST_*|KILN_BENCH_CORETYPE_*) continue ;; esac
+    case "$name" in KILN_TEST_*|KILN_FAKE_*|KILN_FAKECUDA_*|KILN_GRAD_*|KILN_CONFORMANCE_*|KILN_NN_TEST_*|KILN_BENCH_CORETYPE_*) continue ;; esac
     grep -q "\"$name\"" "$root/runtime/config.c" ||
       fail "$name is read (or documented) but runtime/config.c does not know it: kiln warns that it is misspelled"
   done
