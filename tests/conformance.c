@@ -1297,6 +1297,10 @@ static const kt_pool_t kt_max_pool2d_cases[] = {
     {1, 1, 3, 3, {3, 3}, {5, 5}, {1, 1}, false, false},
     {2, 3, 13, 7, {3, 3}, {2, 2}, {1, 1}, false, true},
     {2, 16, 33, 31, {2, 3}, {2, 3}, {1, 1}, true, true},
+    /* 2x2 at stride 2 on even planes, contiguous and a view: the CPU's
+     * tiling path, which the odd planes above reach with a leftover row. */
+    {2, 4, 8, 6, {2, 2}, {0, 0}, {0, 0}, false, false},
+    {1, 3, 10, 12, {2, 2}, {2, 2}, {0, 0}, true, false},
 };
 
 /* The case list, with values in [-4, 4) and with small integers (ties). */
@@ -1867,6 +1871,8 @@ static const kt_pool_t kt_max_pool2d_backward_cases[] = {
     {2, 3, 13, 7, {3, 3}, {2, 2}, {1, 1}, false, true},
     {2, 16, 33, 31, {2, 3}, {2, 3}, {1, 1}, true, true},
     {1, 8, 31, 29, {3, 3}, {2, 2}, {1, 1}, false, true},
+    {2, 4, 8, 6, {2, 2}, {0, 0}, {0, 0}, false, false},
+    {1, 3, 10, 12, {2, 2}, {2, 2}, {0, 0}, true, false},
 };
 
 static void kt_build_max_pool2d_backward(const kt_row_t *row) {
