@@ -41,45 +41,48 @@ void kiln_cpu_conv2d_im2col_ld(const kiln_op_t *op, const float *x, int64_t j0, 
   const int64_t pad0 = op->u.conv2d.pad[0], pad1 = op->u.conv2d.pad[1];
   const int64_t dil0 = op->u.conv2d.dil[0], dil1 = op->u.conv2d.dil[1];
 
-  for (int64_t ci = 0; ci < c; ci++) {
-    for (int64_t ri = 0; ri < r; ri++) {
-      for (int64_t si = 0; si < s; si++) {
-        float *dst = out_col + ((ci * r + ri) * s + si) * ld;
-        /* Walk the columns one output row (of q cells) at a time: a row
-         * shares its input row, so only the column bounds vary within it. */
-        int64_t jj = 0;
-        while (jj < cols) {
-          const int64_t j = j0 + jj;
-          const int64_t pp = j / q, qq0 = j % q;
-          const int64_t seg = (q - qq0) < (cols - jj) ? (q - qq0) : (cols - jj);
-          const int64_t hh = pp * st0 - pad0 + ri * dil0;
-          float *d = dst + jj;
-          if (hh < 0 || hh >= h) {
-            memset(d, 0, sizeof(float) * (size_t)seg);
+  /* Walk the columns one output row (of q cells) at a time: a row shares
+   * its input rows, so only the column bounds vary within it, and the
+   * division that finds the row is made once per row, not once per row and
+   * filter tap (LeNet's first layer has 25 taps of 28-cell rows). */
+  if (cols <= 0 || q <= 0) return;
+  int64_t jj = 0, pp = j0 / q, qq0 = j0 % q;
+  while (jj < cols) {
+    const int64_t seg = (q - qq0) < (cols - jj) ? (q - qq0) : (cols - jj);
+    for (int64_t ci = 0; ci < c; ci++) {
+      for (int64_t ri = 0; ri < r; ri++) {
+        const int64_t hh = pp * st0 - pad0 + ri * dil0;
+        float *dst = out_col + (ci * r + ri) * s * ld + jj;
+        if (hh < 0 || hh >= h) {
+          for (int64_t si = 0; si < s; si++) memset(dst + si * ld, 0, sizeof(float) * (size_t)seg);
+          continue;
+        }
+        const float *xrow = x + (ci * h + hh) * w;
+        for (int64_t si = 0; si < s; si++) {
+          float *d = dst + si * ld;
+          const int64_t ww0 = qq0 * st1 - pad1 + si * dil1;
+          if (st1 == 1) {
+            /* Contiguous: zeros, one copy of the valid span, zeros. */
+            int64_t lo = -ww0, hi = w - ww0;
+            if (lo < 0) lo = 0;
+            if (lo > seg) lo = seg;
+            if (hi > seg) hi = seg;
+            if (hi < lo) hi = lo;
+            memset(d, 0, sizeof(float) * (size_t)lo);
+            if (hi > lo) memcpy(d + lo, xrow + ww0 + lo, sizeof(float) * (size_t)(hi - lo));
+            memset(d + hi, 0, sizeof(float) * (size_t)(seg - hi));
           } else {
-            const float *xrow = x + (ci * h + hh) * w;
-            const int64_t ww0 = qq0 * st1 - pad1 + si * dil1;
-            if (st1 == 1) {
-              /* Contiguous: zeros, one copy of the valid span, zeros. */
-              int64_t lo = -ww0, hi = w - ww0;
-              if (lo < 0) lo = 0;
-              if (lo > seg) lo = seg;
-              if (hi > seg) hi = seg;
-              if (hi < lo) hi = lo;
-              memset(d, 0, sizeof(float) * (size_t)lo);
-              if (hi > lo) memcpy(d + lo, xrow + ww0 + lo, sizeof(float) * (size_t)(hi - lo));
-              memset(d + hi, 0, sizeof(float) * (size_t)(seg - hi));
-            } else {
-              for (int64_t t = 0; t < seg; t++) {
-                const int64_t ww = ww0 + t * st1;
-                d[t] = (ww >= 0 && ww < w) ? xrow[ww] : 0.0f;
-              }
+            for (int64_t t = 0; t < seg; t++) {
+              const int64_t ww = ww0 + t * st1;
+              d[t] = (ww >= 0 && ww < w) ? xrow[ww] : 0.0f;
             }
           }
-          jj += seg;
         }
       }
     }
+    jj += seg;
+    pp++;
+    qq0 = 0;
   }
 }
 
