@@ -8,6 +8,14 @@
 /* CBLAS takes int sizes. */
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+/* Every product of a convolution or its gradients has sizes and leading
+ * dimensions of at most C*R*S, P*Q and K, whichever way round
+ * (kernels/cpu/conv_backward.c). */
+static bool conv_fits_int(const kiln_op_t *op) {
+  const int64_t crs = op->u.conv2d.c * op->u.conv2d.r * op->u.conv2d.s;
+  return fits_int(crs) && fits_int(op->u.conv2d.p * op->u.conv2d.q) && fits_int(op->u.conv2d.k);
+}
+
 static bool blas_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *device, const kiln_op_entry_t *entry,
                           const kiln_op_t *op) {
   if (!kiln_cpu_blas_available()) return false;
@@ -16,18 +24,12 @@ static bool blas_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *de
   case KILN_OP_MATMUL:
     return fits_int(op->u.matmul.m) && fits_int(op->u.matmul.n) && fits_int(op->u.matmul.k) &&
            fits_int(op->u.matmul.lda) && fits_int(op->u.matmul.ldb) && fits_int(op->u.matmul.ldc);
-  case KILN_OP_CONV2D_BACKWARD_WEIGHT:
-    /* Where kiln's direct kernel applies it is the faster one; declining
-     * lets the core run `native` under every policy. */
-    if (kiln_cpu_conv2d_backward_weight_direct(op)) return false;
-    /* fall through */
-  case KILN_OP_CONV2D:
-  case KILN_OP_CONV2D_BACKWARD_INPUT: {
-    /* Every product's sizes and leading dimensions are at most C*R*S, P*Q
-     * and K, whichever way round (kernels/cpu/conv_backward.c). */
-    const int64_t crs = op->u.conv2d.c * op->u.conv2d.r * op->u.conv2d.s;
-    return fits_int(crs) && fits_int(op->u.conv2d.p * op->u.conv2d.q) && fits_int(op->u.conv2d.k);
-  }
+  /* Where kiln's own kernel is the faster one (the direct weight gradient;
+   * the forward through its AVX-512 GEMM tile), `blas` declines, so that the
+   * core runs `native` under every policy. */
+  case KILN_OP_CONV2D: return !kiln_cpu_conv2d_native_preferred(op) && conv_fits_int(op);
+  case KILN_OP_CONV2D_BACKWARD_WEIGHT: return !kiln_cpu_conv2d_backward_weight_direct(op) && conv_fits_int(op);
+  case KILN_OP_CONV2D_BACKWARD_INPUT: return conv_fits_int(op);
   default: return false;
   }
 }

@@ -86,6 +86,11 @@ void kiln_cpu_conv2d_im2col_ld(const kiln_op_t *op, const float *x, int64_t j0, 
   }
 }
 
+bool kiln_cpu_conv2d_native_preferred(const kiln_op_t *op) {
+  (void)op; /* every shape, on the evidence so far (cpu_kernels.h) */
+  return kiln_cpu_gemm_isa_best() == KILN_CPU_GEMM_ISA_AVX512;
+}
+
 typedef struct conv_plan_t {
   const kiln_op_t *op;
   const float *x, *w, *bias;

@@ -69,6 +69,13 @@ bool kiln_cpu_blas_available(void);
  * through OpenBLAS); the `blas` provider declines those. */
 bool kiln_cpu_conv2d_backward_weight_direct(const kiln_op_t *op);
 
+/* Whether kiln's own conv2d (im2col panels into its AVX-512 GEMM tile) is
+ * the faster one for `op`: where that tile runs it beats im2col plus
+ * OpenBLAS at every shape measured (LeNet's layers 1.7-1.8x, the ResNet-like
+ * layer of kiln-bench 1.2x), so the `blas` provider declines the forward
+ * conv2d there, as it declines the weight gradient above. */
+bool kiln_cpu_conv2d_native_preferred(const kiln_op_t *op);
+
 /* kiln's own SGEMM, row-major, beta = 0:
  * C (m x n, ldc) = op(A) (m x k) @ op(B) (k x n), with
  * !trans_a: A(i,l) = a[i*lda + l];  trans_a: A(i,l) = a[l*lda + i]; likewise B.
