@@ -330,12 +330,14 @@ CUdeviceptr kiln_cuda_view_ptr(const kiln_view_t *view);
  * elementwise kernel over op's merged dimensions (ndim 0 when flat);
  * launch_flat: a grid-stride kernel over n items; grid_rows: blocks for a
  * kernel giving one block to each of `items` rows; conv_args: the sizes of
- * op's convolution (kind CONV2D or one of its gradients). */
+ * op's convolution (kind CONV2D or one of its gradients); pool_args: the
+ * sizes of op's pooling (MAX_POOL2D or its gradient). */
 void kiln_cuda_ew_setup(kiln_cuda_ew_args_t *a, const kiln_op_t *op, const kiln_view_t *in0,
                         const kiln_view_t *in1);
 kiln_status_t kiln_cuda_launch_flat(kiln_backend_queue_t *queue, kiln_cuda_kernel_t kernel, int64_t n, void *args);
 unsigned kiln_cuda_grid_rows(int64_t items);
 void kiln_cuda_conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op);
+void kiln_cuda_pool_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op);
 /* Scratch for the columns of a convolution's images per GEMM: images are
  * taken in rounds whose columns fit (at least one image a round). */
 #define KILN_CUDA_IM2COL_BYTES ((size_t)256 << 20)

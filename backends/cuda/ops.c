@@ -331,6 +331,21 @@ void kiln_cuda_conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op) {
   }
 }
 
+void kiln_cuda_pool_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op) {
+  memset(a, 0, sizeof *a);
+  a->n = op->u.pooling.n;
+  a->c = op->u.pooling.c;
+  a->h = op->u.pooling.h;
+  a->w = op->u.pooling.w;
+  a->p = op->u.pooling.p;
+  a->q = op->u.pooling.q;
+  for (int i = 0; i < 2; i++) {
+    a->kernel[i] = op->u.pooling.kernel[i];
+    a->stride[i] = op->u.pooling.stride[i];
+    a->pad[i] = op->u.pooling.pad[i];
+  }
+}
+
 static kiln_status_t run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_conv_args_t a;
   kiln_cuda_conv_args(&a, op);
@@ -405,20 +420,9 @@ kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *
 
 static kiln_status_t run_max_pool2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_conv_args_t a;
-  memset(&a, 0, sizeof a);
+  kiln_cuda_pool_args(&a, op);
   a.in = kiln_cuda_view_ptr(&op->in[0]);
   a.out = kiln_cuda_view_ptr(&op->out);
-  a.n = op->u.pooling.n;
-  a.c = op->u.pooling.c;
-  a.h = op->u.pooling.h;
-  a.w = op->u.pooling.w;
-  a.p = op->u.pooling.p;
-  a.q = op->u.pooling.q;
-  for (int i = 0; i < 2; i++) {
-    a.kernel[i] = op->u.pooling.kernel[i];
-    a.stride[i] = op->u.pooling.stride[i];
-    a.pad[i] = op->u.pooling.pad[i];
-  }
   const int64_t n = a.n * a.c * a.p * a.q;
   if (n == 0) return KILN_OK;
   return kiln_cuda_launch_flat(queue, KILN_CUDA_K_max_pool2d_f32, n, &a);

@@ -196,18 +196,7 @@ kiln_status_t kiln_cuda_run_conv2d_backward_weight(kiln_backend_context_t *ctx, 
 kiln_status_t kiln_cuda_run_max_pool2d_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                                 const kiln_op_t *op) {
   kiln_cuda_conv_args_t a;
-  memset(&a, 0, sizeof a);
-  a.n = op->u.pooling.n;
-  a.c = op->u.pooling.c;
-  a.h = op->u.pooling.h;
-  a.w = op->u.pooling.w;
-  a.p = op->u.pooling.p;
-  a.q = op->u.pooling.q;
-  for (int i = 0; i < 2; i++) {
-    a.kernel[i] = op->u.pooling.kernel[i];
-    a.stride[i] = op->u.pooling.stride[i];
-    a.pad[i] = op->u.pooling.pad[i];
-  }
+  kiln_cuda_pool_args(&a, op);
   const int64_t windows = a.n * a.c * a.p * a.q;
   if (a.h * a.w > INT_MAX)
     return kiln_cuda_error(ctx, KILN_OUT_OF_RESOURCES,
