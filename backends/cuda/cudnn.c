@@ -167,7 +167,7 @@ bool kiln_cuda_cudnn_load(kiln_backend_context_t *ctx, char *out_reason, size_t 
     ok = false;
   }
   /* The sub-libraries: each check loads its own and compares versions. */
-  const struct { kiln_cudnn_version_check_fn fn; const char *call, *library; } checks[] = {
+  const struct { kiln_cudnn_version_check_fn fn; const char *call, *sublib; } checks[] = {
       {dnn->graph_check, "cudnnGraphVersionCheck", "libcudnn_graph.so.9"},
       {dnn->ops_check, "cudnnOpsVersionCheck", "libcudnn_ops.so.9"},
       {dnn->cnn_check, "cudnnCnnVersionCheck", "libcudnn_cnn.so.9"},
@@ -179,7 +179,7 @@ bool kiln_cuda_cudnn_load(kiln_backend_context_t *ctx, char *out_reason, size_t 
                "cuDNN %zu.%zu.%zu at %s is incomplete: %s returned %s (%d): %s is missing or of another version "
                "(reinstall cuDNN, or point CUDNN_PATH at a complete one)",
                v / 10000, (v % 10000) / 100, v % 100, ctx->cudnn_path, checks[i].call, status_name(dnn, status),
-               (int)status, checks[i].library);
+               (int)status, checks[i].sublib);
       ok = false;
     }
   }

@@ -174,7 +174,7 @@ END_TEST
 /* A half-installed cuDNN: the shim loads, a sub-library does not. The
  * provider is absent, and the reason names the check and the library. */
 START_TEST(test_incomplete_cudnn_is_absent) {
-  static const struct { const char *mode, *call, *library; } cases[] = {
+  static const struct { const char *mode, *call, *sublib; } cases[] = {
       {"graph", "cudnnGraphVersionCheck", "libcudnn_graph.so.9"},
       {"ops", "cudnnOpsVersionCheck", "libcudnn_ops.so.9"},
       {"cnn", "cudnnCnnVersionCheck", "libcudnn_cnn.so.9"},
@@ -187,7 +187,7 @@ START_TEST(test_incomplete_cudnn_is_absent) {
     ck_assert_ptr_null(ctx->cudnn);
     CONTAINS(reason, cases[i].call);
     CONTAINS(reason, "CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED (1008)");
-    CONTAINS(reason, cases[i].library);
+    CONTAINS(reason, cases[i].sublib);
     CONTAINS(reason, dir);
     CONTAINS(reason, "CUDNN_PATH");
   }
