@@ -410,6 +410,9 @@ kiln_status_t kiln__op_dense(const char *call, const kiln_tensor_t *t, kiln_tens
 void kiln__broadcast_view(const kiln_tensor_t *t, int ndim, const int64_t *shape, kiln_view_t *view);
 /* Output size of a window sweep; -1 when no window fits. */
 int64_t kiln__window_out(int64_t in, int64_t pad, int64_t dil, int64_t kernel, int64_t stride);
+/* A pooling op's sizes: x [N, C, H, W], the window's output P x Q, and the
+ * kernel, stride and padding of p (MAX_POOL2D and its gradient). */
+void kiln__pool_op_sizes(kiln_op_t *op, const kiln_tensor_t *x, int64_t P, int64_t Q, const kiln_pool2d_params_t *p);
 
 /* ---- dispatch.c ----------------------------------------------------------------- */
 
