@@ -191,70 +191,47 @@ static int kp_unary_name(PyObject *arg, kiln_unary_op_t *out) {
 
 /* ---- creation ---------------------------------------------------------------------------------- */
 
-static PyObject *kp_fill(PyObject *args, PyObject *kwargs, const char *name, int kind) {
-  /* kind 0 empty, 1 zeros, 2 ones, 3 full */
+/* empty, zeros, ones, full (kind 0 to 3) and their _like forms: the first
+ * argument is a shape, or with `like` a tensor whose shape, dtype and
+ * device are taken unless given. */
+static PyObject *kp_fill(PyObject *args, PyObject *kwargs, const char *name, int kind, bool like) {
   static char *names_plain[] = {"shape", "dtype", "device", NULL};
   static char *names_full[] = {"shape", "fill_value", "dtype", "device", NULL};
-  PyObject *shape_arg, *dtype_arg = NULL, *device_arg = NULL;
+  static char *names_like_plain[] = {"a", "dtype", "device", NULL};
+  static char *names_like_full[] = {"a", "fill_value", "dtype", "device", NULL};
+  char **names = kind == 3 ? (like ? names_like_full : names_full) : (like ? names_like_plain : names_plain);
+  PyObject *first, *dtype_arg = NULL, *device_arg = NULL;
   double value = 0;
   char format[48];
   bool ok;
   if (kind == 3) {
     snprintf(format, sizeof format, "Od|O$O:%s", name);
-    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names_full, &shape_arg, &value, &dtype_arg, &device_arg);
+    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names, &first, &value, &dtype_arg, &device_arg);
   } else {
     snprintf(format, sizeof format, "O|O$O:%s", name);
-    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names_plain, &shape_arg, &dtype_arg, &device_arg);
+    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names, &first, &dtype_arg, &device_arg);
   }
   if (!ok) return NULL;
-  int64_t shape[KILN_MAX_DIMS];
-  int ndim = kp_shape_arg(shape_arg, shape, "shape");
-  if (ndim < 0) return NULL;
+  int64_t shape_buf[KILN_MAX_DIMS];
+  const int64_t *shape = shape_buf;
+  int ndim;
   kiln_dtype_t dtype;
   kiln_device_t *device;
-  if (kp_dtype_arg(dtype_arg, KILN_F32, &dtype) < 0 || kp_device_kw(device_arg, &device) < 0) return NULL;
-  kiln_tensor_t *out = NULL;
-  kiln_status_t status;
-  switch (kind) {
-  case 0: status = kiln_tensor_empty(device, dtype, ndim, shape, &out); break;
-  case 1: status = kiln_tensor_zeros(device, dtype, ndim, shape, &out); break;
-  case 2: status = kiln_tensor_ones(device, dtype, ndim, shape, &out); break;
-  default: status = kiln_tensor_full(device, dtype, ndim, shape, value, &out); break;
-  }
-  return kp_result(status, &out);
-}
-
-static PyObject *kp_fn_empty(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "empty", 0); }
-static PyObject *kp_fn_zeros(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "zeros", 1); }
-static PyObject *kp_fn_ones(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "ones", 2); }
-static PyObject *kp_fn_full(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "full", 3); }
-
-/* zeros_like and friends: the shape, dtype and device of another tensor unless given. */
-static PyObject *kp_fill_like(PyObject *args, PyObject *kwargs, const char *name, int kind) {
-  static char *names_plain[] = {"a", "dtype", "device", NULL};
-  static char *names_full[] = {"a", "fill_value", "dtype", "device", NULL};
-  PyObject *like, *dtype_arg = NULL, *device_arg = NULL;
-  double value = 0;
-  char format[48];
-  bool ok;
-  if (kind == 3) {
-    snprintf(format, sizeof format, "Od|O$O:%s", name);
-    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names_full, &like, &value, &dtype_arg, &device_arg);
+  if (like) {
+    kiln_tensor_t *t = kp_tensor_arg(first, "a");
+    if (!t) return NULL;
+    ndim = kiln_tensor_ndim(t);
+    shape = kiln_tensor_shape(t);
+    device = kiln_tensor_device(t);
+    if (kp_dtype_arg(dtype_arg, kiln_tensor_dtype(t), &dtype) < 0) return NULL;
+    if (device_arg && device_arg != Py_None && kp_device_arg(device_arg, &device) < 0) return NULL;
   } else {
-    snprintf(format, sizeof format, "O|O$O:%s", name);
-    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names_plain, &like, &dtype_arg, &device_arg);
+    ndim = kp_shape_arg(first, shape_buf, "shape");
+    if (ndim < 0) return NULL;
+    if (kp_dtype_arg(dtype_arg, KILN_F32, &dtype) < 0 || kp_device_kw(device_arg, &device) < 0) return NULL;
   }
-  if (!ok) return NULL;
-  kiln_tensor_t *t = kp_tensor_arg(like, "a");
-  if (!t) return NULL;
-  kiln_dtype_t dtype;
-  kiln_device_t *device = kiln_tensor_device(t);
-  if (kp_dtype_arg(dtype_arg, kiln_tensor_dtype(t), &dtype) < 0) return NULL;
-  if (device_arg && device_arg != Py_None && kp_device_arg(device_arg, &device) < 0) return NULL;
   kiln_tensor_t *out = NULL;
   kiln_status_t status;
-  int ndim = kiln_tensor_ndim(t);
-  const int64_t *shape = kiln_tensor_shape(t);
   switch (kind) {
   case 0: status = kiln_tensor_empty(device, dtype, ndim, shape, &out); break;
   case 1: status = kiln_tensor_zeros(device, dtype, ndim, shape, &out); break;
@@ -264,10 +241,15 @@ static PyObject *kp_fill_like(PyObject *args, PyObject *kwargs, const char *name
   return kp_result(status, &out);
 }
 
-static PyObject *kp_fn_empty_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill_like(a, k, "empty_like", 0); }
-static PyObject *kp_fn_zeros_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill_like(a, k, "zeros_like", 1); }
-static PyObject *kp_fn_ones_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill_like(a, k, "ones_like", 2); }
-static PyObject *kp_fn_full_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill_like(a, k, "full_like", 3); }
+static PyObject *kp_fn_empty(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "empty", 0, false); }
+static PyObject *kp_fn_zeros(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "zeros", 1, false); }
+static PyObject *kp_fn_ones(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "ones", 2, false); }
+static PyObject *kp_fn_full(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "full", 3, false); }
+
+static PyObject *kp_fn_empty_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "empty_like", 0, true); }
+static PyObject *kp_fn_zeros_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "zeros_like", 1, true); }
+static PyObject *kp_fn_ones_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "ones_like", 2, true); }
+static PyObject *kp_fn_full_like(PyObject *s, PyObject *a, PyObject *k) { return kp_fill(a, k, "full_like", 3, true); }
 
 /* arange(stop) or arange(start, stop, step=1): int32 when every bound is an int. */
 static PyObject *kp_fn_arange(PyObject *self, PyObject *args, PyObject *kwargs) {
