@@ -202,7 +202,11 @@ typedef struct kiln_op_t {
      * in[0] the forward's result y, in[1] dy, both [rows, cols]; out dx:
      * softmax dx = y * (dy - sum(dy * y)), log dx = dy - exp(y) * sum(dy). */
     struct { int64_t rows, cols; bool log; } softmax;
-    /* CROSS_ENTROPY: in[0] f32 [n, c], in[1] i32 [n]; out 0-d f32 mean loss.
+    /* CROSS_ENTROPY: in[0] f32 [n, c], in[1] i32 [n], in[2] i32 [2] the
+     * report; out 0-d f32 mean loss (NaN when a label is outside [0, c)).
+     * The op always writes the report: {first n with in[1][n] outside
+     * [0, c), in[1][n]}, or {-1, 0} when every label is in range; the core
+     * reads it at the queue's next synchronisation (runtime/checks.c).
      * CROSS_ENTROPY_BACKWARD: the same inputs, and in[2] a one-element f32
      * dloss when n_in is 3; out [n, c] = (softmax(in[0]) - onehot(in[1])) / n
      * (* dloss); a label outside [0, c) makes its row NaN. */

@@ -179,8 +179,13 @@ kiln_status_t kiln_buffer_read(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
     status = queue->device->iface->buffer_read(queue->device->ctx, queue->impl, buffer->impl, offset, host, size, blocking);
     if (status != KILN_OK)
       return kiln__wrap_error(status, "kiln_buffer_read of %zu bytes from %s", size, queue->device->display_name);
-    /* A blocking read on an in-order queue means all earlier work is done. */
-    if (blocking) kiln__queue_mark_done(queue, stamp);
+    /* A blocking read on an in-order queue means all earlier work is done,
+     * and what the device found wrong in it is reported now. */
+    if (blocking) {
+      kiln__queue_mark_done(queue, stamp);
+      status = kiln__checks_run(queue);
+      if (status != KILN_OK) return status;
+    }
   }
   status = kiln__queue_record_out(queue, out_event);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "kiln_buffer_read");

@@ -235,11 +235,15 @@ struct kiln_device_t {
   kiln__pool_t pool;
 };
 
+typedef struct kiln__check_t kiln__check_t;
+
 struct kiln_queue_t {
   atomic_int refs;
   kiln_device_t *device;
   kiln_backend_queue_t *impl;
   uint64_t id; /* unique per process, never 0 */
+  /* Checks the device made for ops enqueued here, newest first (checks.c). */
+  _Atomic(kiln__check_t *) checks;
 };
 
 struct kiln_event_t {
@@ -370,6 +374,20 @@ bool kiln__queue_done_since(kiln_device_t *device, uint64_t queue_id, uint64_t s
 void kiln__queue_mark_done(kiln_queue_t *queue, uint64_t stamp);
 /* Forget the calling thread's current queues (on deinitialize). */
 void kiln__queue_forget_thread(void);
+
+/* ---- checks.c: what only the device can check, reported at the next synchronisation ---- */
+
+/* Remember that an op just enqueued on `queue` writes `report` (i32 [2]: the
+ * first position whose `what` is outside [0, limit), or -1, and the value
+ * there). `report` is retained; `call` and `what` are static strings. */
+kiln_status_t kiln__check_add(kiln_queue_t *queue, kiln_tensor_t *report, const char *call, const char *what,
+                              int64_t limit);
+/* Read every pending check of `queue` (the work before them is complete:
+ * called after a finish or a blocking read) and drop them.
+ * KILN_INDEX_OUT_OF_RANGE naming the first fault, oldest op first. */
+kiln_status_t kiln__checks_run(kiln_queue_t *queue);
+/* Drop the pending checks unread (a queue being destroyed). */
+void kiln__checks_drop(kiln_queue_t *queue);
 
 /* ---- tensor.c ------------------------------------------------------------------ */
 

@@ -489,22 +489,37 @@ kiln_status_t kiln_tensor_cross_entropy(const kiln_tensor_t *logits, const kiln_
   if (logits->shape[1] == 0 && logits->shape[0] > 0)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: logits have 0 classes for %lld samples; pass at least one class",
                            call, (long long)logits->shape[0]);
-  kiln_tensor_t *dl = NULL, *db = NULL;
+  kiln_tensor_t *dl = NULL, *db = NULL, *report = NULL;
+  kiln_device_t *device = logits->buffer->device;
+  kiln_queue_t *queue = kiln_device_current_queue(device);
   status = kiln__op_dense(call, logits, &dl);
   if (status == KILN_OK) status = kiln__op_dense(call, labels, &db);
+  /* Labels live on the device: the op itself reports the first one out of
+   * range, and the core reads that report at the queue's next
+   * synchronisation (runtime/checks.c), as CUDA reports a device assert. */
+  if (status == KILN_OK) status = kiln__tensor_alloc(device, queue, KILN_I32, 1, (const int64_t[]){2}, &report);
   if (status == KILN_OK) {
     kiln_op_t op;
     op.kind = KILN_OP_CROSS_ENTROPY;
-    op.n_in = 2;
+    op.n_in = 3;
     op.u.cross_entropy.n = logits->shape[0];
     op.u.cross_entropy.c = logits->shape[1];
     kiln__tensor_view(dl, &op.in[0]);
     kiln__tensor_view(db, &op.in[1]);
-    const kiln_tensor_t *inputs[2] = {dl, db};
-    status = kiln__op_enqueue(call, logits->buffer->device, &op, KILN_F32, 0, NULL, inputs, out);
+    kiln__tensor_view(report, &op.in[2]);
+    const kiln_tensor_t *inputs[3] = {dl, db, report};
+    status = kiln__op_enqueue(call, device, &op, KILN_F32, 0, NULL, inputs, out);
+    if (status == KILN_OK) {
+      status = kiln__check_add(queue, report, call, "label", logits->shape[1]);
+      if (status != KILN_OK) {
+        kiln_tensor_release(*out);
+        *out = NULL;
+      }
+    }
   }
   kiln_tensor_release(dl);
   kiln_tensor_release(db);
+  kiln_tensor_release(report);
   return status;
 }
 

@@ -73,6 +73,7 @@ static kiln_status_t queue_new(kiln_device_t *device, kiln_queue_t **out_queue) 
   }
   atomic_init(&node->queue.refs, 1);
   atomic_init(&node->done_stamp, 0);
+  atomic_init(&node->queue.checks, NULL);
   node->queue.device = device;
   node->queue.id = atomic_fetch_add_explicit(&next_queue_id, 1, memory_order_relaxed);
   kiln__queue_list_t *list = &device->queues;
@@ -91,6 +92,7 @@ static void queue_destroy(kiln_queue_t *queue) {
   kiln_device_t *device = queue->device;
   /* Errors of work nobody waits for any more have nowhere to go. */
   device->iface->queue_finish(device->ctx, queue->impl);
+  kiln__checks_drop(queue);
   kiln__queue_list_t *list = &device->queues;
   pthread_mutex_lock(&list->lock);
   if (node->prev) node->prev->next = node->next;
@@ -246,7 +248,8 @@ kiln_status_t kiln_queue_finish(kiln_queue_t *queue) {
   if (status != KILN_OK)
     return kiln__wrap_error(status, "kiln_queue_finish: work on a queue of %s failed", queue->device->display_name);
   kiln__queue_mark_done(queue, stamp);
-  return KILN_OK;
+  /* The work is done: what it found wrong on the device is reported now. */
+  return kiln__checks_run(queue);
 }
 
 static kiln_status_t event_new(kiln_queue_t *queue, kiln_backend_event_t *impl, kiln_event_t **out_event) {

@@ -811,6 +811,55 @@ START_TEST(test_to_identity) {
 }
 END_TEST
 
+/* A label outside [0, C) makes cross_entropy's loss NaN on the device; the
+ * core reports the first one (position and value) at the queue's next
+ * synchronisation, once, as KILN_INDEX_OUT_OF_RANGE; the next op is clean. */
+START_TEST(test_cross_entropy_label_report) {
+  for (size_t d = 0; d < kt_ndev; d++) {
+    kiln_device_t *dev = kt_devs[d];
+    const int64_t ls[2] = {300, 10}, bs[1] = {300};
+    float logits[3000];
+    int32_t labels[300];
+    for (int i = 0; i < 3000; i++) logits[i] = (float)(i % 13) * 0.25f;
+    for (int i = 0; i < 300; i++) labels[i] = i % 10;
+    labels[3] = 12; /* the first bad label: reported */
+    labels[5] = -1;
+    labels[290] = 10;
+    kiln_tensor_t *x = NULL, *y = NULL, *loss = NULL, *good = NULL;
+    KT_OK(kiln_tensor_from_host(dev, KILN_F32, 2, ls, logits, &x));
+    KT_OK(kiln_tensor_from_host(dev, KILN_I32, 1, bs, labels, &y));
+    KT_OK(kiln_tensor_cross_entropy(x, y, &loss));
+    float value = 0.0f;
+    KT_FAILS(kiln_tensor_read(loss, &value, sizeof value), KILN_INDEX_OUT_OF_RANGE,
+             "kiln_tensor_cross_entropy: label 12 at position 3 is outside [0, 10)");
+    /* Reported once: the value itself reads back (NaN, as documented). */
+    KT_OK(kiln_tensor_read(loss, &value, sizeof value));
+    ck_assert_msg(isnan(value), "%s: loss %g, expected NaN", kiln_device_name(dev), value);
+    /* Through kiln_queue_finish too, and a negative label. */
+    kiln_tensor_release(y);
+    kiln_tensor_release(loss);
+    labels[3] = 3;
+    KT_OK(kiln_tensor_from_host(dev, KILN_I32, 1, bs, labels, &y));
+    KT_OK(kiln_tensor_cross_entropy(x, y, &loss));
+    KT_FAILS(kiln_queue_finish(kiln_device_current_queue(dev)), KILN_INDEX_OUT_OF_RANGE,
+             "label -1 at position 5 is outside [0, 10)");
+    KT_OK(kiln_queue_finish(kiln_device_current_queue(dev)));
+    /* Every label in range: no report. */
+    kiln_tensor_release(y);
+    labels[5] = 5;
+    labels[290] = 0;
+    KT_OK(kiln_tensor_from_host(dev, KILN_I32, 1, bs, labels, &y));
+    KT_OK(kiln_tensor_cross_entropy(x, y, &good));
+    KT_OK(kiln_tensor_read(good, &value, sizeof value));
+    ck_assert_msg(isfinite(value), "%s: loss %g, expected a number", kiln_device_name(dev), value);
+    kiln_tensor_release(good);
+    kiln_tensor_release(loss);
+    kiln_tensor_release(y);
+    kiln_tensor_release(x);
+  }
+}
+END_TEST
+
 /* ---- elementwise -------------------------------------------------------------------------- */
 
 /* f32 with the row's values and i32 over the whole range, over the
@@ -2565,6 +2614,7 @@ static Suite *kt_conformance_suite(void) {
       if (!strcmp(kt_rows[j].group, kt_rows[i].group)) tcase_add_loop_test(tc, test_row, (int)j, (int)j + 1);
     if (!strcmp(kt_rows[i].group, "movement")) tcase_add_test(tc, test_to_identity);
     if (!strcmp(kt_rows[i].group, "elementwise")) tcase_add_test(tc, test_rows_cover_ops);
+    if (!strcmp(kt_rows[i].group, "neural-network operations")) tcase_add_test(tc, test_cross_entropy_label_report);
     suite_add_tcase(s, tc);
   }
   return s;

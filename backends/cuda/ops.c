@@ -242,6 +242,7 @@ static kiln_status_t run_cross_entropy(kiln_backend_context_t *ctx, kiln_backend
   memset(&a, 0, sizeof a);
   a.in = kiln_cuda_view_ptr(&op->in[0]);
   a.labels = kiln_cuda_view_ptr(&op->in[1]);
+  a.aux = kiln_cuda_view_ptr(&op->in[2]); /* the report */
   a.out = kiln_cuda_view_ptr(&op->out);
   a.rows = op->u.cross_entropy.n;
   a.cols = op->u.cross_entropy.c;

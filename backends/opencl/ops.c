@@ -349,6 +349,11 @@ kiln_status_t kiln_cl_run_cross_entropy(kiln_backend_context_t *ctx, kiln_backen
         KILN_CL_MEM(kiln_cl_mem_of(&op->out)),
         KILN_CL_LONG(op->out.offset),
         KILN_CL_LONG(rows),
+        KILN_CL_MEM(kiln_cl_mem_of(&op->in[1])),
+        KILN_CL_LONG(op->in[1].offset),
+        KILN_CL_LONG(cols),
+        KILN_CL_MEM(kiln_cl_mem_of(&op->in[2])),
+        KILN_CL_LONG(op->in[2].offset),
     };
     status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_nn, "xent_mean", 1, rows, sizeof args / sizeof args[0], args);
   }

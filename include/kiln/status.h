@@ -28,7 +28,8 @@ extern "C" {
   X(OUT_OF_RESOURCES, 12, "the device lacks resources to launch the work")          \
   X(IO, 13, "a file could not be read or written")                                  \
   X(NOT_READY, 14, "the work has not completed yet")                                \
-  X(INTERNAL, 15, "an internal error in kiln or a vendor library")
+  X(INTERNAL, 15, "an internal error in kiln or a vendor library")                  \
+  X(INDEX_OUT_OF_RANGE, 16, "an index or label is outside the range it selects from")
 
 /* Status of every fallible call; KILN_OK (0) is success. */
 typedef enum kiln_status_t {

@@ -205,8 +205,12 @@ kiln_status_t kiln_tensor_norm(const kiln_tensor_t *a, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_softmax(const kiln_tensor_t *a, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_log_softmax(const kiln_tensor_t *a, kiln_tensor_t **out);
 /* Mean over N of -log_softmax(logits)[n, labels[n]]: logits f32 [N,C],
- * labels i32 [N]; a 0-d f32 tensor. A label outside [0, C) yields NaN (the
- * labels live on the device; checking them would make the caller wait). */
+ * labels i32 [N]; a 0-d f32 tensor. The labels live on the device, so a
+ * label outside [0, C) is found there without making the caller wait: the
+ * loss is NaN, and the queue's next synchronisation (kiln_queue_finish, or a
+ * blocking read such as kiln_tensor_read or kiln_tensor_item on that queue)
+ * returns KILN_INDEX_OUT_OF_RANGE naming the first bad label and its
+ * position, once (as PyTorch's IndexError; on CUDA, a device-side assert). */
 kiln_status_t kiln_tensor_cross_entropy(const kiln_tensor_t *logits, const kiln_tensor_t *labels,
                                         kiln_tensor_t **out);
 

@@ -111,6 +111,18 @@ void kiln_cpu_cross_entropy(const kiln_cpu_par_t *par, const kiln_op_t *op, void
   for (int t = 0; t < (partial && partial != &one ? threads : 1); t++) total += j.partial[t];
   if (partial && partial != &one) free(partial);
   *(float *)out = (float)(total / (double)n); /* n == 0: NaN, the mean of nothing */
+  /* The report the core reads at the next synchronisation: the first label
+   * out of range (a scan of n ints, small beside the n * c logits). */
+  int32_t *report = (int32_t *)in[2];
+  report[0] = -1;
+  report[1] = 0;
+  for (int64_t r = 0; r < n; r++) {
+    if (labels[r] < 0 || labels[r] >= c) {
+      report[0] = (int32_t)(r < INT32_MAX ? r : INT32_MAX);
+      report[1] = labels[r];
+      break;
+    }
+  }
 }
 
 /* ---- gradients ------------------------------------------------------------------ */

@@ -460,13 +460,31 @@ KILN_KERNEL kiln_xent_rows(const kiln_cuda_rows_args_t p) {
   }
 }
 
-/* One block: the mean of the row losses in a fixed order (deterministic). */
+/* One block: the mean of the row losses in a fixed order (deterministic),
+ * and the report in `aux` that the core reads at the next synchronisation:
+ * {the first row whose label is outside [0, cols), its label} or {-1, 0}. */
 KILN_KERNEL kiln_xent_mean(const kiln_cuda_rows_args_t p) {
+  __shared__ int first;
   const double *work = (const double *)p.work;
+  const int *labels = (const int *)p.labels;
+  if (threadIdx.x == 0) first = INT32_MAX;
+  __syncthreads();
   double sum = 0.0;
   for (int64_t r = threadIdx.x; r < p.rows; r += blockDim.x) sum += work[r];
+  for (int64_t r = threadIdx.x; r < p.rows && r < INT32_MAX; r += blockDim.x) {
+    if (labels[r] < 0 || labels[r] >= p.cols) {
+      atomicMin(&first, (int)r);
+      break; /* this thread's later rows come after it */
+    }
+  }
   sum = kiln_block_sum(sum);
-  if (threadIdx.x == 0) ((float *)p.out)[0] = (float)(sum / (double)p.rows); /* rows 0: NaN */
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int *report = (int *)p.aux;
+    ((float *)p.out)[0] = (float)(sum / (double)p.rows); /* rows 0: NaN */
+    report[0] = first == INT32_MAX ? -1 : first;
+    report[1] = first == INT32_MAX ? 0 : labels[first];
+  }
 }
 
 /* ---- convolution helpers and pooling ---------------------------------------- */

@@ -66,7 +66,8 @@ typedef struct kiln_cuda_reduce_args_t {
 } kiln_cuda_reduce_args_t;
 
 /* SOFTMAX (one block per row) and CROSS_ENTROPY (rows kernel: one block per
- * row writes a double loss into `work`; mean kernel: one block sums them),
+ * row writes a double loss into `work`; mean kernel: one block sums them and
+ * writes the label report, i32 [2], into `aux`),
  * and their gradients, one block per row: SOFTMAX_BACKWARD's y in `in` and
  * dy in `aux`; CROSS_ENTROPY_BACKWARD's logits in `in`, labels, and its
  * one-element dloss in `aux` (0: none, 1). */

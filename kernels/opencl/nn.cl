@@ -121,14 +121,33 @@ __kernel void xent_rows(__global const float *logits, long logits_off, __global 
   }
 }
 
-/* One work-group: the mean of the row losses (rows 0: NaN, the mean of nothing). */
-__kernel void xent_mean(__global const float *work, __global float *out, long out_off, long rows) {
+/* One work-group: the mean of the row losses (rows 0: NaN, the mean of
+ * nothing), and the report the core reads at the next synchronisation:
+ * {the first row whose label is outside [0, cols), its label} or {-1, 0}. */
+__kernel void xent_mean(__global const float *work, __global float *out, long out_off, long rows,
+                        __global const int *labels, long labels_off, long cols, __global int *report,
+                        long report_off) {
   __local float scratch[KILN_CL_REDUCE_WG];
+  __local int first;
   const int lid = (int)get_local_id(0), wgs = (int)get_local_size(0);
+  if (lid == 0) first = INT_MAX;
+  barrier(CLK_LOCAL_MEM_FENCE);
   float sum = 0.0f, comp = 0.0f;
   for (long r = lid; r < rows; r += wgs) kiln_nn_kahan_add(&sum, &comp, work[r]);
-  sum = kiln_group_sum(sum - comp, scratch);
-  if (lid == 0) out[out_off] = sum / (float)rows;
+  for (long r = lid; r < rows && r < INT_MAX; r += wgs) {
+    const int label = labels[labels_off + r];
+    if (label < 0 || label >= cols) {
+      atomic_min(&first, (int)r);
+      break; /* this item's later rows come after it */
+    }
+  }
+  sum = kiln_group_sum(sum - comp, scratch); /* its barriers also publish `first` */
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid == 0) {
+    out[out_off] = sum / (float)rows;
+    report[report_off] = first == INT_MAX ? -1 : first;
+    report[report_off + 1] = first == INT_MAX ? 0 : labels[labels_off + first];
+  }
 }
 
 /* ---- gradients ------------------------------------------------------------------ */

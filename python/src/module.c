@@ -10,7 +10,7 @@
  * Python user would catch for it. Every instance carries .status (the kiln
  * code), .status_name ("DEVICE_MISMATCH") and kiln's message as its text. */
 
-#define KP_STATUS_SLOTS 16
+#define KP_STATUS_SLOTS 17
 static PyObject *kp_error_base;
 static PyObject *kp_errors[KP_STATUS_SLOTS];
 
@@ -36,6 +36,7 @@ static const kp_error_spec_t kp_error_specs[] = {
     {KILN_IO, "IOError", &PyExc_OSError},
     {KILN_NOT_READY, NULL, NULL},
     {KILN_INTERNAL, NULL, NULL},
+    {KILN_INDEX_OUT_OF_RANGE, "IndexOutOfRangeError", &PyExc_IndexError},
 };
 
 /* "DEVICE_MISMATCH" -> "DeviceMismatchError". */

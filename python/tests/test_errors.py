@@ -26,8 +26,8 @@ def test_the_mismatch_is_an_exception_with_kiln_message(cpu, cpu1):
 
 def test_every_status_has_a_class():
     classes = {name: getattr(kiln, name) for name in dir(kiln) if name.endswith("Error") and name != "Error"}
-    assert len(classes) == 15
-    assert {c.status for c in classes.values()} == set(range(1, 16))
+    assert len(classes) == 16
+    assert {c.status for c in classes.values()} == set(range(1, 17))
     for c in classes.values():
         assert issubclass(c, kiln.Error) and c.__module__ == "kiln"
     assert issubclass(kiln.ShapeMismatchError, ValueError)
@@ -36,6 +36,7 @@ def test_every_status_has_a_class():
     assert issubclass(kiln.OutOfMemoryError, MemoryError)
     assert issubclass(kiln.IOError, OSError)
     assert issubclass(kiln.UnsupportedError, NotImplementedError)
+    assert issubclass(kiln.IndexOutOfRangeError, IndexError)
     assert kiln.Error.status is None
 
 
@@ -81,3 +82,24 @@ def test_users_can_raise_and_catch_kiln_errors():
         kiln.device("cpu:9")
     except LookupError as e:
         assert isinstance(e, kiln.NotFoundError)
+
+
+def test_a_label_out_of_range_is_an_index_error(all_devices):
+    # As PyTorch: cross_entropy with a label outside [0, C) raises IndexError
+    # naming the first bad label, at the next read (the check is made on the
+    # device), on every device and through the tape.
+    logits = np.linspace(-1, 1, 40, dtype=np.float32).reshape(4, 10)
+    for dev in all_devices:
+        labels = np.array([1, 12, -1, 3], dtype=np.int32)
+        loss = kiln.cross_entropy(kiln.tensor(logits, device=dev), kiln.tensor(labels, device=dev))
+        with pytest.raises(IndexError) as e:
+            float(loss)
+        assert isinstance(e.value, kiln.IndexOutOfRangeError)
+        assert "label 12 at position 1 is outside [0, 10)" in str(e.value)
+        good = kiln.cross_entropy(kiln.tensor(logits, device=dev), kiln.tensor(np.array([1, 2, 3, 4], dtype=np.int32),
+                                                                               device=dev))
+        assert np.isfinite(float(good))
+    tape = kiln.nn.Tape()
+    h = kiln.tensor(logits)
+    with pytest.raises(IndexError, match="label -1 at position 2"):
+        tape.cross_entropy(h, kiln.tensor(np.array([0, 1, -1, 3], dtype=np.int32))).item()
