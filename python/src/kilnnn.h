@@ -103,7 +103,7 @@ typedef struct kp_optim_t {
   kiln_nn_optimizer_t *optimizer;
   PyObject *keep; /* the parameters (or their owners): they must outlive the optimizer */
   kp_guard_t own_guard;
-  kp_guard_t *guard; /* the parameters' shared guard (kept alive by keep), or own_guard */
+  PyObject *guard_source; /* borrowed from keep: the object whose guard the parameters share, or NULL (own_guard) */
 } kp_optim_t;
 
 extern PyTypeObject kp_dataset_type, kp_loader_type, kp_param_type, kp_tape_type, kp_layer_type, kp_model_type,

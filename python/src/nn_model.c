@@ -463,24 +463,19 @@ static PyObject *kp_optim_wrap(kiln_status_t status, kiln_nn_optimizer_t *opt, P
   o->optimizer = opt;
   o->keep = keep;
   o->own_guard = (kp_guard_t){0};
-  o->guard = &o->own_guard;
+  o->guard_source = NULL;
   /* Parameters of one model (the model itself, or its parameters()) share
-   * its guard: training the model marks the optimizer too, and back. keep
-   * holds what the guard lives in. */
-  kp_guard_t *shared = NULL;
+   * its guard: training the model marks the optimizer too, and back. Looked
+   * up through a kept object at each use, so a layer added to a model later
+   * follows it. */
   if (Py_IS_TYPE(keep, &kp_model_type)) {
-    shared = kp_guard_of(keep);
-  } else if (PyTuple_Check(keep)) {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keep); i++) {
-      kp_guard_t *g = kp_guard_of(PyTuple_GET_ITEM(keep, i));
-      if (i > 0 && g != shared) {
-        shared = NULL;
-        break;
-      }
-      shared = g;
-    }
+    o->guard_source = keep;
+  } else if (PyTuple_Check(keep) && PyTuple_GET_SIZE(keep) > 0) {
+    kp_guard_t *first = kp_guard_of(PyTuple_GET_ITEM(keep, 0));
+    bool one = true;
+    for (Py_ssize_t i = 1; one && i < PyTuple_GET_SIZE(keep); i++) one = kp_guard_of(PyTuple_GET_ITEM(keep, i)) == first;
+    if (one) o->guard_source = PyTuple_GET_ITEM(keep, 0);
   }
-  if (shared) o->guard = shared;
   return (PyObject *)o;
 }
 
@@ -582,7 +577,7 @@ static PyObject *kp_optimizer_preset(PyObject *self, PyObject *args) {
 
 /* An optimizer over parameters that do not share one guard checks each. */
 static int kp_optim_check_params(kp_optim_t *o) {
-  if (o->guard == &o->own_guard && PyTuple_Check(o->keep))
+  if (!o->guard_source && PyTuple_Check(o->keep))
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o->keep); i++)
       if (kp_guard_check(PyTuple_GET_ITEM(o->keep, i)) < 0) return -1;
   return 0;

@@ -54,7 +54,10 @@ kp_guard_t *kp_guard_of(PyObject *obj) {
     kp_param_t *p = (kp_param_t *)obj;
     return p->owner ? kp_owner_guard(p->owner) : &p->guard;
   }
-  if (tp == &kp_optim_type) return ((kp_optim_t *)obj)->guard;
+  if (tp == &kp_optim_type) {
+    kp_optim_t *o = (kp_optim_t *)obj;
+    return o->guard_source ? kp_guard_of(o->guard_source) : &o->own_guard;
+  }
   if (tp == &kp_loader_type) return &((kp_loader_t *)obj)->guard;
   return NULL;
 }

@@ -357,6 +357,15 @@ def test_a_progress_callback_cannot_use_the_model_it_trains():
                                            r"thread's stack"):
         nn.train_epoch(model, opt, loader, report_every=1, progress=lambda _: model(x))
     assert model(x).shape == (4, 3)
+    # An optimizer made over a layer before the layer joined the model
+    # follows it into the model.
+    layer = nn.Linear(3, 3, seed=4)
+    early = nn.SGD(layer.parameters(), 0.1)
+    model.add(layer)
+    with pytest.raises(RuntimeError, match=r"this kiln.nn.Optimizer is in use by train_epoch \(through its "
+                                           r"kiln.nn.Sequential\) further up"):
+        nn.train_epoch(model, opt, loader, report_every=1, progress=lambda _: early.step())
+    early.step()
 
 
 def test_optimizer_hyperparameters_are_checked_at_once():
