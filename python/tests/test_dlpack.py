@@ -273,3 +273,31 @@ def test_a_capsule_hands_its_tensor_back_once():
         assert "used_" in repr(c)
         del c, k
     assert t.tolist() == [1.0] * 4
+
+
+def test_a_deleter_called_without_renaming_is_not_called_again():
+    # What PyTorch does on a failed import, without PyTorch: the consumer
+    # calls the managed tensor's deleter (twice, even) and leaves the capsule
+    # named "dltensor"; dropping the capsule must not call it once more.
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import ctypes, gc, kiln
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        deleter_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+        t = kiln.arange(4, dtype=kiln.float32)
+        for name, kw, offset in ((b"dltensor", {}, 56), (b"dltensor_versioned", {"max_version": (1, 0)}, 16)):
+            for _ in range(50):
+                capsule = t.__dlpack__(**kw)
+                managed = get(capsule, name)
+                # The deleter follows dl_tensor (48 bytes) and manager_ctx in
+                # the legacy form; version (8) and manager_ctx in the versioned one.
+                deleter = deleter_type(ctypes.c_void_p.from_address(managed + offset).value)
+                deleter(managed)
+                deleter(managed)
+                del capsule
+                gc.collect()
+        print(t.tolist())
+    """)], capture_output=True, text=True, timeout=240,
+        env=dict(os.environ, MALLOC_CHECK_="3", MALLOC_PERTURB_="165"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[0.0, 1.0, 2.0, 3.0]"
