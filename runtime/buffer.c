@@ -64,6 +64,15 @@ kiln_status_t kiln__buffer_wrap(kiln_device_t *device, void *handle, size_t size
   return KILN_OK;
 }
 
+kiln_status_t kiln__buffer_check_writable(const char *call, const char *name, const kiln_buffer_t *buffer) {
+  if (!buffer->read_only) return KILN_OK;
+  return kiln__set_error(KILN_INVALID_ARGUMENT,
+                         "%s: %s views memory imported read-only (a DLPack tensor flagged "
+                         "DLPACK_FLAG_BITMASK_READ_ONLY), which kiln never writes; write to a copy (kiln_tensor_copy) "
+                         "or import the tensor writable",
+                         call, name);
+}
+
 kiln_status_t kiln__buffer_settle(kiln_buffer_t *buffer) {
   uint64_t queue_id = atomic_load_explicit(&buffer->last_queue, memory_order_relaxed);
   if (queue_id == 0) return KILN_OK;
@@ -151,6 +160,7 @@ kiln_status_t kiln_buffer_write(kiln_queue_t *queue, kiln_buffer_t *buffer, size
                                 size_t size, bool blocking, uint32_t wait_count, kiln_event_t *const *wait_events,
                                 kiln_event_t **out_event) {
   kiln_status_t status = transfer_check("kiln_buffer_write", queue, buffer, offset, host, size);
+  if (status == KILN_OK) status = kiln__buffer_check_writable("kiln_buffer_write", "buffer", buffer);
   if (status != KILN_OK) return status;
   status = kiln__queue_wait_list(queue, wait_count, wait_events);
   if (status != KILN_OK) return kiln__wrap_error(status, "kiln_buffer_write");
@@ -192,6 +202,7 @@ kiln_status_t kiln_buffer_fill(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
   if (!pattern)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_buffer_fill: pattern is NULL; pass 1, 2 or 4 bytes");
   kiln_status_t status = transfer_check("kiln_buffer_fill", queue, buffer, offset, pattern, size);
+  if (status == KILN_OK) status = kiln__buffer_check_writable("kiln_buffer_fill", "buffer", buffer);
   if (status != KILN_OK) return status;
   if (pattern_size != 1 && pattern_size != 2 && pattern_size != 4)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
@@ -352,6 +363,7 @@ kiln_status_t kiln_buffer_copy(kiln_queue_t *queue, kiln_buffer_t *src, size_t s
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: dst is NULL; pass a buffer from kiln_buffer_create", call);
   char dummy = 0;
   kiln_status_t status = transfer_check(call, queue, dst, dst_offset, &dummy, size);
+  if (status == KILN_OK) status = kiln__buffer_check_writable(call, "dst", dst);
   if (status != KILN_OK) return status;
   if (src_offset > src->size || size > src->size - src_offset)
     return kiln__set_error(KILN_INVALID_ARGUMENT,

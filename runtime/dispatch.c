@@ -402,8 +402,10 @@ kiln_status_t kiln__op_enqueue(const char *call, kiln_device_t *device, kiln_op_
 
 kiln_status_t kiln__op_enqueue_into(const char *call, kiln_op_t *op, kiln_tensor_t *target,
                                     const kiln_tensor_t *const *inputs) {
+  kiln_status_t status = kiln__buffer_check_writable(call, "the tensor written", target->buffer);
+  if (status != KILN_OK) return status;
   if (kiln_tensor_numel(target) == 0) return KILN_OK;
   kiln_queue_t *queue = kiln_device_current_queue(target->buffer->device);
-  kiln_status_t status = op_run(queue, op, target, inputs);
+  status = op_run(queue, op, target, inputs);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "%s", call);
 }

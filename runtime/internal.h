@@ -340,6 +340,12 @@ kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_
  * with it (after the work that uses it). */
 kiln_status_t kiln__buffer_wrap(kiln_device_t *device, void *handle, size_t size, void (*release)(void *owner),
                                 void *owner, kiln_buffer_t **out_buffer);
+/* KILN_OK when kiln may write `buffer`; KILN_INVALID_ARGUMENT, with a message
+ * naming `name` (the caller's word for it) in `call`, when it is memory
+ * imported read-only (DLPack's DLPACK_FLAG_BITMASK_READ_ONLY). The one check
+ * of every writer: buffer write, fill and copy destination, and every update
+ * in place. */
+kiln_status_t kiln__buffer_check_writable(const char *call, const char *name, const kiln_buffer_t *buffer);
 /* Wait for the work enqueued so far that uses the buffer. */
 kiln_status_t kiln__buffer_settle(kiln_buffer_t *buffer);
 /* Note that `queue` enqueued work on the buffer (cheap; for the pool's tags). */

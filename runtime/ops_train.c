@@ -502,10 +502,8 @@ static kiln_status_t check_update(const char *call, int count, const char *const
     if (status != KILN_OK) return status;
     if (i > 0 && !same_shape(tensors[0], t))
       return shapes_differ(call, names[0], tensors[0], names[i], t, "an update takes tensors of one shape");
-    if (i != 1 && t->buffer->read_only) /* the second operand is the one only read */
-      return kiln__set_error(KILN_INVALID_ARGUMENT,
-                             "%s: %s views memory imported read-only (DLPack); update a tensor kiln may write", call,
-                             names[i]);
+    /* the second operand is the one only read */
+    if (i != 1 && (status = kiln__buffer_check_writable(call, names[i], t->buffer)) != KILN_OK) return status;
     if (!kiln_tensor_is_contiguous(t))
       return kiln__set_error(KILN_INVALID_ARGUMENT,
                              "%s: %s is a strided view; updates write in place and take contiguous tensors (pass the "
