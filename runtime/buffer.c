@@ -171,6 +171,7 @@ kiln_status_t kiln_buffer_write(kiln_queue_t *queue, kiln_buffer_t *buffer, size
     if (status != KILN_OK)
       return kiln__wrap_error(status, "kiln_buffer_write of %zu bytes to %s", size, queue->device->display_name);
     if (blocking) kiln__queue_mark_done(queue, stamp);
+    else kiln__queue_count_op(queue);
   }
   status = kiln__queue_record_out(queue, out_event);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "kiln_buffer_write");
@@ -191,6 +192,7 @@ kiln_status_t kiln_buffer_read(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
       return kiln__wrap_error(status, "kiln_buffer_read of %zu bytes from %s", size, queue->device->display_name);
     /* A blocking read on an in-order queue means all earlier work is done. */
     if (blocking) kiln__queue_mark_done(queue, stamp);
+    else kiln__queue_count_op(queue);
   }
   status = kiln__queue_record_out(queue, out_event);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "kiln_buffer_read");
@@ -219,6 +221,7 @@ kiln_status_t kiln_buffer_fill(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
     status = queue->device->iface->buffer_fill(queue->device->ctx, queue->impl, buffer->impl, offset, size, pattern, pattern_size);
     if (status != KILN_OK)
       return kiln__wrap_error(status, "kiln_buffer_fill of %zu bytes on %s", size, queue->device->display_name);
+    kiln__queue_count_op(queue);
   }
   status = kiln__queue_record_out(queue, out_event);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "kiln_buffer_fill");
@@ -390,6 +393,7 @@ kiln_status_t kiln_buffer_copy(kiln_queue_t *queue, kiln_buffer_t *src, size_t s
       return kiln__wrap_error(status, "%s of %zu bytes from %s to %s", call, size, sd->display_name, dd->display_name);
     kiln__buffer_touch(src, src_queue);
     kiln__buffer_touch(dst, queue);
+    kiln__queue_count_op(queue);
   } else if (size > 0) {
     /* Across backends (or a backend without device copies): the caller
      * waits, so nothing stays in flight that the queues do not know of. */

@@ -369,6 +369,7 @@ static kiln_status_t op_run(kiln_queue_t *queue, kiln_op_t *op, kiln_tensor_t *o
   if (status == KILN_OK) status = run_row(queue, op, row, &provider);
   if (status != KILN_OK) return status;
   last_provider = provider;
+  kiln__queue_count_op(queue);
   kiln__buffer_touch(out->buffer, queue);
   for (int i = 0; i < op->n_in; i++)
     if (inputs && inputs[i]) kiln__buffer_touch(inputs[i]->buffer, queue);

@@ -235,11 +235,24 @@ struct kiln_device_t {
   kiln__pool_t pool;
 };
 
+/* Back-pressure (queue.h): at most KILN__QUEUE_DEPTH operations enqueued on a
+ * queue and not known complete. Every KILN__QUEUE_CHECKPOINT-th operation
+ * records a checkpoint event; when KILN__QUEUE_DEPTH / KILN__QUEUE_CHECKPOINT
+ * are outstanding, the enqueuer waits for the oldest. 1024 is the CPU
+ * backend's own ring (and about where a CUDA stream's launch queue blocks):
+ * milliseconds of tiny kernels, far more than hides the cost of enqueueing,
+ * and a few MB of driver records at most (PoCL keeps ~1.5-2 KB per command). */
+#define KILN__QUEUE_DEPTH 1024u
+#define KILN__QUEUE_CHECKPOINT 128u
+#define KILN__QUEUE_CHECKPOINTS (KILN__QUEUE_DEPTH / KILN__QUEUE_CHECKPOINT)
+
 struct kiln_queue_t {
   atomic_int refs;
   kiln_device_t *device;
   kiln_backend_queue_t *impl;
   uint64_t id; /* unique per process, never 0 */
+  _Atomic uint64_t enqueued;  /* operations enqueued, ever */
+  _Atomic uint64_t completed; /* the first `completed` of them are known complete */
 };
 
 struct kiln_event_t {
@@ -374,6 +387,22 @@ bool kiln__queue_done_since(kiln_device_t *device, uint64_t queue_id, uint64_t s
 /* Note that everything enqueued on `queue` before `stamp` is done (after a
  * finish or a blocking transfer). */
 void kiln__queue_mark_done(kiln_queue_t *queue, uint64_t stamp);
+/* Record a checkpoint after operation `count` and, when KILN__QUEUE_DEPTH
+ * operations may be outstanding, wait for the oldest checkpoint
+ * (kiln__queue_count_op's slow path). */
+void kiln__queue_checkpoint(kiln_queue_t *queue, uint64_t count);
+/* Count one operation just enqueued on `queue` (a kernel, or a transfer that
+ * did not block): one relaxed atomic add, and every KILN__QUEUE_CHECKPOINT-th
+ * time a checkpoint, which may block until the queue is below its bound.
+ * Never fails: an error of earlier work stays with the queue, for
+ * kiln_queue_finish. */
+static inline void kiln__queue_count_op(kiln_queue_t *queue) {
+  const uint64_t n = atomic_fetch_add_explicit(&queue->enqueued, 1, memory_order_relaxed) + 1;
+  if (n % KILN__QUEUE_CHECKPOINT == 0) kiln__queue_checkpoint(queue, n);
+}
+/* Operations enqueued on `queue` and not known complete: an upper bound on
+ * those in flight, at most KILN__QUEUE_DEPTH (the unit suite checks it). */
+uint64_t kiln__queue_in_flight(kiln_queue_t *queue);
 /* Forget the calling thread's current queues (on deinitialize). */
 void kiln__queue_forget_thread(void);
 
