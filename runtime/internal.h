@@ -238,12 +238,15 @@ struct kiln_device_t {
 /* Back-pressure (queue.h): at most KILN__QUEUE_DEPTH operations enqueued on a
  * queue and not known complete. Every KILN__QUEUE_CHECKPOINT-th operation
  * records a checkpoint event; when KILN__QUEUE_DEPTH / KILN__QUEUE_CHECKPOINT
- * are outstanding, the enqueuer waits for the oldest. 1024 is the CPU
- * backend's own ring (and about where a CUDA stream's launch queue blocks):
- * milliseconds of tiny kernels, far more than hides the cost of enqueueing,
- * and a few MB of driver records at most (PoCL keeps ~1.5-2 KB per command). */
-#define KILN__QUEUE_DEPTH 1024u
-#define KILN__QUEUE_CHECKPOINT 128u
+ * are outstanding, the enqueuer waits for the oldest. 2048 is twice the CPU
+ * backend's own ring (1024 commands), so that there the ring binds first and
+ * a checkpoint is already reached when it is waited for (the enqueuer never
+ * sleeps twice), and past where a CUDA stream blocks its launches (about
+ * 1024): milliseconds of tiny kernels, far more than hides the cost of
+ * enqueueing, and a few MB of driver records at most (PoCL keeps ~1.5-2 KB
+ * per command). */
+#define KILN__QUEUE_DEPTH 2048u
+#define KILN__QUEUE_CHECKPOINT 256u
 #define KILN__QUEUE_CHECKPOINTS (KILN__QUEUE_DEPTH / KILN__QUEUE_CHECKPOINT)
 
 struct kiln_queue_t {

@@ -26,7 +26,7 @@ typedef struct kiln_event_t kiln_event_t;
  * queue; more can be created. Enqueue calls return at once; the CPU backend's
  * queues are asynchronous too (a worker thread per queue).
  *
- * Back-pressure: a queue holds at most 1024 operations (kernels and
+ * Back-pressure: a queue holds at most 2048 operations (kernels and
  * non-blocking transfers) enqueued and not yet known complete, on every
  * backend. An enqueue call that would exceed that blocks until the oldest are
  * done (as a CUDA stream or an OpenCL driver does when its own queue is
