@@ -237,12 +237,18 @@ typedef struct kiln_op_t {
      * ADAM_UPDATE: in[0] grad, in[1] m, in[2] v: g = grad + weight_decay * out;
      *   m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
      *   out -= lr * (m / bias1) / (sqrt(v / bias2) + eps), bias1 and bias2 the
-     *   corrections 1 - beta^step the core computed. */
+     *   corrections 1 - beta^step the core computed. The core also folds, in
+     *   double from the caller's values and rounded once to float, keep1 =
+     *   1 - beta1, keep2 = 1 - beta2, step_size = lr / bias1 and sqrt_bias2 =
+     *   sqrt(bias2); kernels use those (out -= step_size * m / (sqrt(v) /
+     *   sqrt_bias2 + eps), torch.optim.Adam's order), never 1 - beta of the
+     *   float beta, which is off by up to 1.3e-5 relative at beta2 = 0.999. */
     struct {
       float alpha;
       float lr, momentum, dampening, weight_decay;
       bool nesterov;
       float beta1, beta2, eps, bias1, bias2;
+      float keep1, keep2, step_size, sqrt_bias2; /* ADAM_UPDATE, folded by the core (above) */
     } update;
   } u;
 } kiln_op_t;

@@ -64,6 +64,15 @@ kiln_status_t kiln__buffer_wrap(kiln_device_t *device, void *handle, size_t size
   return KILN_OK;
 }
 
+kiln_status_t kiln__buffer_check_writable(const char *call, const char *name, const kiln_buffer_t *buffer) {
+  if (!buffer->read_only) return KILN_OK;
+  return kiln__set_error(KILN_INVALID_ARGUMENT,
+                         "%s: %s views memory imported read-only (a DLPack tensor flagged "
+                         "DLPACK_FLAG_BITMASK_READ_ONLY), which kiln never writes; write to a copy (kiln_tensor_copy) "
+                         "or import the tensor writable",
+                         call, name);
+}
+
 kiln_status_t kiln__buffer_settle(kiln_buffer_t *buffer) {
   uint64_t queue_id = atomic_load_explicit(&buffer->last_queue, memory_order_relaxed);
   if (queue_id == 0) return KILN_OK;
@@ -151,6 +160,7 @@ kiln_status_t kiln_buffer_write(kiln_queue_t *queue, kiln_buffer_t *buffer, size
                                 size_t size, bool blocking, uint32_t wait_count, kiln_event_t *const *wait_events,
                                 kiln_event_t **out_event) {
   kiln_status_t status = transfer_check("kiln_buffer_write", queue, buffer, offset, host, size);
+  if (status == KILN_OK) status = kiln__buffer_check_writable("kiln_buffer_write", "buffer", buffer);
   if (status != KILN_OK) return status;
   status = kiln__queue_wait_list(queue, wait_count, wait_events);
   if (status != KILN_OK) return kiln__wrap_error(status, "kiln_buffer_write");
@@ -161,6 +171,7 @@ kiln_status_t kiln_buffer_write(kiln_queue_t *queue, kiln_buffer_t *buffer, size
     if (status != KILN_OK)
       return kiln__wrap_error(status, "kiln_buffer_write of %zu bytes to %s", size, queue->device->display_name);
     if (blocking) kiln__queue_mark_done(queue, stamp);
+    else kiln__queue_count_op(queue);
   }
   status = kiln__queue_record_out(queue, out_event);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "kiln_buffer_write");
@@ -185,6 +196,8 @@ kiln_status_t kiln_buffer_read(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
       kiln__queue_mark_done(queue, stamp);
       status = kiln__checks_run(queue);
       if (status != KILN_OK) return status;
+    } else {
+      kiln__queue_count_op(queue);
     }
   }
   status = kiln__queue_record_out(queue, out_event);
@@ -197,6 +210,7 @@ kiln_status_t kiln_buffer_fill(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
   if (!pattern)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln_buffer_fill: pattern is NULL; pass 1, 2 or 4 bytes");
   kiln_status_t status = transfer_check("kiln_buffer_fill", queue, buffer, offset, pattern, size);
+  if (status == KILN_OK) status = kiln__buffer_check_writable("kiln_buffer_fill", "buffer", buffer);
   if (status != KILN_OK) return status;
   if (pattern_size != 1 && pattern_size != 2 && pattern_size != 4)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
@@ -213,6 +227,7 @@ kiln_status_t kiln_buffer_fill(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
     status = queue->device->iface->buffer_fill(queue->device->ctx, queue->impl, buffer->impl, offset, size, pattern, pattern_size);
     if (status != KILN_OK)
       return kiln__wrap_error(status, "kiln_buffer_fill of %zu bytes on %s", size, queue->device->display_name);
+    kiln__queue_count_op(queue);
   }
   status = kiln__queue_record_out(queue, out_event);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "kiln_buffer_fill");
@@ -357,6 +372,7 @@ kiln_status_t kiln_buffer_copy(kiln_queue_t *queue, kiln_buffer_t *src, size_t s
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: dst is NULL; pass a buffer from kiln_buffer_create", call);
   char dummy = 0;
   kiln_status_t status = transfer_check(call, queue, dst, dst_offset, &dummy, size);
+  if (status == KILN_OK) status = kiln__buffer_check_writable(call, "dst", dst);
   if (status != KILN_OK) return status;
   if (src_offset > src->size || size > src->size - src_offset)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
@@ -383,6 +399,7 @@ kiln_status_t kiln_buffer_copy(kiln_queue_t *queue, kiln_buffer_t *src, size_t s
       return kiln__wrap_error(status, "%s of %zu bytes from %s to %s", call, size, sd->display_name, dd->display_name);
     kiln__buffer_touch(src, src_queue);
     kiln__buffer_touch(dst, queue);
+    kiln__queue_count_op(queue);
   } else if (size > 0) {
     /* Across backends (or a backend without device copies): the caller
      * waits, so nothing stays in flight that the queues do not know of. */

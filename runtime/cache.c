@@ -289,11 +289,15 @@ void kiln__cache_sweep(void) {
   const char *dir = cache_root();
   if (!dir) return;
   uint64_t deadline = now_ns() + SWEEP_MAX_NS;
+  /* The root first, on a budget of its own: it holds a handful of entries
+   * (the tuning table's temporaries among them), and a kernels folder of
+   * thousands must not use up the sweep before the root is reached. */
+  int root_budget = 64;
+  sweep_folder(dir, deadline, &root_budget);
   int budget = SWEEP_MAX_ENTRIES;
   char *kernels = path_join(dir, "kernels", NULL);
   if (kernels) sweep_folder(kernels, deadline, &budget);
   free(kernels);
-  sweep_folder(dir, deadline, &budget);
 }
 
 void kiln__cache_store(const char *key, const void *data, size_t size) {

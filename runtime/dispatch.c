@@ -369,6 +369,7 @@ static kiln_status_t op_run(kiln_queue_t *queue, kiln_op_t *op, kiln_tensor_t *o
   if (status == KILN_OK) status = run_row(queue, op, row, &provider);
   if (status != KILN_OK) return status;
   last_provider = provider;
+  kiln__queue_count_op(queue);
   kiln__buffer_touch(out->buffer, queue);
   for (int i = 0; i < op->n_in; i++)
     if (inputs && inputs[i]) kiln__buffer_touch(inputs[i]->buffer, queue);
@@ -402,8 +403,10 @@ kiln_status_t kiln__op_enqueue(const char *call, kiln_device_t *device, kiln_op_
 
 kiln_status_t kiln__op_enqueue_into(const char *call, kiln_op_t *op, kiln_tensor_t *target,
                                     const kiln_tensor_t *const *inputs) {
+  kiln_status_t status = kiln__buffer_check_writable(call, "the tensor written", target->buffer);
+  if (status != KILN_OK) return status;
   if (kiln_tensor_numel(target) == 0) return KILN_OK;
   kiln_queue_t *queue = kiln_device_current_queue(target->buffer->device);
-  kiln_status_t status = op_run(queue, op, target, inputs);
+  status = op_run(queue, op, target, inputs);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "%s", call);
 }

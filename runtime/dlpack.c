@@ -195,9 +195,32 @@ static kiln_status_t import_tensor(const char *call, const DLTensor *t, void (*r
                               : span + kiln__mul_sat(strides[i], shape[i] - 1);
   }
   if (numel == 0) span = 0;
+  /* No device kiln runs on addresses more than 2^57 bytes (x86-64's five-level
+   * paging; AArch64 and CUDA's unified addresses have fewer bits): an offset or
+   * an extent beyond that is a producer's bug, not memory. */
+  const uint64_t limit = UINT64_C(1) << 57;
+  if (t->byte_offset >= limit)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "%s: byte_offset %llu lies beyond any address (kiln views at most 2^57 bytes); pass the "
+                           "offset of the first element from data",
+                           call, (unsigned long long)t->byte_offset);
+  if (span == INT64_MAX || (uint64_t)span > (limit - t->byte_offset) / 4)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "%s: the shape and strides reach %s%lld elements past byte_offset %llu, more than 2^57 bytes "
+                           "in all; kiln cannot view it (check the strides, which count elements, not bytes)",
+                           call, span == INT64_MAX ? "more than " : "", (long long)span,
+                           (unsigned long long)t->byte_offset);
   const uint64_t first = t->byte_offset / 4;
-  if (span == INT64_MAX || (uint64_t)span > (SIZE_MAX / 4) - first)
-    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: the strides reach past any memory; kiln cannot view it", call);
+  /* The view's bytes, from data: an address must not wrap past the top of memory. */
+  const uint64_t extent = (first + (uint64_t)span) * 4;
+  if ((uint64_t)(size_t)extent != extent)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: the view's %llu bytes are more than this machine's size_t holds",
+                           call, (unsigned long long)extent);
+  if (t->device.device_type != kDLOpenCL && span > 0 && (uint64_t)(uintptr_t)t->data > UINTPTR_MAX - extent)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "%s: data %p plus the view's %llu bytes wraps past the top of the address space; kiln "
+                           "cannot view it",
+                           call, t->data, (unsigned long long)extent);
   kiln_device_t *device = NULL;
   status = find_device(call, t->device, &device);
   if (status != KILN_OK) return status;
@@ -205,7 +228,7 @@ static kiln_status_t import_tensor(const char *call, const DLTensor *t, void (*r
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: data is NULL for a tensor of %lld elements", call, (long long)numel);
   kiln_tensor_t *tensor = NULL;
   /* The buffer covers the memory from data to the last element viewed. */
-  const size_t bytes = (size_t)(first + (uint64_t)span) * 4;
+  const size_t bytes = (size_t)extent;
   kiln_buffer_t *buffer = NULL;
   status = kiln__buffer_wrap(device, t->data, bytes, release, managed, &buffer);
   if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);

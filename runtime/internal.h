@@ -235,6 +235,20 @@ struct kiln_device_t {
   kiln__pool_t pool;
 };
 
+/* Back-pressure (queue.h): at most KILN__QUEUE_DEPTH operations enqueued on a
+ * queue and not known complete. Every KILN__QUEUE_CHECKPOINT-th operation
+ * records a checkpoint event; when KILN__QUEUE_DEPTH / KILN__QUEUE_CHECKPOINT
+ * are outstanding, the enqueuer waits for the oldest. 2048 is twice the CPU
+ * backend's own ring (1024 commands), so that there the ring binds first and
+ * a checkpoint is already reached when it is waited for (the enqueuer never
+ * sleeps twice), and past where a CUDA stream blocks its launches (about
+ * 1024): milliseconds of tiny kernels, far more than hides the cost of
+ * enqueueing, and a few MB of driver records at most (PoCL keeps ~1.5-2 KB
+ * per command). */
+#define KILN__QUEUE_DEPTH 2048u
+#define KILN__QUEUE_CHECKPOINT 256u
+#define KILN__QUEUE_CHECKPOINTS (KILN__QUEUE_DEPTH / KILN__QUEUE_CHECKPOINT)
+
 typedef struct kiln__check_t kiln__check_t;
 
 struct kiln_queue_t {
@@ -244,6 +258,8 @@ struct kiln_queue_t {
   uint64_t id; /* unique per process, never 0 */
   /* Checks the device made for ops enqueued here, newest first (checks.c). */
   _Atomic(kiln__check_t *) checks;
+  _Atomic uint64_t enqueued;  /* operations enqueued, ever */
+  _Atomic uint64_t completed; /* the first `completed` of them are known complete */
 };
 
 struct kiln_event_t {
@@ -344,6 +360,12 @@ kiln_status_t kiln__buffer_create_idle(kiln_device_t *device, size_t size, kiln_
  * with it (after the work that uses it). */
 kiln_status_t kiln__buffer_wrap(kiln_device_t *device, void *handle, size_t size, void (*release)(void *owner),
                                 void *owner, kiln_buffer_t **out_buffer);
+/* KILN_OK when kiln may write `buffer`; KILN_INVALID_ARGUMENT, with a message
+ * naming `name` (the caller's word for it) in `call`, when it is memory
+ * imported read-only (DLPack's DLPACK_FLAG_BITMASK_READ_ONLY). The one check
+ * of every writer: buffer write, fill and copy destination, and every update
+ * in place. */
+kiln_status_t kiln__buffer_check_writable(const char *call, const char *name, const kiln_buffer_t *buffer);
 /* Wait for the work enqueued so far that uses the buffer. */
 kiln_status_t kiln__buffer_settle(kiln_buffer_t *buffer);
 /* Note that `queue` enqueued work on the buffer (cheap; for the pool's tags). */
@@ -372,6 +394,22 @@ bool kiln__queue_done_since(kiln_device_t *device, uint64_t queue_id, uint64_t s
 /* Note that everything enqueued on `queue` before `stamp` is done (after a
  * finish or a blocking transfer). */
 void kiln__queue_mark_done(kiln_queue_t *queue, uint64_t stamp);
+/* Record a checkpoint after operation `count` and, when KILN__QUEUE_DEPTH
+ * operations may be outstanding, wait for the oldest checkpoint
+ * (kiln__queue_count_op's slow path). */
+void kiln__queue_checkpoint(kiln_queue_t *queue, uint64_t count);
+/* Count one operation just enqueued on `queue` (a kernel, or a transfer that
+ * did not block): one relaxed atomic add, and every KILN__QUEUE_CHECKPOINT-th
+ * time a checkpoint, which may block until the queue is below its bound.
+ * Never fails: an error of earlier work stays with the queue, for
+ * kiln_queue_finish. */
+static inline void kiln__queue_count_op(kiln_queue_t *queue) {
+  const uint64_t n = atomic_fetch_add_explicit(&queue->enqueued, 1, memory_order_relaxed) + 1;
+  if (n % KILN__QUEUE_CHECKPOINT == 0) kiln__queue_checkpoint(queue, n);
+}
+/* Operations enqueued on `queue` and not known complete: an upper bound on
+ * those in flight, at most KILN__QUEUE_DEPTH (the unit suite checks it). */
+uint64_t kiln__queue_in_flight(kiln_queue_t *queue);
 /* Forget the calling thread's current queues (on deinitialize). */
 void kiln__queue_forget_thread(void);
 

@@ -502,10 +502,8 @@ static kiln_status_t check_update(const char *call, int count, const char *const
     if (status != KILN_OK) return status;
     if (i > 0 && !same_shape(tensors[0], t))
       return shapes_differ(call, names[0], tensors[0], names[i], t, "an update takes tensors of one shape");
-    if (i != 1 && t->buffer->read_only) /* the second operand is the one only read */
-      return kiln__set_error(KILN_INVALID_ARGUMENT,
-                             "%s: %s views memory imported read-only (DLPack); update a tensor kiln may write", call,
-                             names[i]);
+    /* the second operand is the one only read */
+    if (i != 1 && (status = kiln__buffer_check_writable(call, names[i], t->buffer)) != KILN_OK) return status;
     if (!kiln_tensor_is_contiguous(t))
       return kiln__set_error(KILN_INVALID_ARGUMENT,
                              "%s: %s is a strided view; updates write in place and take contiguous tensors (pass the "
@@ -625,9 +623,17 @@ kiln_status_t kiln_tensor_adam_update(kiln_tensor_t *param, const kiln_tensor_t 
   op.u.update.beta2 = (float)p.beta2;
   op.u.update.eps = (float)p.eps;
   op.u.update.weight_decay = (float)p.weight_decay;
-  /* The bias corrections in double: beta^step underflows gracefully. */
-  op.u.update.bias1 = (float)(1.0 - pow(p.beta1, (double)step));
-  op.u.update.bias2 = (float)(1.0 - pow(p.beta2, (double)step));
+  /* The constants in double from the caller's values, rounded once, as
+   * torch.optim.Adam folds them in Python: 1 - beta of the float beta would
+   * be off by up to 1.3e-5 relative (beta2 = 0.999), and beta^step
+   * underflows gracefully in double. */
+  const double bias1 = 1.0 - pow(p.beta1, (double)step), bias2 = 1.0 - pow(p.beta2, (double)step);
+  op.u.update.bias1 = (float)bias1;
+  op.u.update.bias2 = (float)bias2;
+  op.u.update.keep1 = (float)(1.0 - p.beta1);
+  op.u.update.keep2 = (float)(1.0 - p.beta2);
+  op.u.update.step_size = (float)(p.lr / bias1);
+  op.u.update.sqrt_bias2 = (float)sqrt(bias2);
   kiln__tensor_view(grad, &op.in[0]);
   kiln__tensor_view(m, &op.in[1]);
   kiln__tensor_view(v, &op.in[2]);

@@ -13,6 +13,14 @@ typedef struct kiln__queue_node_t {
    * released on this queue to another queue without waiting. */
   _Atomic uint64_t done_stamp;
   struct kiln__queue_node_t *prev, *next;
+  /* The checkpoints of the back-pressure (internal.h), oldest first in a
+   * ring; `count` is the number of operations enqueued when it was recorded. */
+  pthread_mutex_t pressure_lock;
+  struct {
+    kiln_backend_event_t *event;
+    uint64_t count;
+  } checkpoints[KILN__QUEUE_CHECKPOINTS];
+  unsigned oldest, outstanding;
 } queue_node_t;
 
 /* Never 0: 0 tags "no queue" in buffers and pool blocks. */
@@ -60,6 +68,69 @@ bool kiln__queue_done_since(kiln_device_t *device, uint64_t queue_id, uint64_t s
   return done;
 }
 
+/* ---- back-pressure ------------------------------------------------------------ */
+
+static void note_completed(kiln_queue_t *queue, uint64_t count) {
+  uint64_t seen = atomic_load_explicit(&queue->completed, memory_order_relaxed);
+  while (seen < count && !atomic_compare_exchange_weak_explicit(&queue->completed, &seen, count, memory_order_relaxed,
+                                                                memory_order_relaxed)) {
+  }
+}
+
+uint64_t kiln__queue_in_flight(kiln_queue_t *queue) {
+  const uint64_t completed = atomic_load_explicit(&queue->completed, memory_order_relaxed);
+  const uint64_t enqueued = atomic_load_explicit(&queue->enqueued, memory_order_relaxed);
+  return enqueued > completed ? enqueued - completed : 0;
+}
+
+/* Drop the oldest checkpoint, waiting for it unless `wait` is false (a
+ * finish already covered it). Called with pressure_lock held. */
+static void checkpoint_pop(queue_node_t *node, bool wait) {
+  kiln_device_t *device = node->queue.device;
+  const unsigned i = node->oldest;
+  kiln_status_t status = wait ? device->iface->event_wait(device->ctx, node->checkpoints[i].event) : KILN_OK;
+  if (status != KILN_OK) {
+    /* The queue keeps its error for kiln_queue_finish, as for work nobody waits on. */
+    kiln__log(KILN_LOG_DEBUG, "a queue of %s failed before its checkpoint: %s", device->display_name, kiln_last_error());
+    kiln_clear_error();
+  }
+  device->iface->event_release(device->ctx, node->checkpoints[i].event);
+  note_completed(&node->queue, node->checkpoints[i].count);
+  node->checkpoints[i].event = NULL;
+  node->oldest = (i + 1) % KILN__QUEUE_CHECKPOINTS;
+  node->outstanding--;
+}
+
+void kiln__queue_checkpoint(kiln_queue_t *queue, uint64_t count) {
+  queue_node_t *node = node_of(queue);
+  kiln_device_t *device = queue->device;
+  /* Holding the lock while waiting is the point: every enqueuer of this
+   * queue blocks until it is below its bound. */
+  pthread_mutex_lock(&node->pressure_lock);
+  const uint64_t completed = atomic_load_explicit(&queue->completed, memory_order_relaxed);
+  while (node->outstanding > 0 && node->checkpoints[node->oldest].count <= completed) checkpoint_pop(node, false);
+  kiln_backend_event_t *event = NULL;
+  if (device->iface->queue_record(device->ctx, queue->impl, &event) == KILN_OK) {
+    const unsigned slot = (node->oldest + node->outstanding) % KILN__QUEUE_CHECKPOINTS;
+    node->checkpoints[slot].event = event;
+    node->checkpoints[slot].count = count;
+    node->outstanding++;
+    /* With every checkpoint outstanding, up to KILN__QUEUE_DEPTH operations
+     * may be: wait for the oldest, which leaves at most DEPTH - CHECKPOINT,
+     * and so at most DEPTH until the next checkpoint. */
+    if (node->outstanding == KILN__QUEUE_CHECKPOINTS) checkpoint_pop(node, true);
+  } else {
+    kiln_clear_error(); /* no event (out of memory): the next checkpoint tries again */
+  }
+  pthread_mutex_unlock(&node->pressure_lock);
+}
+
+static void checkpoints_release(queue_node_t *node) {
+  pthread_mutex_lock(&node->pressure_lock);
+  while (node->outstanding > 0) checkpoint_pop(node, false);
+  pthread_mutex_unlock(&node->pressure_lock);
+}
+
 /* Create a queue object on device and list it. */
 static kiln_status_t queue_new(kiln_device_t *device, kiln_queue_t **out_queue) {
   queue_node_t *node = calloc(1, sizeof *node);
@@ -74,6 +145,9 @@ static kiln_status_t queue_new(kiln_device_t *device, kiln_queue_t **out_queue) 
   atomic_init(&node->queue.refs, 1);
   atomic_init(&node->done_stamp, 0);
   atomic_init(&node->queue.checks, NULL);
+  atomic_init(&node->queue.enqueued, 0);
+  atomic_init(&node->queue.completed, 0);
+  pthread_mutex_init(&node->pressure_lock, NULL);
   node->queue.device = device;
   node->queue.id = atomic_fetch_add_explicit(&next_queue_id, 1, memory_order_relaxed);
   kiln__queue_list_t *list = &device->queues;
@@ -99,6 +173,8 @@ static void queue_destroy(kiln_queue_t *queue) {
   else if (list->head == node) list->head = node->next;
   if (node->next) node->next->prev = node->prev;
   pthread_mutex_unlock(&list->lock);
+  checkpoints_release(node);
+  pthread_mutex_destroy(&node->pressure_lock);
   device->iface->queue_destroy(device->ctx, queue->impl);
   free(node);
 }
@@ -152,8 +228,10 @@ kiln_status_t kiln__device_finish_all(kiln_device_t *device) {
   pthread_mutex_lock(&list->lock);
   for (queue_node_t *n = list->head; n; n = n->next) {
     uint64_t stamp = kiln__queue_stamp();
+    const uint64_t enqueued = atomic_load_explicit(&n->queue.enqueued, memory_order_relaxed);
     kiln_status_t status = device->iface->queue_finish(device->ctx, n->queue.impl);
     if (status == KILN_OK) {
+      note_completed(&n->queue, enqueued);
       kiln__queue_mark_done(&n->queue, stamp);
     } else if (first == KILN_OK) {
       first = status;
@@ -244,9 +322,11 @@ kiln_status_t kiln_queue_finish(kiln_queue_t *queue) {
                            "kiln_queue_finish: queue is NULL; pass a queue from kiln_queue_create or "
                            "kiln_device_current_queue");
   uint64_t stamp = kiln__queue_stamp();
+  const uint64_t enqueued = atomic_load_explicit(&queue->enqueued, memory_order_relaxed);
   kiln_status_t status = queue->device->iface->queue_finish(queue->device->ctx, queue->impl);
   if (status != KILN_OK)
     return kiln__wrap_error(status, "kiln_queue_finish: work on a queue of %s failed", queue->device->display_name);
+  note_completed(queue, enqueued);
   kiln__queue_mark_done(queue, stamp);
   /* The work is done: what it found wrong on the device is reported now. */
   return kiln__checks_run(queue);

@@ -447,6 +447,36 @@ START_TEST(test_stale_temporaries_swept) {
 }
 END_TEST
 
+/* A tuning-table temporary of a killed writer is swept even when the kernels
+ * folder holds more entries than one sweep scans. */
+START_TEST(test_stale_tuning_temporary_swept_past_many_kernels) {
+  const char *dir = kt_start("sweep-many");
+  kiln__cache_store("sweep-many-key", "x", 1); /* makes <dir>/kernels */
+  kiln_deinitialize();
+  char path[4500];
+  for (int i = 0; i < 5000; i++) {
+    snprintf(path, sizeof path, "%s/kernels/%016x", dir, 0x10000u + (unsigned)i);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+  }
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) _exit(0);
+  ck_assert_int_eq(waitpid(child, NULL, 0), child);
+  char tuning_tmp[4500];
+  snprintf(tuning_tmp, sizeof tuning_tmp, "%s/tuning.tsv.tmp.%ld.%ld", dir, (long)child, (long)child);
+  kt_write_file(tuning_tmp, "kiln-tuning 1\nhalf");
+  kt_start("sweep-many");
+  ck_assert_msg(access(tuning_tmp, F_OK) == -1, "%s, left by a dead writer, is still there", tuning_tmp);
+  kiln_deinitialize();
+  for (int i = 0; i < 5000; i++) {
+    snprintf(path, sizeof path, "%s/kernels/%016x", dir, 0x10000u + (unsigned)i);
+    unlink(path);
+  }
+}
+END_TEST
+
 /* An entry that loaded but proved unusable is evicted on request. */
 START_TEST(test_evict) {
   const char *dir = kt_start("evict");
@@ -479,6 +509,7 @@ static Suite *cache_suite(void) {
   tcase_add_test(blobs, test_fifo_entries);
   tcase_add_test(blobs, test_huge_entry_header_first);
   tcase_add_test(blobs, test_stale_temporaries_swept);
+  tcase_add_test(blobs, test_stale_tuning_temporary_swept_past_many_kernels);
   tcase_add_test(blobs, test_evict);
   suite_add_tcase(s, blobs);
   TCase *tuning = tcase_create("tuning");

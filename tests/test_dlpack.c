@@ -1,6 +1,8 @@
 /* tests/test_dlpack.c: DLPack export and import: fields, zero copies in both directions, ownership and deleters, refusals. */
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "kiln/dlpack.h"
@@ -253,6 +255,147 @@ START_TEST(test_import_refusals) {
 }
 END_TEST
 
+/* ---- read-only memory ------------------------------------------------------------- */
+
+/* A DLPack 1.x producer of one page the MMU itself keeps read-only: any
+ * write to it would be SIGSEGV, not a wrong value. */
+typedef struct kt_page_t {
+  DLManagedTensorVersioned versioned;
+  void *page;
+  size_t size;
+  int64_t shape[1];
+} kt_page_t;
+
+static void kt_page_deleter(DLManagedTensorVersioned *self) {
+  kt_page_t *p = self->manager_ctx;
+  atomic_fetch_add(&kt_deleted, 1);
+  munmap(p->page, p->size);
+  free(p);
+}
+
+static kt_page_t *kt_page_read_only(void) {
+  kt_page_t *p = calloc(1, sizeof *p);
+  ck_assert_ptr_nonnull(p);
+  p->size = (size_t)sysconf(_SC_PAGESIZE);
+  p->page = mmap(NULL, p->size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ck_assert_ptr_ne(p->page, MAP_FAILED);
+  p->shape[0] = (int64_t)(p->size / sizeof(float));
+  DLTensor *t = &p->versioned.dl_tensor;
+  t->data = p->page;
+  t->device.device_type = kDLCPU;
+  t->ndim = 1;
+  t->dtype.code = kDLFloat;
+  t->dtype.bits = 32;
+  t->dtype.lanes = 1;
+  t->shape = p->shape;
+  p->versioned.version.major = 1;
+  p->versioned.manager_ctx = p;
+  p->versioned.deleter = kt_page_deleter;
+  p->versioned.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+  return p;
+}
+
+/* Every writer refuses a read-only import, through the one check, with a
+ * message naming what it would have written; reading it still works. */
+START_TEST(test_read_only_import_every_writer_refuses) {
+  kiln_device_t *cpu = kt_cpu();
+  atomic_store(&kt_deleted, 0);
+  kt_page_t *p = kt_page_read_only();
+  const int64_t n = p->shape[0];
+  kiln_tensor_t *t = NULL, *ones = NULL, *zeros = NULL, *sum = NULL;
+  KT_OK(kiln_tensor_from_dlpack_versioned(&p->versioned, &t));
+  KT_OK(kiln_tensor_ones(cpu, KILN_F32, 1, &n, &ones));
+  KT_OK(kiln_tensor_zeros(cpu, KILN_F32, 1, &n, &zeros));
+  kiln_buffer_t *buffer = kiln_tensor_buffer(t);
+  kiln_queue_t *queue = kiln_device_current_queue(cpu);
+  const float one = 1.0f;
+  float host[4] = {1, 2, 3, 4};
+  KT_FAILS(kiln_buffer_write(queue, buffer, 0, host, sizeof host, true, 0, NULL, NULL), KILN_INVALID_ARGUMENT,
+           "kiln_buffer_write: buffer views memory imported read-only");
+  KT_FAILS(kiln_buffer_write(queue, buffer, 0, host, sizeof host, false, 0, NULL, NULL), KILN_INVALID_ARGUMENT,
+           "imported read-only");
+  KT_FAILS(kiln_buffer_fill(queue, buffer, 0, 16, &one, sizeof one, 0, NULL, NULL), KILN_INVALID_ARGUMENT,
+           "kiln_buffer_fill: buffer views memory imported read-only");
+  KT_FAILS(kiln_buffer_copy(queue, kiln_tensor_buffer(ones), 0, buffer, 0, 16, 0, NULL, NULL), KILN_INVALID_ARGUMENT,
+           "kiln_buffer_copy: dst views memory imported read-only");
+  KT_FAILS(kiln_tensor_accumulate(t, 1.0, ones), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_accumulate: a views memory imported read-only");
+  const kiln_sgd_params_t sgd = {.lr = 0.1, .momentum = 0.9};
+  KT_FAILS(kiln_tensor_sgd_update(t, ones, zeros, &sgd), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_sgd_update: param views memory imported read-only");
+  KT_FAILS(kiln_tensor_sgd_update(zeros, ones, t, &sgd), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_sgd_update: momentum_buf views memory imported read-only");
+  const kiln_adam_params_t adam = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+  kiln_tensor_t *m = NULL, *v = NULL;
+  KT_OK(kiln_tensor_zeros(cpu, KILN_F32, 1, &n, &m));
+  KT_OK(kiln_tensor_zeros(cpu, KILN_F32, 1, &n, &v));
+  KT_FAILS(kiln_tensor_adam_update(t, ones, m, v, 1, &adam), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_adam_update: param views memory imported read-only");
+  KT_FAILS(kiln_tensor_adam_update(zeros, ones, t, v, 1, &adam), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_adam_update: m views memory imported read-only");
+  KT_FAILS(kiln_tensor_adam_update(zeros, ones, m, t, 1, &adam), KILN_INVALID_ARGUMENT,
+           "kiln_tensor_adam_update: v views memory imported read-only");
+  /* Read as an operand it is fine, and the failed writers left it as it was. */
+  KT_OK(kiln_tensor_sgd_update(zeros, t, NULL, &(kiln_sgd_params_t){.lr = 0.1}));
+  KT_OK(kiln_tensor_add(t, ones, &sum));
+  KT_OK(kiln_buffer_read(queue, buffer, 0, host, sizeof host, true, 0, NULL, NULL));
+  for (int i = 0; i < 4; i++) ck_assert_float_eq(host[i], 0.0f);
+  float first = 0;
+  KT_OK(kiln_buffer_read(queue, kiln_tensor_buffer(sum), 0, &first, sizeof first, true, 0, NULL, NULL));
+  ck_assert_float_eq(first, 1.0f);
+  kiln_tensor_t *all[] = {sum, ones, zeros, m, v, t};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) kiln_tensor_release(all[i]);
+  ck_assert_int_eq(atomic_load(&kt_deleted), 1);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* Offsets and extents past what any device addresses are refused, naming the value. */
+START_TEST(test_import_refuses_unaddressable_extents) {
+  kt_cpu();
+  atomic_store(&kt_deleted, 0);
+  kt_owned_t *o = kt_owned(2, 2);
+  kiln_tensor_t *t = NULL;
+  o->managed.dl_tensor.byte_offset = UINT64_C(1) << 62;
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_INVALID_ARGUMENT, "byte_offset 4611686018427387904");
+  o->managed.dl_tensor.byte_offset = UINT64_MAX - 3;
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_INVALID_ARGUMENT, "byte_offset 18446744073709551612");
+  /* Strides that reach 2^58 bytes. */
+  o->managed.dl_tensor.byte_offset = 0;
+  o->strides[0] = INT64_C(1) << 56;
+  o->strides[1] = 1;
+  o->managed.dl_tensor.strides = o->strides;
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_INVALID_ARGUMENT,
+           "reach 72057594037927938 elements past byte_offset 0");
+  /* An offset within the limit, but the extent past it. */
+  o->strides[0] = 2;
+  o->managed.dl_tensor.byte_offset = (UINT64_C(1) << 57) - 8;
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_INVALID_ARGUMENT,
+           "reach 4 elements past byte_offset 144115188075855864");
+  /* Strides whose product overflows 64 bits. */
+  o->managed.dl_tensor.byte_offset = 0;
+  o->strides[0] = INT64_MAX / 2;
+  o->strides[1] = INT64_MAX / 2;
+  o->shape[0] = 3;
+  o->shape[1] = 3;
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_INVALID_ARGUMENT, "reach more than");
+  /* A pointer whose view would wrap past the top of memory. */
+  o->shape[0] = 2;
+  o->shape[1] = 2;
+  o->managed.dl_tensor.strides = NULL;
+  o->managed.dl_tensor.data = (void *)(UINTPTR_MAX - 7);
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_INVALID_ARGUMENT, "wraps past the top of the address space");
+  o->managed.dl_tensor.data = o->data;
+  ck_assert_ptr_null(t);
+  ck_assert_int_eq(atomic_load(&kt_deleted), 0);
+  /* The honest tensor still imports. */
+  KT_OK(kiln_tensor_from_dlpack(&o->managed, &t));
+  kiln_tensor_release(t);
+  ck_assert_int_eq(atomic_load(&kt_deleted), 1);
+  kiln_deinitialize();
+}
+END_TEST
+
 START_TEST(test_device_of) {
   DLDevice d;
   KT_OK(kiln_device_dlpack(kt_cpu(), &d));
@@ -303,6 +446,8 @@ int main(void) {
   tcase_add_test(tc, test_import_zero_copy_and_ownership);
   tcase_add_test(tc, test_round_trip_shares_memory);
   tcase_add_test(tc, test_import_refusals);
+  tcase_add_test(tc, test_read_only_import_every_writer_refuses);
+  tcase_add_test(tc, test_import_refuses_unaddressable_extents);
   tcase_add_test(tc, test_device_of);
   tcase_add_test(tc, test_opencl_round_trip);
   suite_add_tcase(s, tc);

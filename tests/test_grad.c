@@ -1166,6 +1166,72 @@ static void kg_ref_adam(const kg_ref_t *ref, kiln_device_t *dev) {
   kiln_tensor_release(v);
 }
 
+/* One Adam step against torch.optim.Adam's formula in float64 from the
+ * caller's double hyperparameters, on the update itself (param - param'), at
+ * 1e-6 relative: param starts near 0, so param' holds the update to float's
+ * precision. 1 - beta of the float beta (beta2 = 0.999 rounds to
+ * 0.99900001) made every update about 6.5e-6 too large. */
+START_TEST(test_adam_step_against_float64) {
+  static const struct {
+    kiln_adam_params_t p;
+    int64_t step;
+    bool state; /* m and v left by earlier steps, else zeros */
+  } cases[] = {
+      {{1e-3, 0.9, 0.999, 1e-8, 0}, 1, false},  {{1e-3, 0.9, 0.999, 1e-8, 0}, 10, true},
+      {{0.01, 0.99, 0.9999, 1e-8, 0}, 1, false}, {{0.1, 0.5, 0.75, 1e-6, 0.1}, 3, true},
+      {{0.01, 0.9, 0.999, 1e-8, 0.01}, 1000, true},
+  };
+  enum { N = 64 };
+  float param[N], grad[N], m0[N], v0[N];
+  for (int i = 0; i < N; i++) {
+    /* |grad| in [0.25, 2] of both signs, param within 1e-3 of 0, and a state
+     * of grad's sign so that m never cancels. */
+    const float mag = 0.25f + 1.75f * (float)((i * 37) % N) / N;
+    grad[i] = (i % 3 == 0) ? -mag : mag;
+    param[i] = 1e-3f * (float)((i * 11) % 21 - 10) / 10.0f;
+    m0[i] = 0.1f * grad[i];
+    v0[i] = 0.5f * grad[i] * grad[i];
+  }
+  const int64_t shape[1] = {N};
+  for (size_t d = 0; d < kg_ndev; d++) {
+    kiln_device_t *dev = kg_devs[d];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      const kiln_adam_params_t p = cases[k].p;
+      const float zero[N] = {0};
+      kiln_tensor_t *tp = NULL, *tg = NULL, *tm = NULL, *tv = NULL;
+      KT_OK(kiln_tensor_from_host(dev, KILN_F32, 1, shape, param, &tp));
+      KT_OK(kiln_tensor_from_host(dev, KILN_F32, 1, shape, grad, &tg));
+      KT_OK(kiln_tensor_from_host(dev, KILN_F32, 1, shape, cases[k].state ? m0 : zero, &tm));
+      KT_OK(kiln_tensor_from_host(dev, KILN_F32, 1, shape, cases[k].state ? v0 : zero, &tv));
+      KT_OK(kiln_tensor_adam_update(tp, tg, tm, tv, cases[k].step, &p));
+      float got[N];
+      KT_OK(kiln_tensor_read(tp, got, sizeof got));
+      const double s = (double)cases[k].step, c1 = 1 - pow(p.beta1, s), c2 = 1 - pow(p.beta2, s);
+      double worst = 0;
+      int at = 0;
+      for (int i = 0; i < N; i++) {
+        const double m = cases[k].state ? m0[i] : 0, v = cases[k].state ? v0[i] : 0;
+        const double g = grad[i] + p.weight_decay * param[i];
+        const double mi = p.beta1 * m + (1 - p.beta1) * g, vi = p.beta2 * v + (1 - p.beta2) * g * g;
+        const double want = (p.lr / c1) * mi / (sqrt(vi) / sqrt(c2) + p.eps);
+        const double update = (double)param[i] - (double)got[i];
+        const double rel = fabs(update - want) / fabs(want);
+        if (rel > worst) worst = rel, at = i;
+      }
+      ck_assert_msg(worst <= 1e-6,
+                    "%s: adam step %lld (lr %g, betas %g %g, eps %g, weight_decay %g): update %d is %.3g relative "
+                    "from the float64 reference (at most 1e-6)",
+                    kiln_device_name(dev), (long long)cases[k].step, p.lr, p.beta1, p.beta2, p.eps, p.weight_decay,
+                    at, worst);
+      kiln_tensor_release(tp);
+      kiln_tensor_release(tg);
+      kiln_tensor_release(tm);
+      kiln_tensor_release(tv);
+    }
+  }
+}
+END_TEST
+
 static const char *const kg_reference_names[] = {
     "conv2d_stride2_pad1_dil2", "conv2d_asymmetric", "max_pool2d_k3_s2_ties", "max_pool2d_k3_s2_pad1_ties",
     "cross_entropy", "cross_entropy_dloss", "cross_entropy_large", "broadcast_mul", "softmax", "unary",
@@ -1345,6 +1411,7 @@ static Suite *kg_suite(void) {
   TCase *torch = tcase_create("pytorch");
   tcase_add_loop_test(torch, test_pytorch_reference, 0,
                       (int)(sizeof kg_reference_names / sizeof kg_reference_names[0]));
+  tcase_add_test(torch, test_adam_step_against_float64);
   suite_add_tcase(s, torch);
   TCase *memory = tcase_create("memory");
   tcase_add_test(memory, test_memory_stats);

@@ -282,6 +282,62 @@ START_TEST(test_restart) {
 }
 END_TEST
 
+/* Back-pressure: 20,000 tiny updates and adds enqueued without a wait on each
+ * device of the backends in KILN_TEST_QUEUE_BACKENDS (default cpu,opencl;
+ * the cuda-emulated suite runs it for CUDA): the operations in flight never
+ * exceed KILN__QUEUE_DEPTH, the bound is reached (the queue is not drained
+ * at every step), and every operation ran, in order. */
+START_TEST(test_back_pressure_bounds_work_in_flight) {
+  const char *backends = getenv("KILN_TEST_QUEUE_BACKENDS");
+  setenv("KILN_BACKEND", backends && *backends ? backends : "cpu,opencl", 1);
+  KT_OK(kiln_ensure_initialized());
+  size_t count = 0;
+  KT_OK(kiln_device_count(&count));
+  ck_assert_msg(count > 0 || !backends, "no device of %s", backends);
+  const int64_t shape[1] = {16};
+  for (size_t i = 0; i < count; i++) {
+    kiln_device_t *d = NULL;
+    KT_OK(kiln_device_get(i, &d));
+    enum { N = 20000 };
+    kiln_queue_t *queue = kiln_device_current_queue(d);
+    kiln_tensor_t *acc = NULL, *ones = NULL, *last = NULL;
+    KT_OK(kiln_tensor_zeros(d, KILN_F32, 1, shape, &acc));
+    KT_OK(kiln_tensor_ones(d, KILN_F32, 1, shape, &ones));
+    KT_OK(kiln_queue_finish(queue));
+    ck_assert_uint_eq(kiln__queue_in_flight(queue), 0);
+    uint64_t worst = 0;
+    for (int k = 0; k < N; k++) {
+      if (k % 2 == 0) {
+        KT_OK(kiln_tensor_accumulate(acc, 1.0, ones));
+      } else {
+        kiln_tensor_release(last);
+        last = NULL;
+        KT_OK(kiln_tensor_add(acc, ones, &last));
+      }
+      const uint64_t in_flight = kiln__queue_in_flight(queue);
+      if (in_flight > worst) worst = in_flight;
+    }
+    printf("%s: at most %llu of %d operations in flight (bound %u)\n", kiln_device_name(d), (unsigned long long)worst,
+           N, KILN__QUEUE_DEPTH);
+    ck_assert_msg(worst <= KILN__QUEUE_DEPTH, "%s: %llu operations in flight, more than the bound %u",
+                  kiln_device_name(d), (unsigned long long)worst, KILN__QUEUE_DEPTH);
+    ck_assert_msg(worst > KILN__QUEUE_DEPTH / 2, "%s: at most %llu operations in flight: the queue was drained",
+                  kiln_device_name(d), (unsigned long long)worst);
+    float got[16], sum[16];
+    KT_OK(kiln_tensor_read(acc, got, sizeof got));
+    KT_OK(kiln_tensor_read(last, sum, sizeof sum));
+    kt_expect_all(got, 16, (float)(N / 2));
+    kt_expect_all(sum, 16, (float)(N / 2 + 1));
+    KT_OK(kiln_queue_finish(queue));
+    ck_assert_uint_eq(kiln__queue_in_flight(queue), 0);
+    kiln_tensor_release(acc);
+    kiln_tensor_release(ones);
+    kiln_tensor_release(last);
+  }
+  kiln_deinitialize();
+}
+END_TEST
+
 int main(void) {
   kt_private_cache_dir();
   setenv("KILN_BACKEND", "cpu", 1);
@@ -295,5 +351,9 @@ int main(void) {
   tcase_add_test(tc, test_release_finishes);
   tcase_add_test(tc, test_restart);
   suite_add_tcase(s, tc);
+  TCase *pressure = tcase_create("back-pressure");
+  tcase_set_timeout(pressure, 300);
+  tcase_add_test(pressure, test_back_pressure_bounds_work_in_flight);
+  suite_add_tcase(s, pressure);
   return kt_run_suite(s);
 }

@@ -222,11 +222,9 @@ kiln_status_t kiln_cuda_run_max_pool2d_backward(kiln_backend_context_t *ctx, kil
  * The core hands them over flat (one contiguous run per operand, none
  * sharing memory); `out` is the tensor updated. One kernel, no allocation:
  * the update is ordered on the queue after whatever made its operands. The
- * constants are folded here as the CPU backend folds them (in double,
- * rounded once to float), so both compute the same bits; sqrt(bias2) is the
- * kernel's sqrtf, correctly rounded, which is the CPU's (float)sqrt(double)
- * (a double's 53 bits make rounding twice harmless for a square root), and
- * keeps libm out of the plugin. */
+ * constants are folded as the CPU backend folds them (in double, rounded
+ * once to float): SGD's here, Adam's by the core (kiln_op_t's comment), so
+ * both compute the same bits. */
 kiln_status_t kiln_cuda_run_update(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_update_args_t a;
   memset(&a, 0, sizeof a);
@@ -255,12 +253,12 @@ kiln_status_t kiln_cuda_run_update(kiln_backend_context_t *ctx, kiln_backend_que
     a.s2 = kiln_cuda_view_ptr(&op->in[2]);
     a.beta1 = op->u.update.beta1;
     a.beta2 = op->u.update.beta2;
-    a.keep1 = (float)(1.0 - (double)op->u.update.beta1);
-    a.keep2 = (float)(1.0 - (double)op->u.update.beta2);
+    a.keep1 = op->u.update.keep1;
+    a.keep2 = op->u.update.keep2;
     a.eps = op->u.update.eps;
     a.weight_decay = op->u.update.weight_decay;
-    a.step_size = (float)((double)op->u.update.lr / (double)op->u.update.bias1);
-    a.bias2 = op->u.update.bias2;
+    a.step_size = op->u.update.step_size;
+    a.sqrt_bias2 = op->u.update.sqrt_bias2;
     kernel = KILN_CUDA_K_adam_f32;
     break;
   }

@@ -187,13 +187,14 @@ kiln_status_t kiln_cl_run_adam_update(kiln_backend_context_t *ctx, kiln_backend_
       KILN_CL_MEM(kiln_cl_mem_of(&op->in[2])),
       KILN_CL_LONG(op->in[2].offset),
       KILN_CL_LONG(n),
-      KILN_CL_FLOAT(op->u.update.lr),
       KILN_CL_FLOAT(op->u.update.beta1),
       KILN_CL_FLOAT(op->u.update.beta2),
+      KILN_CL_FLOAT(op->u.update.keep1),
+      KILN_CL_FLOAT(op->u.update.keep2),
       KILN_CL_FLOAT(op->u.update.eps),
       KILN_CL_FLOAT(op->u.update.weight_decay),
-      KILN_CL_FLOAT(op->u.update.bias1),
-      KILN_CL_FLOAT(op->u.update.bias2),
+      KILN_CL_FLOAT(op->u.update.step_size),
+      KILN_CL_FLOAT(op->u.update.sqrt_bias2),
   };
   return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_update, "adam_f32", update_items(n), sizeof args / sizeof args[0],
                              args);

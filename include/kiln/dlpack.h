@@ -71,11 +71,16 @@ kiln_status_t kiln_tensor_to_dlpack_versioned(kiln_tensor_t *tensor, DLManagedTe
  * the producer's to order; kiln's queues then see it as it is). Errors, each
  * naming the value: a device kiln does not have (KILN_NOT_FOUND), a dtype
  * other than f32/i32 (KILN_DTYPE_MISMATCH), negative strides, more than
- * KILN_MAX_DIMS dimensions or a byte_offset that is not a whole number of
- * elements (KILN_INVALID_ARGUMENT), a versioned tensor of a major version
- * other than 1 (KILN_UNSUPPORTED). A versioned tensor flagged read-only
- * imports as a tensor the updates (kiln_tensor_accumulate, ...) refuse to
- * write; kiln's other operations never write their inputs. */
+ * KILN_MAX_DIMS dimensions, a byte_offset that is not a whole number of
+ * elements, or a byte_offset, shape and strides whose bytes overflow or reach
+ * past 2^57 bytes (more than any device addresses) or past the top of the
+ * address space (KILN_INVALID_ARGUMENT), a versioned tensor of a major
+ * version other than 1 (KILN_UNSUPPORTED). A versioned tensor flagged
+ * read-only imports as a tensor no writer writes: kiln_buffer_write,
+ * kiln_buffer_fill, kiln_buffer_copy into it and the updates in place
+ * (kiln_tensor_accumulate, kiln_tensor_sgd_update, kiln_tensor_adam_update)
+ * refuse it with KILN_INVALID_ARGUMENT, naming it; kiln's other operations
+ * never write their inputs. */
 kiln_status_t kiln_tensor_from_dlpack(DLManagedTensor *managed, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_from_dlpack_versioned(DLManagedTensorVersioned *managed, kiln_tensor_t **out);
 

@@ -24,7 +24,14 @@ typedef struct kiln_event_t kiln_event_t;
 /* ---- queues ------------------------------------------------------------
  * A queue runs its work in order on one device. Each device has a default
  * queue; more can be created. Enqueue calls return at once; the CPU backend's
- * queues are asynchronous too (a worker thread per queue). */
+ * queues are asynchronous too (a worker thread per queue).
+ *
+ * Back-pressure: a queue holds at most 2048 operations (kernels and
+ * non-blocking transfers) enqueued and not yet known complete, on every
+ * backend. An enqueue call that would exceed that blocks until the oldest are
+ * done (as a CUDA stream or an OpenCL driver does when its own queue is
+ * full), so enqueueing without waiting keeps memory bounded. Errors of the
+ * earlier work stay with the queue, for kiln_queue_finish. */
 
 /* Create a new queue on a device. Caller owns one reference. Thread-safe. */
 kiln_status_t kiln_queue_create(kiln_device_t *device, kiln_queue_t **out_queue);

@@ -64,14 +64,12 @@ void kiln_cpu_sgd_update(const kiln_cpu_par_t *par, const kiln_op_t *op, void *o
 }
 
 void kiln_cpu_adam_update(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
-  const double beta1 = op->u.update.beta1, beta2 = op->u.update.beta2;
+  /* The constants the core folded in double from the caller's values. */
   update_job_t j = {
       .args = {.param = out, .grad = in[0], .s1 = (float *)in[1], .s2 = (float *)in[2],
-               .wd = op->u.update.weight_decay, .beta1 = (float)beta1, .beta2 = (float)beta2,
-               .omb1 = (float)(1.0 - beta1), .omb2 = (float)(1.0 - beta2),
-               /* in double, as torch.optim.Adam folds them in Python */
-               .step_size = (float)((double)op->u.update.lr / (double)op->u.update.bias1),
-               .sqrt_b2 = (float)sqrt((double)op->u.update.bias2), .eps = op->u.update.eps},
+               .wd = op->u.update.weight_decay, .beta1 = op->u.update.beta1, .beta2 = op->u.update.beta2,
+               .omb1 = op->u.update.keep1, .omb2 = op->u.update.keep2, .step_size = op->u.update.step_size,
+               .sqrt_b2 = op->u.update.sqrt_bias2, .eps = op->u.update.eps},
       .loop = update_isa()->adam,
   };
   run(par, op, &j, KILN_CPU_GRAIN_UPDATE);

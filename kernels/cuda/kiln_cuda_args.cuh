@@ -113,14 +113,14 @@ typedef struct kiln_cuda_conv_args_t {
  * operand; `param` is the tensor updated (ACCUMULATE's a), `grad` the one
  * only read (ACCUMULATE's b), s1 and s2 the state written too (SGD's
  * momentum buffer when has_buf; Adam's m and v). The host folds the
- * constants: keep1 = 1 - dampening (SGD) or 1 - beta1 (Adam), keep2 =
- * 1 - beta2, step_size = lr / bias1 (the kernel takes sqrt(bias2)). */
+ * constants in double: keep1 = 1 - dampening (SGD) or 1 - beta1 (Adam),
+ * keep2 = 1 - beta2, step_size = lr / bias1, sqrt_bias2 = sqrt(bias2). */
 typedef struct kiln_cuda_update_args_t {
   uint64_t param, grad, s1, s2;
   int64_t n;
   float alpha;                                           /* ACCUMULATE */
   float lr, momentum, keep1, weight_decay;               /* SGD; keep1 and weight_decay Adam's too */
-  float beta1, beta2, keep2, eps, step_size, bias2;      /* Adam */
+  float beta1, beta2, keep2, eps, step_size, sqrt_bias2; /* Adam */
   int32_t has_buf, nesterov;
 } kiln_cuda_update_args_t;
 

@@ -256,14 +256,13 @@ KILN_KERNEL kiln_sgd_f32(const kiln_cuda_update_args_t p) {
 /* ADAM_UPDATE (m in s1, v in s2): g as SGD's; m = beta1 m + (1 - beta1) g;
  * v = beta2 v + (1 - beta2) g^2; param -= step_size * (m / (sqrt(v) /
  * sqrt(bias2) + eps)), step_size = lr / bias1: torch.optim.Adam's order, the
- * scalars folded once. */
+ * scalars (1 - beta too) folded once by the core, in double. */
 KILN_KERNEL kiln_adam_f32(const kiln_cuda_update_args_t p) {
   float *__restrict__ w = (float *)p.param;
   const float *__restrict__ grad = (const float *)p.grad;
   float *__restrict__ m = (float *)p.s1;
   float *__restrict__ v = (float *)p.s2;
   const bool has_wd = p.weight_decay != 0.0f;
-  const float sqrt_bias2 = sqrtf(p.bias2);
   KILN_FOR_EACH(i, p.n) {
     const float wi = w[i];
     float g = grad[i];
@@ -272,6 +271,6 @@ KILN_KERNEL kiln_adam_f32(const kiln_cuda_update_args_t p) {
     const float vi = __fadd_rn(__fmul_rn(p.beta2, v[i]), __fmul_rn(p.keep2, __fmul_rn(g, g)));
     m[i] = mi;
     v[i] = vi;
-    w[i] = __fsub_rn(wi, __fmul_rn(p.step_size, mi / __fadd_rn(sqrtf(vi) / sqrt_bias2, p.eps)));
+    w[i] = __fsub_rn(wi, __fmul_rn(p.step_size, mi / __fadd_rn(sqrtf(vi) / p.sqrt_bias2, p.eps)));
   }
 }
