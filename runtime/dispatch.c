@@ -251,6 +251,9 @@ static int vendor_choice(kiln_device_t *device, kiln__op_row_t *rows, uint32_t c
   return 0;
 }
 
+/* device->override_warned holds one bit per op kind. */
+_Static_assert(KILN_OP_COUNT <= 32, "kiln_device_t.override_warned has one bit per op kind: widen it to 64 bits");
+
 /* KILN_PROVIDER names a provider this device does not have for the op: say so
  * once per device and op kind, then let the policy choose. */
 static void warn_missing_override(kiln_device_t *device, kiln_op_kind_t kind, int provider, kiln_policy_t policy) {

@@ -430,7 +430,7 @@ void kiln__broadcast_view(const kiln_tensor_t *t, int ndim, const int64_t *shape
 int64_t kiln__window_out(int64_t in, int64_t pad, int64_t dil, int64_t kernel, int64_t stride);
 /* A pooling op's sizes: x [N, C, H, W], the window's output P x Q, and the
  * kernel, stride and padding of p (MAX_POOL2D and its gradient). */
-void kiln__pool_op_sizes(kiln_op_t *op, const kiln_tensor_t *x, int64_t P, int64_t Q, const kiln_pool2d_params_t *p);
+void kiln__pooling_op_sizes(kiln_op_t *op, const kiln_tensor_t *x, int64_t P, int64_t Q, const kiln_pool2d_params_t *p);
 
 /* ---- dispatch.c ----------------------------------------------------------------- */
 
