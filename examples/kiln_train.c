@@ -1,8 +1,13 @@
 /* examples/kiln_train.c: kiln-train: train an MLP or a LeNet-shaped CNN on Fashion-MNIST on the default device (or KILN_DEVICE), with libkiln-nn. */
+#include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <kiln/nn.h>
@@ -43,16 +48,52 @@ static void usage(FILE *f) {
         "  --limit N      train on the first N images only\n"
         "  --losses N     print the first N step losses of the first epoch (to compare devices)\n"
         "  --save FILE    write the trained parameters as safetensors (PyTorch's Sequential names)\n"
-        "  --save-init FILE  the same for the parameters before training\n",
+        "  --save-init FILE  the same for the parameters before training\n"
+        "\n"
+        "Ctrl-C (SIGINT) stops after the step under way, saves --save FILE and exits with status 130; a\n"
+        "second Ctrl-C exits at once. A loss that becomes NaN or infinite stops the run with an error\n"
+        "naming the step (lower --lr), and nothing is saved.\n",
         f);
 }
 
+/* Whole numbers: digits only (no sign, no space, nothing after), in range. */
 static int parse_long(const char *flag, const char *text, long min, long *out) {
   char *end;
   errno = 0;
-  long v = strtol(text, &end, 10);
-  if (errno || *end || v < min) {
-    fprintf(stderr, "kiln-train: %s takes a whole number >= %ld, not '%s'\n", flag, min, text);
+  long v = *text >= '0' && *text <= '9' ? strtol(text, &end, 10) : -1;
+  if (v < 0 || errno || *end || v < min) {
+    fprintf(stderr, "kiln-train: %s takes a whole number >= %ld (at most %ld), not '%s'\n", flag, min, LONG_MAX, text);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* A seed: decimal, or hexadecimal after 0x; all of 64 bits, nothing more. */
+static int parse_seed(const char *text, unsigned long long *out) {
+  bool hex = text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const char *digits = hex ? text + 2 : text;
+  bool ok = hex ? isxdigit((unsigned char)*digits) : *digits >= '0' && *digits <= '9';
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = ok ? strtoull(digits, &end, hex ? 16 : 10) : 0;
+  if (!ok || errno || *end) {
+    fprintf(stderr, "kiln-train: --seed takes a whole number in [0, 2^64) (decimal, or hexadecimal after 0x), not '%s'\n",
+            text);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* A rate: a finite decimal number > 0, nothing after it. */
+static int parse_rate(const char *text, double *out) {
+  char *end = NULL;
+  errno = 0;
+  bool ok = (*text >= '0' && *text <= '9') || *text == '.';
+  double v = ok ? strtod(text, &end) : 0;
+  if (!ok || errno || *end || !isfinite(v) || !(v > 0)) {
+    fprintf(stderr, "kiln-train: --lr takes a finite number > 0, not '%s'\n", text);
     return -1;
   }
   *out = v;
@@ -91,19 +132,9 @@ static int parse_args(int argc, char **argv, train_args_t *a) {
     } else if (!strcmp(s, "--losses")) {
       if (parse_long(s, v, 1, &a->losses)) return -1;
     } else if (!strcmp(s, "--seed")) {
-      char *end;
-      a->seed = strtoull(v, &end, 0);
-      if (*end) {
-        fprintf(stderr, "kiln-train: --seed takes a whole number, not '%s'\n", v);
-        return -1;
-      }
+      if (parse_seed(v, &a->seed)) return -1;
     } else if (!strcmp(s, "--lr")) {
-      char *end;
-      a->lr = strtod(v, &end);
-      if (*end || !(a->lr > 0)) {
-        fprintf(stderr, "kiln-train: --lr takes a number > 0, not '%s'\n", v);
-        return -1;
-      }
+      if (parse_rate(v, &a->lr)) return -1;
     } else {
       fprintf(stderr, "kiln-train: unknown argument '%s'\n\n", s);
       usage(stderr);
@@ -116,6 +147,41 @@ static int parse_args(int argc, char **argv, train_args_t *a) {
     return -1;
   }
   return 0;
+}
+
+/* The folder a file will be written in must exist and take new files: found
+ * out before training, not after every epoch. */
+static int check_writable(const char *flag, const char *path) {
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "kiln-train: %s %s: it is a folder; name a file in it\n", flag, path);
+    return -1;
+  }
+  const char *slash = strrchr(path, '/');
+  char dir[4096];
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  int found = stat(dir, &st);
+  if (found != 0 || !S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "kiln-train: %s %s: the folder %s %s\n", flag, path, dir,
+            found == 0 ? "is not a folder" : errno == ENOENT ? "does not exist; create it first" : strerror(errno));
+    return -1;
+  }
+  if (access(dir, W_OK | X_OK) != 0) {
+    fprintf(stderr, "kiln-train: %s %s: cannot write in the folder %s: %s\n", flag, path, dir, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* SIGINT: the first asks training to stop after the step under way (the
+ * parameters are then saved); a second ends the process at once. */
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+  (void)sig;
+  if (interrupted) _exit(130);
+  interrupted = 1;
 }
 
 static int fail(const char *what) {
@@ -163,6 +229,8 @@ static kiln_status_t subset(const kiln_nn_dataset_t *ds, size_t limit, kiln_nn_d
 int main(int argc, char **argv) {
   train_args_t a;
   if (parse_args(argc, argv, &a) != 0) return 2;
+  if ((a.save && check_writable("--save", a.save)) || (a.save_init && check_writable("--save-init", a.save_init)))
+    return 2;
   bool bar = a.progress < 0 ? isatty(STDERR_FILENO) : a.progress == 1;
 
   kiln_device_t *device = NULL;
@@ -197,6 +265,12 @@ int main(int argc, char **argv) {
 
   kiln_nn_dataset_info_t info;
   kiln_nn_dataset_info(train, &info);
+  size_t epoch_steps = kiln_nn_loader_batch_count(train_loader);
+  if ((unsigned long)a.losses > epoch_steps) {
+    fprintf(stderr, "kiln-train: --losses %ld is more than the %zu steps of an epoch (%zu images in batches of %ld)\n",
+            a.losses, epoch_steps, info.count, a.batch);
+    return 2;
+  }
   size_t nparams = 0;
   kiln_nn_param_t *const *params = kiln_nn_model_params(model, &nparams);
   long long weights = 0;
@@ -212,7 +286,13 @@ int main(int argc, char **argv) {
   float *losses = a.losses ? calloc((size_t)a.losses, sizeof(float)) : NULL;
   const double base_lr = kiln_nn_optimizer_lr(opt);
   int rc = 0;
-  for (long epoch = 0; epoch < a.epochs && rc == 0; epoch++) {
+  size_t trained = 0; /* steps over all epochs */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  for (long epoch = 0; epoch < a.epochs && rc == 0 && !interrupted; epoch++) {
     /* The recipe anneals the rate once per epoch, as PyTorch's CosineAnnealingLR
      * (always > 0 before the last epoch ends). */
     if (kiln_nn_optimizer_set_lr(opt, kiln_nn_lr_cosine(base_lr, (uint64_t)epoch, (uint64_t)a.epochs)) != KILN_OK) {
@@ -222,6 +302,7 @@ int main(int argc, char **argv) {
     kiln_nn_providers_reset();
     kiln_nn_train_options_t to;
     kiln_nn_train_options_initialize(&to);
+    to.stop = &interrupted;
     if (bar) {
       to.report_every = 20;
       to.progress = progress_bar;
@@ -237,6 +318,12 @@ int main(int argc, char **argv) {
       break;
     }
     if (bar) fputs("\r\033[K", stderr);
+    trained += st.steps;
+    if (interrupted) {
+      printf("interrupted in epoch %ld/%ld after %zu of its steps\n", epoch + 1, a.epochs, st.steps);
+      rc = 130;
+      break;
+    }
     if (kiln_nn_evaluate(model, test_loader, &test_loss, &test_acc) != KILN_OK) {
       rc = fail("evaluating");
       break;
@@ -251,7 +338,10 @@ int main(int argc, char **argv) {
     }
     fflush(stdout);
   }
-  if (rc == 0 && a.save) {
+  if (interrupted) rc = 130;
+  /* Interrupted: what was trained is saved (atomically, as always), unless
+   * nothing was; the status is the shell's for SIGINT. */
+  if (a.save && (rc == 0 || (rc == 130 && trained > 0))) {
     if (kiln_nn_model_save(model, a.save) != KILN_OK) rc = fail("saving");
     else printf("saved %s\n", a.save);
   }

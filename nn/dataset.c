@@ -1,10 +1,12 @@
 /* nn/dataset.c: IDX files (gzipped or not) read into data sets, Fashion-MNIST from Debian's package, data sets to tensors. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "nn_internal.h"
@@ -28,11 +30,20 @@ const char *kiln_nn_fashion_mnist_label_name(int label) {
 }
 
 /* ---- IDX reading ------------------------------------------------------------------
- * One parser for both sources: a gzip stream through zlib (which also reads an
- * uncompressed file as it is) and bytes in memory. */
+ * One parser for both sources: a file (one gzip member inflated here, or raw
+ * bytes) and bytes in memory. zlib's gz* functions are not used: they skip
+ * whatever follows the gzip stream, and a file must end where its data does. */
+
+/* Compressed bytes read from the file at a time. */
+#define KILN_NN_INFLATE_IN ((size_t)1 << 17)
 
 typedef struct kiln_nn_source_t {
-  gzFile gz; /* NULL: read from mem */
+  int fd;             /* -1: read from mem */
+  bool gzip;          /* the file is a gzip stream, inflated through `z` */
+  bool z_ready;       /* inflateInit2 succeeded: inflateEnd is due */
+  bool z_end;         /* the gzip stream ended (its CRC and length checked) */
+  z_stream z;
+  uint8_t *in;        /* gzip: KILN_NN_INFLATE_IN bytes of compressed input */
   const uint8_t *mem;
   size_t mem_size;
   size_t mem_pos;
@@ -52,10 +63,72 @@ static kiln_status_t kiln_nn_idx_fail(const kiln_nn_source_t *src, kiln_status_t
   return kiln_set_error(status, "%s: %s%s%s", src->name, problem, src->hint ? "; " : "", src->hint ? src->hint : "");
 }
 
-/* Read up to n bytes; *out_got < n only at the end of the data. A zlib or
- * system error is reported (KILN_IO) with the library's own words. */
+/* Up to n bytes of the file itself; *out_got < n only at its end. */
+static kiln_status_t kiln_nn_fd_read(kiln_nn_source_t *src, void *dst, size_t n, size_t *out_got) {
+  size_t total = 0;
+  while (total < n) {
+    ssize_t got = read(src->fd, (uint8_t *)dst + total, n - total);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) return kiln_nn_idx_fail(src, KILN_IO, "cannot read it: %s", strerror(errno));
+    if (got == 0) break;
+    total += (size_t)got;
+  }
+  *out_got = total;
+  return KILN_OK;
+}
+
+/* Inflate up to n bytes. At the stream's end the file must end too: a second
+ * gzip member or trailing bytes are refused (simplest, and no IDX file from
+ * the data sets has either). */
+static kiln_status_t kiln_nn_inflate_read(kiln_nn_source_t *src, void *dst, size_t n, size_t *out_got) {
+  size_t total = 0;
+  while (total < n && !src->z_end) {
+    size_t want = n - total;
+    if (want > ((size_t)1 << 30)) want = (size_t)1 << 30; /* avail_out is an unsigned int */
+    src->z.next_out = (uint8_t *)dst + total;
+    src->z.avail_out = (unsigned)want;
+    if (src->z.avail_in == 0) {
+      size_t got = 0;
+      kiln_status_t status = kiln_nn_fd_read(src, src->in, KILN_NN_INFLATE_IN, &got);
+      if (status != KILN_OK) return status;
+      if (got == 0)
+        return kiln_nn_idx_fail(src, KILN_IO,
+                                "the gzip stream is truncated (zlib: unexpected end of file) after %llu bytes of data",
+                                (unsigned long long)(src->pos + (want - src->z.avail_out)));
+      src->z.next_in = src->in;
+      src->z.avail_in = (unsigned)got;
+    }
+    int ret = inflate(&src->z, Z_NO_FLUSH);
+    size_t produced = want - src->z.avail_out;
+    total += produced;
+    src->pos += produced;
+    if (ret == Z_STREAM_END) {
+      src->z_end = true;
+      size_t after = src->z.avail_in, got = 0;
+      uint8_t probe[1];
+      if (after == 0) {
+        kiln_status_t status = kiln_nn_fd_read(src, probe, 1, &got);
+        if (status != KILN_OK) return status;
+        after = got;
+      }
+      if (after)
+        return kiln_nn_idx_fail(src, KILN_IO,
+                                "bytes follow its gzip stream (after %llu bytes of data); kiln reads one gzip member "
+                                "and nothing after it",
+                                (unsigned long long)src->pos);
+    } else if (ret == Z_MEM_ERROR) {
+      return kiln_nn_idx_fail(src, KILN_OUT_OF_MEMORY, "zlib ran out of memory inflating it");
+    } else if (ret != Z_OK && !(ret == Z_BUF_ERROR && src->z.avail_in == 0)) {
+      return kiln_nn_idx_fail(src, KILN_IO, "corrupt gzip data (zlib: %s)", src->z.msg ? src->z.msg : zError(ret));
+    }
+  }
+  *out_got = total;
+  return KILN_OK;
+}
+
+/* Read up to n bytes; *out_got < n only at the end of the data. */
 static kiln_status_t kiln_nn_source_read(kiln_nn_source_t *src, void *dst, size_t n, size_t *out_got) {
-  if (!src->gz) {
+  if (src->fd < 0) {
     size_t left = src->mem_size - src->mem_pos;
     size_t got = n < left ? n : left;
     if (got) memcpy(dst, src->mem + src->mem_pos, got);
@@ -63,39 +136,16 @@ static kiln_status_t kiln_nn_source_read(kiln_nn_source_t *src, void *dst, size_
     *out_got = got;
     return KILN_OK;
   }
-  size_t total = 0;
-  while (total < n) {
-    size_t want = n - total;
-    if (want > ((size_t)1 << 30)) want = (size_t)1 << 30; /* gzread takes an unsigned int */
-    int got = gzread(src->gz, (uint8_t *)dst + total, (unsigned)want);
-    if (got > 0) {
-      total += (size_t)got;
-      src->pos += (uint64_t)got;
-      continue;
-    }
-    int err = Z_OK;
-    const char *text = gzerror(src->gz, &err);
-    /* zlib puts the path in front of its message; the message has it already. */
-    size_t name_len = strlen(src->name);
-    if (!strncmp(text, src->name, name_len) && !strncmp(text + name_len, ": ", 2)) text += name_len + 2;
-    if (got < 0 || (err != Z_OK && err != Z_STREAM_END)) {
-      if (err == Z_ERRNO) return kiln_nn_idx_fail(src, KILN_IO, "cannot read it: %s", strerror(errno));
-      if (err == Z_BUF_ERROR)
-        return kiln_nn_idx_fail(src, KILN_IO, "the gzip stream is truncated (zlib: %s) after %llu bytes of data", text,
-                                (unsigned long long)src->pos);
-      return kiln_nn_idx_fail(src, KILN_IO, "corrupt gzip data (zlib: %s)", text);
-    }
-    break; /* the end of the data */
-  }
-  *out_got = total;
-  return KILN_OK;
+  if (src->gzip) return kiln_nn_inflate_read(src, dst, n, out_got);
+  kiln_status_t status = kiln_nn_fd_read(src, dst, n, out_got);
+  if (status == KILN_OK) src->pos += *out_got;
+  return status;
 }
 
 static const char *kiln_nn_idx_kind(uint32_t ndim) { return ndim == 3 ? "images" : "labels"; }
 
-/* Header, values, and nothing after them. Memory grows as data arrives, so
- * dimensions that lie cost no more than the bytes actually there. */
-static kiln_status_t kiln_nn_idx_read(kiln_nn_source_t *src, uint32_t ndim, kiln_nn__idx_t *out) {
+/* The magic number and the dimensions; out->size the bytes they promise. */
+static kiln_status_t kiln_nn_idx_read_header(kiln_nn_source_t *src, uint32_t ndim, kiln_nn__idx_t *out) {
   uint8_t head[4 + 4 * 3];
   size_t head_size = 4 + 4 * (size_t)ndim, got = 0;
   kiln_status_t status = kiln_nn_source_read(src, head, 4, &got);
@@ -129,8 +179,17 @@ static kiln_status_t kiln_nn_idx_read(kiln_nn_source_t *src, uint32_t ndim, kiln
   if (overflow || need > (uint64_t)(SIZE_MAX / 2))
     return kiln_nn_idx_fail(src, KILN_IO, "dimensions %u x %u x %u are too large to be real", out->dims[0],
                             ndim == 3 ? out->dims[1] : 1, ndim == 3 ? out->dims[2] : 1);
+  out->size = (size_t)need;
+  return KILN_OK;
+}
 
-  size_t size = (size_t)need, capacity = size < ((size_t)1 << 20) ? size : ((size_t)1 << 20), filled = 0;
+/* The values the header promised, and nothing after them. Memory grows as
+ * data arrives, so dimensions that lie cost no more than the bytes actually
+ * there (and never more than the header promised). */
+static kiln_status_t kiln_nn_idx_read_values(kiln_nn_source_t *src, kiln_nn__idx_t *out) {
+  size_t size = out->size, got = 0;
+  size_t capacity = size < ((size_t)1 << 20) ? size : ((size_t)1 << 20), filled = 0;
+  kiln_status_t status = KILN_OK;
   uint8_t *data = malloc(capacity ? capacity : 1);
   if (!data) return kiln_nn_idx_fail(src, KILN_OUT_OF_MEMORY, "cannot allocate %zu bytes to read it", capacity);
   while (filled < size) {
@@ -154,7 +213,7 @@ static kiln_status_t kiln_nn_idx_read(kiln_nn_source_t *src, uint32_t ndim, kiln
   }
   if (filled < size) {
     free(data);
-    if (ndim == 3)
+    if (out->ndim == 3)
       return kiln_nn_idx_fail(src, KILN_IO,
                               "truncated: its dimensions [%u, %u, %u] need %zu bytes of pixels after the header, but it "
                               "holds %zu",
@@ -173,7 +232,6 @@ static kiln_status_t kiln_nn_idx_read(kiln_nn_source_t *src, uint32_t ndim, kiln
     return status;
   }
   out->data = data;
-  out->size = size;
   return KILN_OK;
 }
 
@@ -181,27 +239,64 @@ kiln_status_t kiln_nn__idx_parse_memory(const void *bytes, size_t size, uint32_t
                                         const char *hint, kiln_nn__idx_t *out) {
   if ((!bytes && size) || !out || (ndim != 1 && ndim != 3))
     return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn__idx_parse_memory: bad arguments");
-  kiln_nn_source_t src = {.mem = bytes, .mem_size = size, .name = name ? name : "<memory>", .hint = hint};
-  return kiln_nn_idx_read(&src, ndim, out);
+  kiln_nn_source_t src = {.fd = -1, .mem = bytes, .mem_size = size, .name = name ? name : "<memory>", .hint = hint};
+  kiln_status_t status = kiln_nn_idx_read_header(&src, ndim, out);
+  if (status == KILN_OK) status = kiln_nn_idx_read_values(&src, out);
+  return status;
 }
 
-/* `missing_hint` when the file is absent, `hint` for any other fault. */
-static kiln_status_t kiln_nn_idx_read_file(const char *path, uint32_t ndim, const char *hint,
-                                           const char *missing_hint, kiln_nn__idx_t *out) {
-  kiln_nn_source_t src = {.name = path, .hint = hint};
-  struct stat st;
-  if (stat(path, &st) != 0) {
+static void kiln_nn_source_close(kiln_nn_source_t *src) {
+  if (src->z_ready) inflateEnd(&src->z);
+  if (src->fd >= 0) close(src->fd);
+  free(src->in);
+  src->fd = -1;
+  src->z_ready = false;
+  src->in = NULL;
+}
+
+/* Open a regular file without blocking on a FIFO or a device, then look at
+ * its first two bytes: gzip's magic number, or raw IDX. `missing_hint` when
+ * the file is absent, `src->hint` for any other fault. */
+static kiln_status_t kiln_nn_source_open(const char *path, const char *missing_hint, kiln_nn_source_t *src) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
     int err = errno;
-    src.hint = err == ENOENT ? missing_hint : hint;
-    return kiln_nn_idx_fail(&src, err == ENOENT ? KILN_NOT_FOUND : KILN_IO, "cannot open it: %s", strerror(err));
+    if (err == ENOENT) src->hint = missing_hint;
+    return kiln_nn_idx_fail(src, err == ENOENT ? KILN_NOT_FOUND : KILN_IO, "cannot open it: %s", strerror(err));
   }
-  if (!S_ISREG(st.st_mode)) return kiln_nn_idx_fail(&src, KILN_IO, "is not a regular file");
-  src.gz = gzopen(path, "rb");
-  if (!src.gz) return kiln_nn_idx_fail(&src, KILN_IO, "cannot open it: %s", errno ? strerror(errno) : "out of memory");
-  gzbuffer(src.gz, 1u << 17);
-  kiln_status_t status = kiln_nn_idx_read(&src, ndim, out);
-  gzclose_r(src.gz);
-  return status;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return kiln_nn_idx_fail(src, KILN_IO, "is not a regular file");
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    int err = errno;
+    close(fd);
+    return kiln_nn_idx_fail(src, KILN_IO, "cannot make its reads blocking: %s", strerror(err));
+  }
+  src->fd = fd;
+  uint8_t magic[2];
+  ssize_t got;
+  do got = pread(fd, magic, 2, 0);
+  while (got < 0 && errno == EINTR);
+  if (got < 0) {
+    kiln_status_t status = kiln_nn_idx_fail(src, KILN_IO, "cannot read it: %s", strerror(errno));
+    kiln_nn_source_close(src);
+    return status;
+  }
+  if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+    src->gzip = true;
+    src->in = malloc(KILN_NN_INFLATE_IN);
+    /* 16 + 15: a gzip wrapper, the largest window. */
+    int ret = src->in ? inflateInit2(&src->z, 16 + 15) : Z_MEM_ERROR;
+    if (ret != Z_OK) {
+      kiln_nn_source_close(src);
+      return kiln_nn_idx_fail(src, KILN_OUT_OF_MEMORY, "cannot start zlib to inflate it");
+    }
+    src->z_ready = true;
+  }
+  return KILN_OK;
 }
 
 /* ---- data sets ---------------------------------------------------------------------- */
@@ -222,29 +317,31 @@ static kiln_status_t kiln_nn_dataset_make(size_t count, uint32_t rows, uint32_t 
   return KILN_OK;
 }
 
-/* Both files read; the counts must agree and every label lie below classes. */
+/* Both headers first: counts that disagree are refused before anything is
+ * inflated, so a file claiming a gigabyte beside three labels costs nothing.
+ * Then the values, each file bounded by what its header promised; every label
+ * must lie below classes. */
 static kiln_status_t kiln_nn_dataset_from_idx(const char *images_path, const char *labels_path, uint32_t classes,
                                               const char *hint, const char *missing_hint,
                                               kiln_nn_dataset_t **out_dataset) {
   kiln_nn__idx_t images = {0}, labels = {0};
-  kiln_status_t status = kiln_nn_idx_read_file(images_path, 3, hint, missing_hint, &images);
-  if (status != KILN_OK) return status;
-  status = kiln_nn_idx_read_file(labels_path, 1, hint, missing_hint, &labels);
-  if (status != KILN_OK) {
-    free(images.data);
-    return status;
-  }
-  kiln_nn_source_t src = {.name = labels_path, .hint = hint};
-  if (labels.dims[0] != images.dims[0]) {
-    status = kiln_nn_idx_fail(&src, KILN_IO, "holds %u labels but %s holds %u images", labels.dims[0], images_path,
+  kiln_nn_source_t isrc = {.fd = -1, .name = images_path, .hint = hint};
+  kiln_nn_source_t lsrc = {.fd = -1, .name = labels_path, .hint = hint};
+  kiln_status_t status = kiln_nn_source_open(images_path, missing_hint, &isrc);
+  if (status == KILN_OK) status = kiln_nn_source_open(labels_path, missing_hint, &lsrc);
+  if (status == KILN_OK) status = kiln_nn_idx_read_header(&isrc, 3, &images);
+  if (status == KILN_OK) status = kiln_nn_idx_read_header(&lsrc, 1, &labels);
+  if (status == KILN_OK && labels.dims[0] != images.dims[0])
+    status = kiln_nn_idx_fail(&lsrc, KILN_IO, "holds %u labels but %s holds %u images", labels.dims[0], images_path,
                               images.dims[0]);
-  } else {
-    for (size_t i = 0; i < labels.size; i++) {
-      if (labels.data[i] >= classes) {
-        status = kiln_nn_idx_fail(&src, KILN_IO, "label %u of sample %zu is outside [0, %u)", labels.data[i], i,
-                                  classes);
-        break;
-      }
+  if (status == KILN_OK) status = kiln_nn_idx_read_values(&isrc, &images);
+  if (status == KILN_OK) status = kiln_nn_idx_read_values(&lsrc, &labels);
+  kiln_nn_source_close(&isrc);
+  kiln_nn_source_close(&lsrc);
+  for (size_t i = 0; status == KILN_OK && i < labels.size; i++) {
+    if (labels.data[i] >= classes) {
+      status = kiln_nn_idx_fail(&lsrc, KILN_IO, "label %u of sample %zu is outside [0, %u)", labels.data[i], i, classes);
+      break;
     }
   }
   if (status != KILN_OK) {

@@ -136,7 +136,9 @@ kiln_status_t kiln_nn_model_save(const kiln_nn_model_t *model, const char *path)
     return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_model_save: %s is NULL", !model ? "model" : "path");
   kiln_nn_named_tensor_t *list = NULL;
   kiln_status_t status = named(model, &list);
-  if (status == KILN_OK) status = kiln_nn_safetensors_save(path, list, model->param_count, NULL, 0);
+  /* A diverged model never overwrites a checkpoint. */
+  if (status == KILN_OK)
+    status = kiln_nn__safetensors_save("kiln_nn_model_save", path, list, model->param_count, NULL, 0, true);
   free(list);
   return status;
 }

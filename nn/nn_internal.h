@@ -36,6 +36,20 @@ static inline uint64_t kiln_nn__splitmix64(uint64_t *state) {
 }
 
 
+/* ---- safetensors_save.c: names, and the save behind kiln_nn_model_save --------------- */
+
+/* Well-formed UTF-8: no overlongs, no surrogates, nothing past U+10FFFF. */
+bool kiln_nn__utf8_valid(const char *text);
+/* The offset of the first control character (below 0x20, or 0x7f) in `text`;
+ * strlen(text) when there is none. */
+size_t kiln_nn__control_char(const char *text);
+/* kiln_nn_safetensors_save, which with `finite` also refuses (KILN_INVALID_ARGUMENT,
+ * nothing written) an f32 tensor holding a NaN or an infinity; `call` names
+ * the public function in messages. */
+kiln_status_t kiln_nn__safetensors_save(const char *call, const char *path, const kiln_nn_named_tensor_t *tensors,
+                                        size_t count, const kiln_nn_metadata_t *metadata, size_t metadata_count,
+                                        bool finite);
+
 /* ---- param.c: parameters and the provider counts ----------------------------------- */
 
 struct kiln_nn_param_t {

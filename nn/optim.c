@@ -1,4 +1,5 @@
 /* nn/optim.c: optimizers (SGD with momentum, Adam): state on the parameters' device, one fused kiln update per parameter and step. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,17 +24,23 @@ struct kiln_nn_optimizer_t {
   char text[160]; /* kiln_nn_optimizer_describe (room for every figure at its widest) */
 };
 
-static bool finite_at_least(double v, double low, bool open) { return isfinite(v) && (open ? v > low : v >= low); }
+/* The kernels compute in f32: a value must stay finite there, and one that
+ * must be > 0 must not round to 0. */
+static bool finite_at_least(double v, double low, bool open) {
+  return isfinite(v) && fabs(v) <= FLT_MAX && (open ? v > low && (float)v > 0 : v >= low);
+}
+
+#define KILN_NN_F32_RANGE "representable as a finite f32 (at most 3.4e+38)"
 
 static kiln_status_t check_sgd(const kiln_sgd_params_t *o) {
   static const char call[] = "kiln_nn_sgd_create";
-  if (!finite_at_least(o->lr, 0, true)) return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: lr %g; it must be > 0", call, o->lr);
+  if (!finite_at_least(o->lr, 0, true)) return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: lr %g; it must be > 0 and " KILN_NN_F32_RANGE, call, o->lr);
   if (!finite_at_least(o->momentum, 0, false))
-    return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: momentum %g; it must be >= 0", call, o->momentum);
+    return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: momentum %g; it must be >= 0 and " KILN_NN_F32_RANGE, call, o->momentum);
   if (!(o->dampening >= 0 && o->dampening <= 1))
     return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: dampening %g; it must lie in [0, 1]", call, o->dampening);
   if (!finite_at_least(o->weight_decay, 0, false))
-    return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: weight_decay %g; it must be >= 0", call, o->weight_decay);
+    return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: weight_decay %g; it must be >= 0 and " KILN_NN_F32_RANGE, call, o->weight_decay);
   if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
     return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: nesterov needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
                           call, o->momentum, o->dampening);
@@ -42,12 +49,12 @@ static kiln_status_t check_sgd(const kiln_sgd_params_t *o) {
 
 static kiln_status_t check_adam(const kiln_adam_params_t *o) {
   static const char call[] = "kiln_nn_adam_create";
-  if (!finite_at_least(o->lr, 0, true)) return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: lr %g; it must be > 0", call, o->lr);
+  if (!finite_at_least(o->lr, 0, true)) return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: lr %g; it must be > 0 and " KILN_NN_F32_RANGE, call, o->lr);
   if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
     return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: betas (%g, %g); each must lie in [0, 1)", call, o->beta1, o->beta2);
-  if (!finite_at_least(o->eps, 0, true)) return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: eps %g; it must be > 0", call, o->eps);
+  if (!finite_at_least(o->eps, 0, true)) return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: eps %g; it must be > 0 and " KILN_NN_F32_RANGE, call, o->eps);
   if (!finite_at_least(o->weight_decay, 0, false))
-    return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: weight_decay %g; it must be >= 0", call, o->weight_decay);
+    return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: weight_decay %g; it must be >= 0 and " KILN_NN_F32_RANGE, call, o->weight_decay);
   return KILN_OK;
 }
 
@@ -227,7 +234,7 @@ const char *kiln_nn_optimizer_describe(const kiln_nn_optimizer_t *optimizer) { r
 kiln_status_t kiln_nn_optimizer_set_lr(kiln_nn_optimizer_t *optimizer, double lr) {
   if (!optimizer) return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_optimizer_set_lr: optimizer is NULL");
   if (!finite_at_least(lr, 0, true))
-    return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_optimizer_set_lr: lr %g; it must be > 0 and finite", lr);
+    return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_optimizer_set_lr: lr %g; it must be > 0 and " KILN_NN_F32_RANGE, lr);
   optimizer->sgd.lr = lr;
   optimizer->adam.lr = lr;
   describe(optimizer);

@@ -236,6 +236,75 @@ static kiln_status_t kiln_nn_st_check_layout(const kiln_nn_st_source_t *src, kil
   return status;
 }
 
+static int kiln_nn_hex4(const char *p) {
+  int v = 0;
+  for (int k = 0; k < 4; k++) {
+    char c = p[k];
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return -1;
+    v = v << 4 | d;
+  }
+  return v;
+}
+
+/* What json-c lets through in strings and the reference loader (serde_json)
+ * refuses: a raw control byte, a lone UTF-16 surrogate escape (json-c turns it
+ * into bytes that are no UTF-8). And what a C string cannot hold: an escaped
+ * NUL, which would cut a name short ("a\u0000b" read as "a"). The grammar
+ * itself is json-c's to check; this only walks the strings. */
+static kiln_status_t kiln_nn_st_scan_strings(const kiln_nn_st_source_t *src, const char *text, size_t n) {
+  bool inside = false;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)text[i];
+    if (!inside) {
+      inside = c == '"';
+      continue;
+    }
+    if (c == '"') {
+      inside = false;
+    } else if (c < 0x20) {
+      return kiln_nn_st_fail(src, KILN_IO, "the header holds the raw control byte 0x%02x in a string, at offset %zu",
+                             c, i);
+    } else if (c == '\\' && i + 1 < n) {
+      int cp = text[i + 1] == 'u' && i + 5 < n ? kiln_nn_hex4(text + i + 2) : -1;
+      if (cp < 0) {
+        i++; /* a one-character escape, or a malformed one json-c reports */
+        continue;
+      }
+      if (cp == 0)
+        return kiln_nn_st_fail(src, KILN_IO,
+                               "the header holds \\u0000 (a NUL) in a string, at offset %zu; kiln's names and "
+                               "metadata are C strings and cannot hold it",
+                               i);
+      int low = cp >= 0xd800 && cp <= 0xdbff && i + 11 < n && text[i + 6] == '\\' && text[i + 7] == 'u'
+                    ? kiln_nn_hex4(text + i + 8)
+                    : -1;
+      if (cp >= 0xd800 && cp <= 0xdbff && low >= 0xdc00 && low <= 0xdfff) {
+        i += 11; /* a surrogate pair: one character past U+FFFF */
+      } else if (cp >= 0xd800 && cp <= 0xdfff) {
+        return kiln_nn_st_fail(src, KILN_IO,
+                               "the header holds a lone UTF-16 surrogate \\u%04x in a string, at offset %zu; it is no "
+                               "Unicode character",
+                               (unsigned)cp, i);
+      } else {
+        i += 5;
+      }
+    }
+  }
+  return KILN_OK;
+}
+
+/* A tensor name or metadata key as kiln writes them: UTF-8 without control
+ * characters. */
+static kiln_status_t kiln_nn_st_check_name(const kiln_nn_st_source_t *src, const char *what, const char *name) {
+  if (!kiln_nn__utf8_valid(name)) return kiln_nn_st_fail(src, KILN_IO, "%s is not valid UTF-8", what);
+  size_t at = kiln_nn__control_char(name);
+  if (name[at])
+    return kiln_nn_st_fail(src, KILN_IO, "%s \"%.*s...\" holds the control character U+%04X at byte %zu", what, (int)at,
+                           name, (unsigned)(unsigned char)name[at], at);
+  return KILN_OK;
+}
+
 static kiln_status_t kiln_nn_st_parse(const kiln_nn_st_source_t *src, kiln_nn_st_header_t *h) {
   memset(h, 0, sizeof *h);
   uint8_t len_bytes[8];
@@ -269,6 +338,8 @@ static kiln_status_t kiln_nn_st_parse(const kiln_nn_st_source_t *src, kiln_nn_st
     status = kiln_nn_st_fail(src, KILN_IO, "the header does not start with '{' (byte 0x%02x)", (unsigned char)text[0]);
   } else if (nul) {
     status = kiln_nn_st_fail(src, KILN_IO, "the header holds a NUL byte at offset %zu", (size_t)(nul - text));
+  } else if ((status = kiln_nn_st_scan_strings(src, text, (size_t)n)) != KILN_OK) {
+    /* reported */
   } else {
     json_tokener *tok = json_tokener_new_ex(8);
     if (!tok) {
@@ -300,6 +371,8 @@ static kiln_status_t kiln_nn_st_parse(const kiln_nn_st_source_t *src, kiln_nn_st
   }
   if (status == KILN_OK) {
     json_object_object_foreach(h->root, key, value) {
+      status = kiln_nn_st_check_name(src, "a tensor name", key);
+      if (status != KILN_OK) break;
       if (!strcmp(key, "__metadata__")) {
         if (!json_object_is_type(value, json_type_object)) {
           status = kiln_nn_st_fail(src, KILN_IO, "\"__metadata__\" is a JSON %s, not an object of strings",
@@ -307,9 +380,16 @@ static kiln_status_t kiln_nn_st_parse(const kiln_nn_st_source_t *src, kiln_nn_st
           break;
         }
         json_object_object_foreach(value, mkey, mvalue) {
+          status = kiln_nn_st_check_name(src, "a \"__metadata__\" key", mkey);
+          if (status != KILN_OK) break;
           if (!json_object_is_type(mvalue, json_type_string)) {
             status = kiln_nn_st_fail(src, KILN_IO, "\"__metadata__\" entry \"%s\" is a JSON %s, not a string", mkey,
                                      kiln_nn_json_type(mvalue));
+            break;
+          }
+          const char *text_value = json_object_get_string(mvalue);
+          if ((size_t)json_object_get_string_len(mvalue) != strlen(text_value) || !kiln_nn__utf8_valid(text_value)) {
+            status = kiln_nn_st_fail(src, KILN_IO, "\"__metadata__\" entry \"%s\" is not a valid UTF-8 C string", mkey);
             break;
           }
         }
@@ -420,13 +500,20 @@ static kiln_status_t kiln_nn_st_load(const kiln_nn_st_source_t *src, kiln_device
 /* Open a regular file for reading; KILN_NOT_FOUND when it is absent. */
 static kiln_status_t kiln_nn_st_open(const char *path, kiln_nn_st_source_t *src) {
   *src = (kiln_nn_st_source_t){.fd = -1, .name = path};
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO without a writer must not wait for one. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0)
     return kiln_nn_st_fail(src, errno == ENOENT ? KILN_NOT_FOUND : KILN_IO, "cannot open it: %s", strerror(errno));
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
     return kiln_nn_st_fail(src, KILN_IO, "is not a regular file");
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    int err = errno;
+    close(fd);
+    return kiln_nn_st_fail(src, KILN_IO, "cannot make its reads blocking: %s", strerror(err));
   }
   src->fd = fd;
   src->size = (uint64_t)st.st_size;

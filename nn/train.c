@@ -1,4 +1,5 @@
 /* nn/train.c: the classifier training loop (one epoch: forward, loss, backward, update) and evaluation, with their sums kept on the device. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -83,6 +84,33 @@ static kiln_status_t train_step(kiln_nn_model_t *model, kiln_nn_optimizer_t *opt
   return status;
 }
 
+/* The sum of the losses is not finite: the first step whose loss is not, from
+ * the losses kept on the device, named with the learning rate to lower. */
+static kiln_status_t diverged(const kiln_nn_optimizer_t *optimizer, kiln_buffer_t *losses, size_t loss_cap,
+                              const kiln_nn_epoch_stats_t *st, double sum) {
+  size_t n = st->steps < loss_cap ? st->steps : loss_cap;
+  float *host = n ? malloc(n * sizeof *host) : NULL;
+  if (n && !host) return kiln_set_error(KILN_OUT_OF_MEMORY, "cannot allocate %zu step losses", n);
+  kiln_status_t status = KILN_OK;
+  if (n)
+    status = kiln_buffer_read(kiln_device_current_queue(kiln_buffer_device(losses)), losses, 0, host, n * sizeof *host,
+                              true, 0, NULL, NULL);
+  size_t bad = 0;
+  while (status == KILN_OK && bad < n && isfinite(host[bad])) bad++;
+  if (status == KILN_OK && bad < n)
+    status = kiln_set_error(KILN_INVALID_ARGUMENT,
+                            "the loss is %g at step %zu of epoch %llu: training diverged; lower the learning rate "
+                            "(it is %g)",
+                            (double)host[bad], bad, (unsigned long long)st->epoch, kiln_nn_optimizer_lr(optimizer));
+  else if (status == KILN_OK)
+    status = kiln_set_error(KILN_INVALID_ARGUMENT,
+                            "the sum of the losses is %g after %zu steps of epoch %llu: training diverged; lower the "
+                            "learning rate (it is %g)",
+                            sum, st->steps, (unsigned long long)st->epoch, kiln_nn_optimizer_lr(optimizer));
+  free(host);
+  return status;
+}
+
 kiln_status_t kiln_nn_train_epoch(kiln_nn_model_t *model, kiln_nn_optimizer_t *optimizer, kiln_nn_loader_t *loader,
                                   const kiln_nn_train_options_t *options, kiln_nn_epoch_stats_t *out_stats) {
   static const char call[] = "kiln_nn_train_epoch";
@@ -95,6 +123,11 @@ kiln_status_t kiln_nn_train_epoch(kiln_nn_model_t *model, kiln_nn_optimizer_t *o
   kiln_device_t *device = kiln_nn_model_device(model);
   if (!device) return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: the model has no parameters", call);
   const size_t loss_count = o->step_losses ? o->step_loss_count : 0;
+  const size_t steps_in_epoch = kiln_nn_loader_batch_count(loader);
+  /* Every step's loss is kept on the device (a 4-byte copy each), so that a
+   * loss gone non-finite is traced to its step without the host waiting. */
+  size_t loss_cap = o->max_steps && o->max_steps < steps_in_epoch ? o->max_steps : steps_in_epoch;
+  if (loss_cap < loss_count) loss_cap = loss_count;
 
   kiln_nn_tape_t *tape = NULL;
   kiln_buffer_t *losses = NULL;
@@ -102,14 +135,14 @@ kiln_status_t kiln_nn_train_epoch(kiln_nn_model_t *model, kiln_nn_optimizer_t *o
   memset(&sums, 0, sizeof sums);
   kiln_status_t status = kiln_nn_tape_create(&tape);
   if (status == KILN_OK) status = sums_create(device, &sums);
-  if (status == KILN_OK && loss_count) status = kiln_buffer_create(device, loss_count * sizeof(float), &losses);
+  if (status == KILN_OK && loss_cap) status = kiln_buffer_create(device, loss_cap * sizeof(float), &losses);
 
   kiln_nn_epoch_stats_t st;
   memset(&st, 0, sizeof st);
-  const size_t steps_in_epoch = kiln_nn_loader_batch_count(loader);
   const double t0 = now_s();
   bool first = true;
   while (status == KILN_OK && (!o->max_steps || st.steps < o->max_steps)) {
+    if (o->stop && *o->stop) break;
     kiln_nn_batch_t batch;
     status = kiln_nn_loader_next(loader, &batch);
     if (status != KILN_OK || batch.count == 0) break;
@@ -122,7 +155,7 @@ kiln_status_t kiln_nn_train_epoch(kiln_nn_model_t *model, kiln_nn_optimizer_t *o
                               kiln_device_selector(device));
       break;
     }
-    status = train_step(model, optimizer, tape, &batch, &sums, st.steps < loss_count ? losses : NULL, st.steps);
+    status = train_step(model, optimizer, tape, &batch, &sums, st.steps < loss_cap ? losses : NULL, st.steps);
     if (status != KILN_OK) {
       status = kiln_wrap_error(status, "step %zu of epoch %llu", st.steps, (unsigned long long)batch.epoch);
       break;
@@ -133,6 +166,10 @@ kiln_status_t kiln_nn_train_epoch(kiln_nn_model_t *model, kiln_nn_optimizer_t *o
       double loss = 0, correct = 0;
       status = sums_read(&sums, &loss, &correct);
       if (status != KILN_OK) break;
+      if (!isfinite(loss)) {
+        status = diverged(optimizer, losses, loss_cap, &st, loss);
+        break;
+      }
       const kiln_nn_progress_t p = {st.epoch, st.steps, steps_in_epoch, st.images, loss / (double)st.steps,
                                     correct / (double)st.images, now_s() - t0};
       o->progress(&p, o->user);
@@ -140,8 +177,9 @@ kiln_status_t kiln_nn_train_epoch(kiln_nn_model_t *model, kiln_nn_optimizer_t *o
   }
   double loss = 0, correct = 0;
   if (status == KILN_OK) status = sums_read(&sums, &loss, &correct);
+  if (status == KILN_OK && !isfinite(loss)) status = diverged(optimizer, losses, loss_cap, &st, loss);
   st.seconds = now_s() - t0;
-  if (status == KILN_OK && losses) {
+  if (status == KILN_OK && loss_count) {
     size_t n = st.steps < loss_count ? st.steps : loss_count;
     memset(o->step_losses, 0, loss_count * sizeof(float));
     status = kiln_buffer_read(kiln_device_current_queue(device), losses, 0, o->step_losses, n * sizeof(float), true, 0,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/test_scripts.sh: what a newcomer runs besides the suites: the README's install-and-link recipe, run.sh's caches, kiln-demo's output, the KILN_* names.
 #
-# usage: tests/test_scripts.sh all | install | caches | variables | demo KILN_DEMO DEVINFO
+# usage: tests/test_scripts.sh all | install | caches | variables | demo KILN_DEMO DEVINFO | train KILN_TRAIN
 #   install    run the README's blocks marked "<!-- test: ... -->" as written, with HOME a
 #              temporary folder (the build folder they name goes there too): install under
 #              $HOME/kiln, then link examples/embed.c against it with the shared line and
@@ -13,7 +13,11 @@
 #              reported as a misspelling
 #   demo       kiln-demo's --help, the chapter it names, the provider it reports under
 #              each policy (as the debug log shows it), its hints
-#   all        install, caches, variables (test.sh); demo runs under meson (examples)
+#   train      kiln-train's refusals before any training (numbers, --save's folder, --losses),
+#              a diverged run (--lr 1e6) that fails and leaves the checkpoint alone, Ctrl-C
+#              that saves and exits 130; needs Fashion-MNIST (skipped without it)
+#   all        install, caches, variables (test.sh), and train when build/examples/kiln-train
+#              exists; demo and train run under meson (examples)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 failures=0
@@ -191,6 +195,82 @@ test_demo() {
   fi
 }
 
+# kiln-train on the CPU, on a few hundred images of Fashion-MNIST.
+test_train() {
+  local train="$1"
+  section "kiln-train: refusals before training, a diverged run, Ctrl-C"
+  local data="${KILN_DATA_DIR:+$KILN_DATA_DIR/fashion-mnist}"
+  data="${data:-/usr/share/datasets/fashion-mnist}"
+  if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then
+    echo "note: no Fashion-MNIST in $data; kiln-train is not checked here"
+    return
+  fi
+  local tmp out rc
+  tmp="$(mktemp -d "${TMPDIR:-/tmp}/kiln-test-train-XXXXXX")"
+  local run=(env KILN_BACKEND=cpu KILN_CACHE_DIR="$tmp/cache" POCL_CACHE_DIR="$tmp/pocl" "$train" --no-progress)
+
+  # Numbers: empty, trailing junk, out of range, negative; all refused at once.
+  local bad
+  for bad in "--seed|" "--seed|99999999999999999999999" "--seed|-1" "--seed|12abc" "--epochs|" "--epochs|3x" \
+             "--epochs|99999999999999999999" "--batch|-5" "--limit| 5" "--losses|+3" "--lr|" "--lr|1e400" \
+             "--lr|inf" "--lr|nan" "--lr|0.1x"; do
+    rc=0
+    out="$("${run[@]}" "${bad%%|*}" "${bad#*|}" 2>&1)" || rc=$?
+    [ "$rc" = 2 ] || fail "kiln-train ${bad%%|*} '${bad#*|}' exited $rc, expected 2: $out"
+    case "$out" in *"kiln-train: ${bad%%|*} takes "*"not '${bad#*|}'"*) ;;
+      *) fail "kiln-train ${bad%%|*} '${bad#*|}' does not say what it takes: $out" ;; esac
+  done
+
+  # --save into a folder that does not exist: refused before any epoch.
+  rc=0
+  out="$("${run[@]}" --epochs 3 --limit 300 --save "$tmp/missing/m.safetensors" 2>&1)" || rc=$?
+  [ "$rc" = 2 ] || fail "kiln-train --save into a missing folder exited $rc, expected 2"
+  case "$out" in *"--save $tmp/missing/m.safetensors: the folder $tmp/missing does not exist; create it first"*) ;;
+    *) fail "kiln-train --save into a missing folder: $out" ;; esac
+  case "$out" in *"epoch 1/"*) fail "kiln-train trained before finding --save's folder missing" ;; esac
+
+  # --losses past the steps of an epoch: refused, not silently empty or huge.
+  rc=0
+  out="$("${run[@]}" --epochs 1 --limit 300 --losses 99999999999999 2>&1)" || rc=$?
+  [ "$rc" = 2 ] || fail "kiln-train --losses 99999999999999 exited $rc, expected 2"
+  case "$out" in *"--losses 99999999999999 is more than the 3 steps of an epoch (300 images in batches of 100)"*) ;;
+    *) fail "kiln-train --losses 99999999999999: $out" ;; esac
+
+  # A rate that makes the loss NaN: an error naming the step and the rate, and
+  # the good checkpoint is left as it was.
+  local ckpt="$tmp/m.safetensors"
+  if ! out="$("${run[@]}" --epochs 1 --limit 300 --save "$ckpt" 2>&1)"; then
+    fail "kiln-train --save failed: $out"
+  fi
+  cp "$ckpt" "$tmp/good.safetensors"
+  chmod 600 "$ckpt"
+  rc=0
+  out="$("${run[@]}" --epochs 1 --limit 1000 --lr 1e6 --save "$ckpt" 2>&1)" || rc=$?
+  [ "$rc" = 1 ] || fail "kiln-train --lr 1e6 exited $rc, expected 1: $out"
+  case "$out" in *"kiln-train: training: "*"kiln_nn_train_epoch: the loss is "*" at step "*"training diverged; lower the learning rate (it is 1e+06)"*) ;;
+    *) fail "kiln-train --lr 1e6 does not name the step and the rate: $out" ;; esac
+  cmp -s "$ckpt" "$tmp/good.safetensors" || fail "kiln-train --lr 1e6 overwrote the checkpoint"
+
+  # Ctrl-C after a few epochs: the step finishes, the file is saved, status 130.
+  rm -f "$ckpt"
+  "${run[@]}" --epochs 100000 --limit 200 --save "$ckpt" >"$tmp/int.log" 2>&1 &
+  local pid=$! waited=0
+  while ! grep -q '^epoch 3/' "$tmp/int.log" && [ "$waited" -lt 600 ] && kill -0 "$pid" 2>/dev/null; do
+    sleep 0.2
+    waited=$((waited + 1))
+  done
+  kill -INT "$pid" 2>/dev/null || true
+  rc=0
+  wait "$pid" || rc=$?
+  [ "$rc" = 130 ] || fail "kiln-train interrupted with SIGINT exited $rc, expected 130: $(tail -5 "$tmp/int.log")"
+  grep -q "^saved $ckpt\$" "$tmp/int.log" || fail "kiln-train interrupted with SIGINT did not save: $(tail -5 "$tmp/int.log")"
+  [ -s "$ckpt" ] || fail "kiln-train interrupted with SIGINT left no $ckpt"
+  local left
+  left="$(find "$tmp" -maxdepth 1 -name 'm.safetensors.tmp-*')"
+  [ -z "$left" ] || fail "kiln-train left temporaries: $left"
+  rm -rf "$tmp"
+}
+
 case "${1:-}" in
   install) test_install ;;
   caches) test_caches ;;
@@ -199,13 +279,22 @@ case "${1:-}" in
     [ "$#" -eq 3 ] || { echo "usage: $0 demo KILN_DEMO DEVINFO" >&2; exit 2; }
     test_demo "$2" "$3"
     ;;
+  train)
+    [ "$#" -eq 2 ] || { echo "usage: $0 train KILN_TRAIN" >&2; exit 2; }
+    test_train "$2"
+    ;;
   all)
     test_variables
     test_install
     test_caches
+    if [ -x "$root/build/examples/kiln-train" ]; then
+      test_train "$root/build/examples/kiln-train"
+    else
+      echo "note: no build/examples/kiln-train; kiln-train is not checked here"
+    fi
     ;;
   *)
-    sed -n '3,18p' "$0"
+    sed -n '3,24p' "$0"
     exit 2
     ;;
 esac

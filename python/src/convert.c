@@ -200,8 +200,11 @@ static PyObject *kp_from_nested(PyObject *data, kiln_device_t *device, PyObject 
   if (dtype == KILN_I32) {
     for (size_t i = 0; i < n; i++) {
       if (!(values[i] >= -2147483648.0 && values[i] <= 2147483647.0)) {
+        char text[32];
+        kp_double_text(values[i], text); /* before the values go */
         free(values);
-        return PyErr_Format(PyExc_OverflowError, "kiln.tensor: %g does not fit in int32", values[i]);
+        return PyErr_Format(PyExc_OverflowError, "kiln.tensor: %s does not fit in int32 (-2147483648 to 2147483647); "
+                            "pass dtype=kiln.float32 for larger numbers", text);
       }
     }
   }
@@ -296,9 +299,11 @@ static int kp_from_buffer(PyObject *data, kiln_device_t *device, PyObject *dtype
       double v = kp_buffer_get(view.buf, code, i);
       if (dtype == KILN_I32) {
         if (!(v >= -2147483648.0 && v <= 2147483647.0)) {
+          char text[32];
           free(host);
           PyBuffer_Release(&view);
-          PyErr_Format(PyExc_OverflowError, "kiln.tensor: element %zu (%g) does not fit in int32", i, v);
+          PyErr_Format(PyExc_OverflowError, "kiln.tensor: element %zu (%s) does not fit in int32 (-2147483648 to "
+                       "2147483647)", i, kp_double_text(v, text));
           return -1;
         }
         ((int32_t *)host)[i] = (int32_t)v;

@@ -1,7 +1,9 @@
 /* python/src/dlpack.c: the DLPack protocol for kiln tensors: __dlpack__ / __dlpack_device__ (export) and kiln.from_dlpack (import), both forms, without copies. */
 #include "kilnpy.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <kiln/dlpack.h>
 
@@ -17,23 +19,64 @@ static PyObject *kp_str_dlpack, *kp_str_max_version, *kp_kwnames_max_version, *k
 
 /* ---- export ---------------------------------------------------------------------------- */
 
-static void kp_capsule_destructor_legacy(PyObject *capsule) {
+/* What an exported capsule holds: kiln's managed tensor behind one of ours,
+ * so that the tensor is handed back exactly once whatever the consumer does.
+ * The protocol says a consumer renames the capsule "used_..." and calls the
+ * deleter when done, and the capsule's destructor calls it for a capsule
+ * nobody took. Some consumers call the deleter and leave the name (PyTorch
+ * does when its import fails: an OpenCL tensor): the destructor must not call
+ * it again, nor read the wrapper after it was freed. So the wrapper lives
+ * until both sides let go, whichever is last (state, atomically: the deleter
+ * ran, the capsule is gone), and a second call of the deleter while the
+ * capsule lives does nothing. */
+enum { KP_EXPORT_DELETED = 1u, KP_EXPORT_CAPSULE_GONE = 2u };
+
+typedef struct kp_export_t {
+  union {
+    DLManagedTensor legacy;
+    DLManagedTensorVersioned versioned;
+  } m; /* first: the capsule's pointer is the wrapper's */
+  DLManagedTensor *inner_legacy;
+  DLManagedTensorVersioned *inner_versioned;
+  atomic_uint state;
+} kp_export_t;
+
+static void kp_export_deleter(kp_export_t *e) {
+  unsigned prev = atomic_fetch_or(&e->state, KP_EXPORT_DELETED);
+  if (prev & KP_EXPORT_DELETED) return; /* called twice: the tensor went back the first time */
+  if (e->inner_legacy) e->inner_legacy->deleter(e->inner_legacy);
+  if (e->inner_versioned) e->inner_versioned->deleter(e->inner_versioned);
+  if (prev & KP_EXPORT_CAPSULE_GONE) free(e);
+}
+
+static void kp_export_deleter_legacy(DLManagedTensor *self) {
+  if (self) kp_export_deleter(self->manager_ctx);
+}
+static void kp_export_deleter_versioned(DLManagedTensorVersioned *self) {
+  if (self) kp_export_deleter(self->manager_ctx);
+}
+
+static void kp_capsule_destructor(PyObject *capsule) {
   /* Called by the capsule's dealloc, perhaps with an exception pending. */
-  if (!PyCapsule_IsValid(capsule, kp_name_legacy)) return;
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  DLManagedTensor *m = PyCapsule_GetPointer(capsule, kp_name_legacy);
-  if (m && m->deleter) m->deleter(m);
+  const char *name = PyCapsule_GetName(capsule);
+  kp_export_t *e = PyCapsule_GetPointer(capsule, name);
+  PyErr_Clear();
+  if (e) {
+    bool consumed = name && (!strcmp(name, kp_name_legacy_used) || !strcmp(name, kp_name_versioned_used));
+    unsigned prev = atomic_fetch_or(&e->state, KP_EXPORT_CAPSULE_GONE);
+    if (prev & KP_EXPORT_DELETED) free(e); /* the consumer handed it back already */
+    else if (!consumed) kp_export_deleter(e); /* nobody took it: hand it back now (frees e) */
+    /* else the consumer owns it; its deleter call frees e. */
+  }
   PyErr_Restore(type, value, tb);
 }
 
-static void kp_capsule_destructor_versioned(PyObject *capsule) {
-  if (!PyCapsule_IsValid(capsule, kp_name_versioned)) return;
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  DLManagedTensorVersioned *m = PyCapsule_GetPointer(capsule, kp_name_versioned);
-  if (m && m->deleter) m->deleter(m);
-  PyErr_Restore(type, value, tb);
+static kp_export_t *kp_export_alloc(void) {
+  kp_export_t *e = calloc(1, sizeof *e);
+  if (e) atomic_init(&e->state, 0u);
+  return e;
 }
 
 static PyObject *kp_buffer_error(kiln_status_t status) {
@@ -123,25 +166,44 @@ PyObject *kp_tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nar
    * the call's cost (a round trip NumPy -> kiln -> NumPy stays under a
    * microsecond). Holding it is safe: kiln's threads never need it. */
   bool quick = ((kp_tensor_t *)self)->imported && !held;
+  kp_export_t *e = kp_export_alloc();
+  if (!e) {
+    kiln_tensor_release(held);
+    return PyErr_NoMemory();
+  }
   kiln_status_t status;
-  PyObject *capsule;
   if (versioned) {
     DLManagedTensorVersioned *m = NULL;
     if (quick) status = kiln_tensor_to_dlpack_versioned(t, &m);
     else KP_NOGIL(status = kiln_tensor_to_dlpack_versioned(t, &m));
-    kiln_tensor_release(held);
-    if (status != KILN_OK) return kp_buffer_error(status);
-    if (copied) m->flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
-    capsule = PyCapsule_New(m, kp_name_versioned, kp_capsule_destructor_versioned);
-    if (!capsule) m->deleter(m);
+    if (status == KILN_OK) {
+      e->inner_versioned = m;
+      e->m.versioned.version = m->version;
+      e->m.versioned.flags = m->flags | (copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
+      e->m.versioned.dl_tensor = m->dl_tensor;
+      e->m.versioned.manager_ctx = e;
+      e->m.versioned.deleter = kp_export_deleter_versioned;
+    }
   } else {
     DLManagedTensor *m = NULL;
     if (quick) status = kiln_tensor_to_dlpack(t, &m);
     else KP_NOGIL(status = kiln_tensor_to_dlpack(t, &m));
-    kiln_tensor_release(held);
-    if (status != KILN_OK) return kp_buffer_error(status);
-    capsule = PyCapsule_New(m, kp_name_legacy, kp_capsule_destructor_legacy);
-    if (!capsule) m->deleter(m);
+    if (status == KILN_OK) {
+      e->inner_legacy = m;
+      e->m.legacy.dl_tensor = m->dl_tensor;
+      e->m.legacy.manager_ctx = e;
+      e->m.legacy.deleter = kp_export_deleter_legacy;
+    }
+  }
+  kiln_tensor_release(held);
+  if (status != KILN_OK) {
+    free(e);
+    return kp_buffer_error(status);
+  }
+  PyObject *capsule = PyCapsule_New(e, versioned ? kp_name_versioned : kp_name_legacy, kp_capsule_destructor);
+  if (!capsule) {
+    atomic_store(&e->state, KP_EXPORT_CAPSULE_GONE);
+    kp_export_deleter(e);
   }
   return capsule;
 }

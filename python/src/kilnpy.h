@@ -95,6 +95,18 @@ int kp_dtype_arg(PyObject *arg, kiln_dtype_t fallback, kiln_dtype_t *out);
 PyObject *kp_dtype_object(kiln_dtype_t dtype); /* borrowed */
 /* A shape argument: an int or a sequence of ints. Returns ndim or -1. */
 int kp_shape_arg(PyObject *arg, int64_t shape[KILN_MAX_DIMS], const char *what);
+/* The one converter of the int arguments that kiln keeps in 32 bits (axis,
+ * stride, padding, kernel size, permutation, classes ...): an int (or an
+ * object with __index__) in [low, high], else OverflowError naming `what`
+ * and the value (a TypeError for a non-int). Never wraps. 0 or -1. */
+int kp_int_arg(PyObject *obj, const char *what, long long low, long long high, long long *out);
+int kp_int32_arg(PyObject *obj, const char *what, int32_t *out);
+/* A sequence of at most `max` such ints (each named "what[i]"); returns the
+ * count or -1. */
+int kp_int32_seq_arg(PyObject *arg, const char *what, int max, int32_t *out);
+/* v as the shortest decimal text that reads back as v ("1099511627776",
+ * "1e+300", "0.1"), for messages; returns buf. */
+const char *kp_double_text(double v, char buf[32]);
 /* The shape of a tensor as a tuple. */
 PyObject *kp_shape_tuple(int ndim, const int64_t *shape);
 /* A Python number (int, float, bool, NumPy scalar) as a double; returns 1

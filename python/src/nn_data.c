@@ -2,6 +2,7 @@
 #include "kilnnn.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- Dataset ------------------------------------------------------------------------ */
 
@@ -49,14 +50,20 @@ static PyObject *kp_fashion_mnist(PyObject *self, PyObject *args, PyObject *kwar
 
 static PyObject *kp_load_idx(PyObject *self, PyObject *args, PyObject *kwargs) {
   static char *names[] = {"images", "labels", "classes", NULL};
-  PyObject *images = NULL, *labels = NULL;
-  unsigned int classes;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&O&I:load_idx", names, PyUnicode_FSConverter, &images,
-                                   PyUnicode_FSConverter, &labels, &classes))
+  PyObject *images = NULL, *labels = NULL, *classes_arg;
+  long long classes;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O&O&O:load_idx", names, PyUnicode_FSConverter, &images,
+                                   PyUnicode_FSConverter, &labels, &classes_arg))
     return NULL;
+  if (kp_int_arg(classes_arg, "classes", 0, UINT32_MAX, &classes) < 0) {
+    Py_DECREF(images);
+    Py_DECREF(labels);
+    return NULL;
+  }
   kiln_nn_dataset_t *ds = NULL;
   kiln_status_t status;
-  KP_NOGIL(status = kiln_nn_dataset_load_idx(PyBytes_AS_STRING(images), PyBytes_AS_STRING(labels), classes, &ds));
+  KP_NOGIL(status = kiln_nn_dataset_load_idx(PyBytes_AS_STRING(images), PyBytes_AS_STRING(labels), (uint32_t)classes,
+                                             &ds));
   Py_DECREF(images);
   Py_DECREF(labels);
   if (status != KILN_OK) return kp_raise(status);
@@ -66,9 +73,11 @@ static PyObject *kp_load_idx(PyObject *self, PyObject *args, PyObject *kwargs) {
 /* Dataset.from_arrays(pixels [N, rows, cols] uint8, labels [N], classes). */
 static PyObject *kp_dataset_from_arrays(PyObject *cls, PyObject *args, PyObject *kwargs) {
   static char *names[] = {"pixels", "labels", "classes", NULL};
-  PyObject *pixels, *labels;
-  unsigned int classes;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOI:from_arrays", names, &pixels, &labels, &classes)) return NULL;
+  PyObject *pixels, *labels, *classes_arg;
+  long long classes;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO:from_arrays", names, &pixels, &labels, &classes_arg) ||
+      kp_int_arg(classes_arg, "classes", 0, UINT32_MAX, &classes) < 0)
+    return NULL;
   Py_buffer pv, lv;
   if (PyObject_GetBuffer(pixels, &pv, PyBUF_ND | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return NULL;
   if (PyObject_GetBuffer(labels, &lv, PyBUF_ND | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
@@ -82,7 +91,7 @@ static PyObject *kp_dataset_from_arrays(PyObject *cls, PyObject *args, PyObject 
   } else {
     kiln_nn_dataset_t *ds = NULL;
     kiln_status_t status = kiln_nn_dataset_create((size_t)pv.shape[0], (uint32_t)pv.shape[1], (uint32_t)pv.shape[2],
-                                                  classes, pv.buf, lv.buf, &ds);
+                                                  (uint32_t)classes, pv.buf, lv.buf, &ds);
     result = status == KILN_OK ? kp_dataset_wrap(ds) : kp_raise(status);
   }
   PyBuffer_Release(&pv);
@@ -254,6 +263,7 @@ static PyObject *kp_loader_new(PyTypeObject *type, PyObject *args, PyObject *kwa
   l->dataset = Py_NewRef(dataset);
   l->last_epoch = 0;
   l->last_index = 0;
+  l->guard = (kp_guard_t){0};
   return (PyObject *)l;
 }
 
@@ -264,7 +274,12 @@ static PyObject *kp_loader_iter(PyObject *self) { return Py_NewRef(self); }
 static PyObject *kp_loader_next(kp_loader_t *l) {
   kiln_nn_batch_t batch;
   kiln_status_t status;
+  kp_guard_t *guards[1];
+  PyObject *self = (PyObject *)l;
+  int held = kp_guard_enter(&self, 1, "iteration (next batch)", guards);
+  if (held < 0) return NULL;
   KP_NOGIL(status = kiln_nn_loader_next(l->loader, &batch));
+  kp_guard_leave(guards, held);
   if (status != KILN_OK) return kp_raise(status);
   if (batch.count == 0) return NULL; /* StopIteration */
   l->last_epoch = batch.epoch;
@@ -286,7 +301,12 @@ static PyObject *kp_loader_reset(kp_loader_t *l, PyObject *arg) {
   unsigned long long epoch = PyLong_AsUnsignedLongLong(arg);
   if (epoch == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
   kiln_status_t status;
+  kp_guard_t *guards[1];
+  PyObject *self = (PyObject *)l;
+  int held = kp_guard_enter(&self, 1, "Loader.reset", guards);
+  if (held < 0) return NULL;
   KP_NOGIL(status = kiln_nn_loader_reset(l->loader, epoch));
+  kp_guard_leave(guards, held);
   if (status != KILN_OK) return kp_raise(status);
   Py_RETURN_NONE;
 }
@@ -329,6 +349,21 @@ PyTypeObject kp_loader_type = {
 
 /* ---- safetensors ---------------------------------------------------------------------------- */
 
+/* The UTF-8 of a str that C takes as a NUL-terminated string: a NUL inside
+ * would cut it there (a name "a\0b" saved as "a"), so it is refused with a
+ * ValueError naming the string. NULL with an exception otherwise. */
+static const char *kp_c_string(PyObject *str, const char *call, const char *what) {
+  Py_ssize_t size;
+  const char *utf8 = PyUnicode_AsUTF8AndSize(str, &size);
+  if (!utf8) return NULL;
+  if (strlen(utf8) != (size_t)size) {
+    kp_raise_msg(KILN_INVALID_ARGUMENT, "%s: the %s %R holds a NUL character, which a safetensors file cannot keep; "
+                 "remove it", call, what, str);
+    return NULL;
+  }
+  return utf8;
+}
+
 static PyObject *kp_save_safetensors(PyObject *self, PyObject *args, PyObject *kwargs) {
   static char *names[] = {"path", "tensors", "metadata", NULL};
   PyObject *path = NULL, *tensors, *metadata = Py_None;
@@ -357,7 +392,8 @@ static PyObject *kp_save_safetensors(PyObject *self, PyObject *args, PyObject *k
       PyErr_Format(PyExc_TypeError, "save_safetensors: tensor names must be str");
       goto done;
     }
-    named[i].name = PyUnicode_AsUTF8(key);
+    named[i].name = kp_c_string(key, "save_safetensors", "tensor name");
+    if (!named[i].name) goto done;
     named[i].tensor = kp_tensor_arg(value, "every value of tensors");
     if (!named[i].name || !named[i].tensor) goto done;
     i++;
@@ -369,8 +405,8 @@ static PyObject *kp_save_safetensors(PyObject *self, PyObject *args, PyObject *k
       PyErr_Format(PyExc_TypeError, "save_safetensors: metadata must map str to str");
       goto done;
     }
-    meta[i].key = PyUnicode_AsUTF8(key);
-    meta[i].value = PyUnicode_AsUTF8(value);
+    meta[i].key = kp_c_string(key, "save_safetensors", "metadata key");
+    meta[i].value = meta[i].key ? kp_c_string(value, "save_safetensors", "metadata value") : NULL;
     if (!meta[i].key || !meta[i].value) goto done;
     i++;
   }
@@ -449,7 +485,7 @@ static PyObject *kp_load_safetensors_into(PyObject *self, PyObject *args, PyObje
     goto done;
   }
   while (PyDict_Next(tensors, &pos, &key, &value)) {
-    named[i].name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+    named[i].name = PyUnicode_Check(key) ? kp_c_string(key, "load_safetensors_into", "tensor name") : NULL;
     if (!named[i].name) {
       if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "load_safetensors_into: tensor names must be str");
       goto done;
@@ -471,10 +507,10 @@ done:
 /* ---- small functions ---------------------------------------------------------------------------- */
 
 static PyObject *kp_label_name(PyObject *self, PyObject *arg) {
-  long label = PyLong_AsLong(arg);
-  if (label == -1 && PyErr_Occurred()) return NULL;
-  const char *name = kiln_nn_fashion_mnist_label_name((int)label);
-  if (!name) return kp_raise_msg(KILN_INVALID_ARGUMENT, "Fashion-MNIST has labels 0 to 9, not %ld", label);
+  int32_t label;
+  if (kp_int32_arg(arg, "label", &label) < 0) return NULL;
+  const char *name = kiln_nn_fashion_mnist_label_name(label);
+  if (!name) return kp_raise_msg(KILN_INVALID_ARGUMENT, "Fashion-MNIST has labels 0 to 9, not %d", (int)label);
   return PyUnicode_FromString(name);
 }
 

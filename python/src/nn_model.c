@@ -1,6 +1,8 @@
 /* python/src/nn_model.c: kiln.nn's layers, Sequential models, optimizers and the training loop over libkiln-nn, and the kiln.nn module's assembly. */
 #include "kilnnn.h"
 
+#include <math.h>
+
 /* ---- Layer -------------------------------------------------------------------------------- */
 
 static void kp_free_layer(void *p) { kiln_nn_layer_free(p); }
@@ -43,7 +45,9 @@ static PyObject *kp_layer_forward(kp_layer_t *l, PyObject *args, PyObject *kwarg
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:forward", names, &x, &tape_arg)) return NULL;
   kiln_tensor_t *tx = kp_tensor_arg(x, "x"), *out = NULL;
   kiln_nn_tape_t *tape;
-  if (!tx || kp_tape_arg(tape_arg, &tape) < 0 || kp_layer_alive(l) < 0) return NULL;
+  if (!tx || kp_tape_arg(tape_arg, &tape) < 0 || kp_layer_alive(l) < 0 || kp_guard_check((PyObject *)l) < 0 ||
+      kp_tape_keep(tape_arg, l->owner) < 0)
+    return NULL;
   return kp_result(kiln_nn_layer_forward(l->layer, tape, tx, &out), &out);
 }
 
@@ -188,7 +192,7 @@ static PyObject *kp_model_add(kp_model_t *m, PyObject *arg) {
   if (!Py_IS_TYPE(arg, &kp_layer_type))
     return PyErr_Format(PyExc_TypeError, "add() takes a kiln.nn layer, not %.100s", Py_TYPE(arg)->tp_name);
   kp_layer_t *l = (kp_layer_t *)arg;
-  if (kp_layer_alive(l) < 0) return NULL;
+  if (kp_layer_alive(l) < 0 || kp_guard_check((PyObject *)m) < 0) return NULL;
   if (l->in_model)
     return kp_raise_msg(KILN_INVALID_ARGUMENT, "the layer %s belongs to a model already; make a new one",
                         kiln_nn_layer_describe(l->layer));
@@ -259,7 +263,9 @@ static PyObject *kp_model_forward(kp_model_t *m, PyObject *args, PyObject *kwarg
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:forward", names, &x, &tape_arg)) return NULL;
   kiln_tensor_t *tx = kp_tensor_arg(x, "x"), *out = NULL;
   kiln_nn_tape_t *tape;
-  if (!tx || kp_tape_arg(tape_arg, &tape) < 0) return NULL;
+  if (!tx || kp_tape_arg(tape_arg, &tape) < 0 || kp_guard_check((PyObject *)m) < 0 ||
+      kp_tape_keep(tape_arg, m->owner) < 0)
+    return NULL;
   return kp_result(kiln_nn_model_forward(m->model, tape, tx, &out), &out);
 }
 
@@ -297,8 +303,16 @@ static PyObject *kp_model_path_call(kp_model_t *m, PyObject *arg, bool save) {
   PyObject *path = NULL;
   if (!PyUnicode_FSConverter(arg, &path)) return NULL;
   const char *p = PyBytes_AS_STRING(path);
+  kp_guard_t *guards[1];
+  PyObject *self = (PyObject *)m;
+  int held = kp_guard_enter(&self, 1, save ? "Sequential.save" : "Sequential.load", guards);
+  if (held < 0) {
+    Py_DECREF(path);
+    return NULL;
+  }
   kiln_status_t status;
   KP_NOGIL(status = save ? kiln_nn_model_save(m->model, p) : kiln_nn_model_load(m->model, p));
+  kp_guard_leave(guards, held);
   Py_DECREF(path);
   if (status != KILN_OK) return kp_raise(status);
   Py_RETURN_NONE;
@@ -309,6 +323,7 @@ static PyObject *kp_model_load(kp_model_t *m, PyObject *arg) { return kp_model_p
 static PyObject *kp_model_reset_parameters(kp_model_t *m, PyObject *arg) {
   unsigned long long seed = PyLong_AsUnsignedLongLongMask(arg);
   if (seed == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+  if (kp_guard_check((PyObject *)m) < 0) return NULL;
   kiln_status_t status = kiln_nn_model_reset_parameters(m->model, seed);
   if (status != KILN_OK) return kp_raise(status);
   Py_RETURN_NONE;
@@ -447,7 +462,70 @@ static PyObject *kp_optim_wrap(kiln_status_t status, kiln_nn_optimizer_t *opt, P
   }
   o->optimizer = opt;
   o->keep = keep;
+  o->own_guard = (kp_guard_t){0};
+  o->guard_source = NULL;
+  /* Parameters of one model (the model itself, or its parameters()) share
+   * its guard: training the model marks the optimizer too, and back. Looked
+   * up through a kept object at each use, so a layer added to a model later
+   * follows it. */
+  if (Py_IS_TYPE(keep, &kp_model_type)) {
+    o->guard_source = keep;
+  } else if (PyTuple_Check(keep) && PyTuple_GET_SIZE(keep) > 0) {
+    kp_guard_t *first = kp_guard_of(PyTuple_GET_ITEM(keep, 0));
+    bool one = true;
+    for (Py_ssize_t i = 1; one && i < PyTuple_GET_SIZE(keep); i++) one = kp_guard_of(PyTuple_GET_ITEM(keep, i)) == first;
+    if (one) o->guard_source = PyTuple_GET_ITEM(keep, 0);
+  }
   return (PyObject *)o;
+}
+
+/* A hyperparameter of an optimizer, checked here whatever libkiln-nn takes:
+ * within its bounds, finite, and a float that keeps its value's magnitude
+ * (the update kernels compute in f32: lr 1e300 would be inf there, 1e-50
+ * zero, and every step would then fail or do nothing). 0, or -1 with a
+ * ValueError naming the argument and its value. */
+static int kp_hyper_check(const char *call, const char *name, double v, double low, bool low_open, double high,
+                          bool high_open) {
+  char text[32], low_text[32], high_text[32];
+  bool in_range = isfinite(v) && (low_open ? v > low : v >= low) && (high_open ? v < high : v <= high);
+  if (!in_range) {
+    kp_raise_msg(KILN_INVALID_ARGUMENT, "%s: %s = %s; it must be finite and lie in %s%s, %s%s", call, name,
+                 kp_double_text(v, text), low_open ? "(" : "[", kp_double_text(low, low_text),
+                 kp_double_text(high, high_text), high_open ? ")" : "]");
+    return -1;
+  }
+  float as_float = (float)v;
+  if (!isfinite(as_float) || (v != 0 && as_float == 0)) {
+    kp_raise_msg(KILN_INVALID_ARGUMENT, "%s: %s = %s is beyond what a float32 holds (the updates compute in float32); use a "
+                 "magnitude between 1e-38 and 3e38", call, name, kp_double_text(v, text));
+    return -1;
+  }
+  return 0;
+}
+
+static int kp_sgd_check(const char *call, const kiln_sgd_params_t *p) {
+  if (kp_hyper_check(call, "lr", p->lr, 0, true, INFINITY, true) < 0 ||
+      kp_hyper_check(call, "momentum", p->momentum, 0, false, INFINITY, true) < 0 ||
+      kp_hyper_check(call, "dampening", p->dampening, 0, false, 1, false) < 0 ||
+      kp_hyper_check(call, "weight_decay", p->weight_decay, 0, false, INFINITY, true) < 0)
+    return -1;
+  if (p->nesterov && (p->momentum <= 0 || p->dampening != 0)) {
+    char m[32], d[32];
+    kp_raise_msg(KILN_INVALID_ARGUMENT, "%s: nesterov needs momentum > 0 and dampening 0 (momentum %s, dampening %s)", call,
+                 kp_double_text(p->momentum, m), kp_double_text(p->dampening, d));
+    return -1;
+  }
+  return 0;
+}
+
+static int kp_adam_check(const char *call, const kiln_adam_params_t *p) {
+  return kp_hyper_check(call, "lr", p->lr, 0, true, INFINITY, true) < 0 ||
+                 kp_hyper_check(call, "betas[0]", p->beta1, 0, false, 1, true) < 0 ||
+                 kp_hyper_check(call, "betas[1]", p->beta2, 0, false, 1, true) < 0 ||
+                 kp_hyper_check(call, "eps", p->eps, 0, true, INFINITY, true) < 0 ||
+                 kp_hyper_check(call, "weight_decay", p->weight_decay, 0, false, INFINITY, true) < 0
+             ? -1
+             : 0;
 }
 
 static PyObject *kp_sgd(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -459,6 +537,7 @@ static PyObject *kp_sgd(PyObject *self, PyObject *args, PyObject *kwargs) {
                                    &p.weight_decay, &nesterov))
     return NULL;
   p.nesterov = nesterov != 0;
+  if (kp_sgd_check("SGD", &p) < 0) return NULL;
   size_t n;
   PyObject *keep = NULL;
   kiln_nn_param_t **params = kp_params_arg(params_arg, &n, &keep);
@@ -476,6 +555,7 @@ static PyObject *kp_adam(PyObject *self, PyObject *args, PyObject *kwargs) {
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|d(dd)dd:Adam", names, &params_arg, &p.lr, &p.beta1, &p.beta2,
                                    &p.eps, &p.weight_decay))
     return NULL;
+  if (kp_adam_check("Adam", &p) < 0) return NULL;
   size_t n;
   PyObject *keep = NULL;
   kiln_nn_param_t **params = kp_params_arg(params_arg, &n, &keep);
@@ -495,13 +575,27 @@ static PyObject *kp_optimizer_preset(PyObject *self, PyObject *args) {
   return kp_optim_wrap(status, opt, status == KILN_OK ? Py_NewRef(model) : NULL);
 }
 
+/* An optimizer over parameters that do not share one guard checks each. */
+static int kp_optim_check_params(kp_optim_t *o) {
+  if (!o->guard_source && PyTuple_Check(o->keep))
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o->keep); i++)
+      if (kp_guard_check(PyTuple_GET_ITEM(o->keep, i)) < 0) return -1;
+  return 0;
+}
+
+static int kp_optim_check(kp_optim_t *o) {
+  return kp_guard_check((PyObject *)o) < 0 ? -1 : kp_optim_check_params(o);
+}
+
 static PyObject *kp_optim_step(kp_optim_t *o, PyObject *unused) {
+  if (kp_optim_check(o) < 0) return NULL;
   kiln_status_t status = kiln_nn_optimizer_step(o->optimizer);
   if (status != KILN_OK) return kp_raise(status);
   Py_RETURN_NONE;
 }
 
 static PyObject *kp_optim_zero_grad(kp_optim_t *o, PyObject *unused) {
+  if (kp_optim_check(o) < 0) return NULL;
   kiln_nn_optimizer_zero_grad(o->optimizer);
   Py_RETURN_NONE;
 }
@@ -515,6 +609,7 @@ static int kp_optim_set_lr(kp_optim_t *o, PyObject *value, void *c) {
   }
   double lr = PyFloat_AsDouble(value);
   if (lr == -1.0 && PyErr_Occurred()) return -1;
+  if (kp_hyper_check("Optimizer.lr", "lr", lr, 0, true, INFINITY, true) < 0 || kp_optim_check(o) < 0) return -1;
   kiln_status_t status = kiln_nn_optimizer_set_lr(o->optimizer, lr);
   if (status != KILN_OK) {
     kp_raise(status);
@@ -602,8 +697,16 @@ static PyObject *kp_train_epoch(PyObject *self, PyObject *args, PyObject *kwargs
   }
   kiln_nn_epoch_stats_t st;
   kiln_status_t status;
+  kp_guard_t *guards[3];
+  PyObject *used[3] = {model, optim, loader};
+  int held = kp_optim_check_params((kp_optim_t *)optim) < 0 ? -1 : kp_guard_enter(used, 3, "train_epoch", guards);
+  if (held < 0) {
+    PyMem_Free(losses);
+    return NULL;
+  }
   KP_NOGIL(status = kiln_nn_train_epoch(((kp_model_t *)model)->model, ((kp_optim_t *)optim)->optimizer,
                                         ((kp_loader_t *)loader)->loader, &o, &st));
+  kp_guard_leave(guards, held);
   if (ctx.type) {
     PyMem_Free(losses);
     PyErr_Restore(ctx.type, ctx.value, ctx.tb);
@@ -636,7 +739,12 @@ static PyObject *kp_evaluate(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "O!O!:evaluate", &kp_model_type, &model, &kp_loader_type, &loader)) return NULL;
   double loss = 0, accuracy = 0;
   kiln_status_t status;
+  kp_guard_t *guards[2];
+  PyObject *used[2] = {model, loader};
+  int held = kp_guard_enter(used, 2, "evaluate", guards);
+  if (held < 0) return NULL;
   KP_NOGIL(status = kiln_nn_evaluate(((kp_model_t *)model)->model, ((kp_loader_t *)loader)->loader, &loss, &accuracy));
+  kp_guard_leave(guards, held);
   if (status != KILN_OK) return kp_raise(status);
   return Py_BuildValue("(dd)", loss, accuracy);
 }

@@ -1,6 +1,9 @@
 /* python/src/nn_train.c: kiln.nn's owners, Parameter and Tape (the reverse-mode tape and its differentiable operations) over libkiln-nn. */
 #include "kilnnn.h"
 
+#include <pythread.h>
+#include <string.h>
+
 /* ---- owners ---------------------------------------------------------------------------- */
 
 static void kp_owner_dealloc(kp_owner_t *o) {
@@ -26,12 +29,81 @@ kp_owner_t *kp_owner_new(void *ptr, void (*free_fn)(void *)) {
   o->ptr = ptr;
   o->free_fn = free_fn;
   o->parent = NULL;
+  o->guard = (kp_guard_t){0};
   return o;
 }
 
 void kp_owner_transfer(kp_owner_t *owner, kp_owner_t *parent) {
   owner->free_fn = NULL;
   Py_XSETREF(owner->parent, Py_NewRef((PyObject *)parent));
+}
+
+/* ---- guards ---------------------------------------------------------------------------------- */
+
+static kp_guard_t *kp_owner_guard(kp_owner_t *o) {
+  while (o->parent) o = (kp_owner_t *)o->parent;
+  return &o->guard;
+}
+
+kp_guard_t *kp_guard_of(PyObject *obj) {
+  PyTypeObject *tp = Py_TYPE(obj);
+  if (tp == &kp_owner_type) return kp_owner_guard((kp_owner_t *)obj);
+  if (tp == &kp_model_type) return kp_owner_guard(((kp_model_t *)obj)->owner);
+  if (tp == &kp_layer_type) return kp_owner_guard(((kp_layer_t *)obj)->owner);
+  if (tp == &kp_param_type) {
+    kp_param_t *p = (kp_param_t *)obj;
+    return p->owner ? kp_owner_guard(p->owner) : &p->guard;
+  }
+  if (tp == &kp_optim_type) {
+    kp_optim_t *o = (kp_optim_t *)obj;
+    return o->guard_source ? kp_guard_of(o->guard_source) : &o->own_guard;
+  }
+  if (tp == &kp_loader_type) return &((kp_loader_t *)obj)->guard;
+  return NULL;
+}
+
+static int kp_guard_busy(PyObject *obj, const kp_guard_t *g) {
+  const char *name = Py_TYPE(obj)->tp_name;
+  char through[128] = "";
+  if (strcmp(name, g->type_name) != 0) snprintf(through, sizeof through, " (through its %s)", g->type_name);
+  unsigned long me = PyThread_get_thread_ident();
+  if (g->thread == me)
+    PyErr_Format(PyExc_RuntimeError, "this %s is in use by %s%s further up this thread's stack (a progress callback "
+                 "cannot use it); use it after %s returns", name, g->activity, through, g->activity);
+  else
+    PyErr_Format(PyExc_RuntimeError, "this %s is in use by %s%s on thread %lu (this is thread %lu): kiln.nn objects "
+                 "are single-threaded; give each thread its own, or hold a lock around their use", name, g->activity,
+                 through, g->thread, me);
+  return -1;
+}
+
+int kp_guard_check(PyObject *obj) {
+  const kp_guard_t *g = kp_guard_of(obj);
+  return g && g->busy ? kp_guard_busy(obj, g) : 0;
+}
+
+int kp_guard_enter(PyObject *const *objs, int n, const char *activity, kp_guard_t **out_guards) {
+  int count = 0;
+  for (int i = 0; i < n; i++) {
+    if (!objs[i]) continue;
+    kp_guard_t *g = kp_guard_of(objs[i]);
+    if (!g) continue;
+    bool seen = false;
+    for (int j = 0; j < count; j++) seen = seen || out_guards[j] == g;
+    if (seen) continue;
+    if (g->busy) {
+      kp_guard_busy(objs[i], g);
+      kp_guard_leave(out_guards, count);
+      return -1;
+    }
+    *g = (kp_guard_t){true, PyThread_get_thread_ident(), activity, Py_TYPE(objs[i])->tp_name};
+    out_guards[count++] = g;
+  }
+  return count;
+}
+
+void kp_guard_leave(kp_guard_t **guards, int count) {
+  for (int i = 0; i < count; i++) guards[i]->busy = false;
 }
 
 /* ---- Parameter ------------------------------------------------------------------------------- */
@@ -44,6 +116,7 @@ PyObject *kp_param_wrap(kiln_nn_param_t *param, kp_owner_t *owner) {
   }
   p->param = param;
   p->owner = owner ? (kp_owner_t *)Py_NewRef((PyObject *)owner) : NULL;
+  p->guard = (kp_guard_t){0};
   return (PyObject *)p;
 }
 
@@ -71,6 +144,7 @@ static PyObject *kp_param_get_value(kp_param_t *p, void *c) {
   return kp_tensor_wrap(kiln_tensor_retain(kiln_nn_param_value(p->param)));
 }
 static PyObject *kp_param_get_grad(kp_param_t *p, void *c) {
+  if (kp_guard_check((PyObject *)p) < 0) return NULL;
   kiln_tensor_t *g = kiln_nn_param_grad(p->param);
   if (!g) Py_RETURN_NONE;
   return kp_tensor_wrap(kiln_tensor_retain(g));
@@ -84,6 +158,7 @@ static PyObject *kp_param_get_device(kp_param_t *p, void *c) {
 }
 
 static PyObject *kp_param_zero_grad(kp_param_t *p, PyObject *unused) {
+  if (kp_guard_check((PyObject *)p) < 0) return NULL;
   kiln_nn_param_zero_grad(p->param);
   Py_RETURN_NONE;
 }
@@ -92,7 +167,9 @@ static PyObject *kp_param_init_uniform(kp_param_t *p, PyObject *args, PyObject *
   static char *names[] = {"fan_in", "seed", NULL};
   long long fan_in;
   unsigned long long seed = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "L|K:init_uniform", names, &fan_in, &seed)) return NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "L|K:init_uniform", names, &fan_in, &seed) ||
+      kp_guard_check((PyObject *)p) < 0)
+    return NULL;
   kiln_status_t status = kiln_nn_param_init_uniform(p->param, fan_in, seed);
   if (status != KILN_OK) return kp_raise(status);
   Py_RETURN_NONE;
@@ -154,6 +231,26 @@ int kp_tape_arg(PyObject *arg, kiln_nn_tape_t **out) {
   return 0;
 }
 
+/* Once per recording: a model run on one tape many times is kept once. */
+static int kp_tape_keep_object(kp_tape_t *t, PyObject *obj) {
+  for (Py_ssize_t i = PyList_GET_SIZE(t->watched); i-- > 0;)
+    if (PyList_GET_ITEM(t->watched, i) == obj) return 0;
+  return PyList_Append(t->watched, obj);
+}
+
+int kp_tape_keep(PyObject *tape_arg, kp_owner_t *owner) {
+  if (!tape_arg || !Py_IS_TYPE(tape_arg, &kp_tape_type)) return 0;
+  return kp_tape_keep_object((kp_tape_t *)tape_arg, (PyObject *)owner);
+}
+
+/* Whether a call is inside anything the record points at (its parameters
+ * would change under the backward pass). */
+static int kp_tape_check(kp_tape_t *t) {
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(t->watched); i++)
+    if (kp_guard_check(PyList_GET_ITEM(t->watched, i)) < 0) return -1;
+  return 0;
+}
+
 static void kp_tape_dealloc(kp_tape_t *t) {
   kiln_nn_tape_free(t->tape);
   Py_XDECREF(t->watched);
@@ -187,10 +284,12 @@ static void kp_tape_forget(kp_tape_t *t) {
 static PyObject *kp_tape_watch(kp_tape_t *t, PyObject *arg) {
   if (!Py_IS_TYPE(arg, &kp_param_type))
     return PyErr_Format(PyExc_TypeError, "watch() takes a kiln.nn.Parameter, not %.100s", Py_TYPE(arg)->tp_name);
+  if (kp_guard_check(arg) < 0) return NULL;
+  /* Kept before the C tape records the parameter's address. */
+  if (kp_tape_keep_object(t, arg) < 0) return NULL;
   kiln_tensor_t *value = NULL;
   kiln_status_t status = kiln_nn_tape_watch(t->tape, ((kp_param_t *)arg)->param, &value);
   if (status != KILN_OK) return kp_raise(status);
-  if (PyList_Append(t->watched, arg) < 0) return NULL;
   return kp_tensor_wrap(kiln_tensor_retain(value));
 }
 
@@ -201,8 +300,11 @@ static PyObject *kp_tape_backward(kp_tape_t *t, PyObject *args, PyObject *kwargs
   kiln_tensor_t *ty = kp_tensor_arg(y, "y"), *tdy = NULL;
   if (!ty) return NULL;
   if (dy != Py_None && !(tdy = kp_tensor_arg(dy, "dy"))) return NULL;
+  if (kp_tape_check(t) < 0) return NULL;
   kiln_status_t status = kiln_nn_tape_backward(t->tape, ty, tdy);
-  kp_tape_forget(t);
+  /* A refused backward (y not on this tape, dy of another shape) keeps the
+   * record, and so what it points at (until clear() or the next pass). */
+  if (status == KILN_OK) kp_tape_forget(t);
   if (status != KILN_OK) return kp_raise(status);
   Py_RETURN_NONE;
 }

@@ -10,16 +10,14 @@ int kp_axis_arg(PyObject *arg, int *out) {
     *out = KILN_ALL_AXES;
     return 0;
   }
-  long v = PyLong_AsLong(arg);
-  if (v == -1 && PyErr_Occurred()) {
-    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-      PyErr_Clear();
-      PyErr_Format(PyExc_TypeError, "axis must be an int or None (kiln reduces along one axis or all of them), not %.100s",
-                   Py_TYPE(arg)->tp_name);
-    }
+  if (!PyIndex_Check(arg)) {
+    PyErr_Format(PyExc_TypeError, "axis must be an int or None (kiln reduces along one axis or all of them), not %.100s",
+                 Py_TYPE(arg)->tp_name);
     return -1;
   }
-  *out = (int)v;
+  int32_t v;
+  if (kp_int32_arg(arg, "axis", &v) < 0) return -1;
+  *out = v;
   return 0;
 }
 
@@ -28,16 +26,21 @@ int kp_pair_arg(PyObject *arg, int32_t fallback, int32_t out[2], const char *wha
     out[0] = out[1] = fallback;
     return 0;
   }
-  int64_t v[KILN_MAX_DIMS];
-  int n = kp_shape_arg(arg, v, what);
+  if (PyIndex_Check(arg)) {
+    if (kp_int32_arg(arg, what, &out[0]) < 0) return -1;
+    out[1] = out[0];
+    return 0;
+  }
+  int32_t v[KILN_MAX_DIMS];
+  int n = kp_int32_seq_arg(arg, what, KILN_MAX_DIMS, v);
   if (n < 0) return -1;
   if (n == 1) v[1] = v[0];
   else if (n != 2) {
     kp_raise_msg(KILN_INVALID_ARGUMENT, "%s takes one int or two (height, width), not %d", what, n);
     return -1;
   }
-  out[0] = (int32_t)v[0];
-  out[1] = (int32_t)v[1];
+  out[0] = v[0];
+  out[1] = v[1];
   return 0;
 }
 
@@ -191,6 +194,24 @@ static int kp_unary_name(PyObject *arg, kiln_unary_op_t *out) {
 
 /* ---- creation ---------------------------------------------------------------------------------- */
 
+/* A value that a creation writes into a tensor of `dtype` must fit it: kiln
+ * would saturate an int32 (2**40 -> 2147483647) or turn a float32 into inf,
+ * silently. 0, or -1 with OverflowError naming the value and the dtype. */
+static int kp_value_fits(double v, kiln_dtype_t dtype, const char *call, const char *what) {
+  char text[32];
+  if (dtype == KILN_I32 && !(v >= -2147483648.0 && v <= 2147483647.0)) {
+    PyErr_Format(PyExc_OverflowError, "%s: %s %s does not fit in int32 (-2147483648 to 2147483647); use "
+                 "dtype=kiln.float32", call, what, kp_double_text(v, text));
+    return -1;
+  }
+  if (dtype == KILN_F32 && isfinite(v) && !isfinite((float)v)) {
+    PyErr_Format(PyExc_OverflowError, "%s: %s %s does not fit in float32 (its largest magnitude is 3.4028235e+38)",
+                 call, what, kp_double_text(v, text));
+    return -1;
+  }
+  return 0;
+}
+
 /* empty, zeros, ones, full (kind 0 to 3) and their _like forms: the first
  * argument is a shape, or with `like` a tensor whose shape, dtype and
  * device are taken unless given. */
@@ -230,6 +251,7 @@ static PyObject *kp_fill(PyObject *args, PyObject *kwargs, const char *name, int
     if (ndim < 0) return NULL;
     if (kp_dtype_arg(dtype_arg, KILN_F32, &dtype) < 0 || kp_device_kw(device_arg, &device) < 0) return NULL;
   }
+  if (kind == 3 && kp_value_fits(value, dtype, name, "fill_value") < 0) return NULL;
   kiln_tensor_t *out = NULL;
   kiln_status_t status;
   switch (kind) {
@@ -270,6 +292,14 @@ static PyObject *kp_fn_arange(PyObject *self, PyObject *args, PyObject *kwargs) 
   kiln_device_t *device;
   if (kp_dtype_arg(dtype_arg, all_int ? KILN_I32 : KILN_F32, &dtype) < 0 || kp_device_kw(device_arg, &device) < 0)
     return NULL;
+  if (isfinite(start) && isfinite(stop) && isfinite(step) && step != 0) {
+    /* Its count as kiln_tensor_arange computes it; kiln checks the rest. */
+    double count = ceil((stop - start) / step);
+    if (count > 0 && count <= 9.0e15 &&
+        (kp_value_fits(start, dtype, "arange", "start") < 0 ||
+         kp_value_fits(start + (count - 1) * step, dtype, "arange", "the last value") < 0))
+      return NULL;
+  }
   kiln_tensor_t *out = NULL;
   return kp_result(kiln_tensor_arange(device, dtype, start, stop, step, &out), &out);
 }

@@ -162,6 +162,74 @@ int kp_shape_arg(PyObject *arg, int64_t shape[KILN_MAX_DIMS], const char *what) 
   return (int)n;
 }
 
+const char *kp_double_text(double v, char buf[32]) {
+  /* The shortest text that reads back as v (as Python's repr), so a message
+   * shows 1099511627776 or 1e+300 rather than %g's 1.09951e+12. */
+  for (int precision = 1; precision <= 17; precision++) {
+    snprintf(buf, 32, "%.*g", precision, v);
+    if (strtod(buf, NULL) == v || v != v) break;
+  }
+  return buf;
+}
+
+int kp_int_arg(PyObject *obj, const char *what, long long low, long long high, long long *out) {
+  PyObject *index = PyNumber_Index(obj);
+  if (!index) {
+    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", what, Py_TYPE(obj)->tp_name);
+    }
+    return -1;
+  }
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
+  if (v == -1 && PyErr_Occurred()) {
+    Py_DECREF(index);
+    return -1;
+  }
+  if (overflow || v < low || v > high) {
+    /* Refused, never wrapped: a C int would keep the value modulo 2**32. */
+    PyErr_Format(PyExc_OverflowError, "%s %S is out of range: it must lie in [%lld, %lld]", what, index, low, high);
+    Py_DECREF(index);
+    return -1;
+  }
+  Py_DECREF(index);
+  *out = v;
+  return 0;
+}
+
+int kp_int32_arg(PyObject *obj, const char *what, int32_t *out) {
+  long long v;
+  if (kp_int_arg(obj, what, INT32_MIN, INT32_MAX, &v) < 0) return -1;
+  *out = (int32_t)v;
+  return 0;
+}
+
+int kp_int32_seq_arg(PyObject *arg, const char *what, int max, int32_t *out) {
+  PyObject *seq = PySequence_Fast(arg, "");
+  if (!seq) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be an int or a sequence of ints, not %.100s", what, Py_TYPE(arg)->tp_name);
+    return -1;
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n > max) {
+    Py_DECREF(seq);
+    kp_raise_msg(KILN_INVALID_ARGUMENT, "%s has %zd entries; it takes at most %d", what, n, max);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    char name[96];
+    snprintf(name, sizeof name, "%s[%zd]", what, i);
+    if (kp_int32_arg(PySequence_Fast_GET_ITEM(seq, i), name, &out[i]) < 0) {
+      Py_DECREF(seq);
+      return -1;
+    }
+  }
+  Py_DECREF(seq);
+  return (int)n;
+}
+
 PyObject *kp_shape_tuple(int ndim, const int64_t *shape) {
   PyObject *t = PyTuple_New(ndim);
   if (!t) return NULL;
@@ -402,15 +470,16 @@ static PyObject *kp_permute_args(kp_tensor_t *o, PyObject *args, bool empty_reve
   int n = kiln_tensor_ndim(o->tensor), perm[KILN_MAX_DIMS];
   Py_ssize_t nargs = PyTuple_GET_SIZE(args);
   if (nargs == 0 && empty_reverses) return kp_tensor_get_T(o, NULL);
-  int64_t dims[KILN_MAX_DIMS];
+  int32_t dims[KILN_MAX_DIMS];
   int count;
-  if (nargs == 1 && !PyLong_Check(PyTuple_GET_ITEM(args, 0))) count = kp_shape_arg(PyTuple_GET_ITEM(args, 0), dims, "axes");
-  else count = kp_shape_arg(args, dims, "axes");
+  if (nargs == 1 && !PyLong_Check(PyTuple_GET_ITEM(args, 0)))
+    count = kp_int32_seq_arg(PyTuple_GET_ITEM(args, 0), "axes", KILN_MAX_DIMS, dims);
+  else count = kp_int32_seq_arg(args, "axes", KILN_MAX_DIMS, dims);
   if (count < 0) return NULL;
   if (count != n)
     return kp_raise_msg(KILN_INVALID_ARGUMENT, "the permutation has %d axes; the tensor has %d (use swapaxes(a, b) to "
                         "swap two)", count, n);
-  for (int i = 0; i < n; i++) perm[i] = (int)dims[i];
+  for (int i = 0; i < n; i++) perm[i] = dims[i];
   return kp_permute_dims(o->tensor, perm);
 }
 

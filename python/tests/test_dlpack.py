@@ -1,7 +1,10 @@
 # python/tests/test_dlpack.py: DLPack both ways with NumPy and PyTorch: shared memory (a write through one side is read through the other), both protocol versions, capsule rules, devices.
 import ctypes
 import gc
+import os
+import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -221,3 +224,80 @@ def test_exchanges_leak_nothing():
     grown = rss_bytes() - before
     assert sys.getrefcount(x) == refs
     assert grown < 4 * 1024 * 1024, f"resident memory grew by {grown} bytes over 20000 rounds"
+
+
+def test_a_consumer_that_fails_does_not_free_twice():
+    # PyTorch refuses an OpenCL tensor after it ran the capsule's deleter,
+    # and leaves the capsule's name as it was; its destructor must not hand
+    # the tensor back a second time (the process used to abort on a double
+    # free). Run in a child so that a fault fails this test only.
+    cl = [d for d in kiln.devices() if d.backend == "opencl" and "oclgrind" not in d.name.lower()]
+    if not cl:
+        pytest.skip("no OpenCL device")
+    pytest.importorskip("torch")
+    code = textwrap.dedent(f"""
+        import gc, kiln, torch
+        t = kiln.arange(6, dtype=kiln.float32, device={cl[0].selector!r})
+        for i in range(20):
+            try:
+                torch.from_dlpack(t)
+            except RuntimeError:
+                pass
+            capsule = t.__dlpack__(max_version=(1, 0) if i % 2 else None)
+            try:
+                torch.utils.dlpack.from_dlpack(capsule)
+            except RuntimeError:
+                pass
+            del capsule
+            gc.collect()
+        print(t.tolist())
+    """)
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
+                           env=dict(os.environ, MALLOC_CHECK_="3", MALLOC_PERTURB_="165"))
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.strip() == "[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]"
+
+
+def test_a_capsule_hands_its_tensor_back_once():
+    # The protocol's paths, each must end with the tensor released once:
+    # nobody takes the capsule; a consumer renames it and frees later; a
+    # consumer frees it before the capsule goes.
+    t = kiln.ones(4)
+    for versioned in (False, True):
+        kw = {"max_version": (1, 0)} if versioned else {}
+        t.__dlpack__(**kw)  # never consumed: the destructor releases it
+        a = np.from_dlpack(t)   # consumed: NumPy releases it with the array
+        del a
+        c = t.__dlpack__(**kw)
+        k = kiln.from_dlpack(c)  # kiln consumes, renames; the capsule outlives nothing
+        assert "used_" in repr(c)
+        del c, k
+    assert t.tolist() == [1.0] * 4
+
+
+def test_a_deleter_called_without_renaming_is_not_called_again():
+    # What PyTorch does on a failed import, without PyTorch: the consumer
+    # calls the managed tensor's deleter (twice, even) and leaves the capsule
+    # named "dltensor"; dropping the capsule must not call it once more.
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import ctypes, gc, kiln
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        deleter_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+        t = kiln.arange(4, dtype=kiln.float32)
+        for name, kw, offset in ((b"dltensor", {}, 56), (b"dltensor_versioned", {"max_version": (1, 0)}, 16)):
+            for _ in range(50):
+                capsule = t.__dlpack__(**kw)
+                managed = get(capsule, name)
+                # The deleter follows dl_tensor (48 bytes) and manager_ctx in
+                # the legacy form; version (8) and manager_ctx in the versioned one.
+                deleter = deleter_type(ctypes.c_void_p.from_address(managed + offset).value)
+                deleter(managed)
+                deleter(managed)
+                del capsule
+                gc.collect()
+        print(t.tolist())
+    """)], capture_output=True, text=True, timeout=240,
+        env=dict(os.environ, MALLOC_CHECK_="3", MALLOC_PERTURB_="165"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[0.0, 1.0, 2.0, 3.0]"

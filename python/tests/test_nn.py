@@ -1,5 +1,9 @@
 # python/tests/test_nn.py: kiln.nn: data sets and the loader, safetensors, the tape's gradients against PyTorch's, layers, models, optimizers, the training loop.
 import os
+import subprocess
+import sys
+import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -222,3 +226,203 @@ def test_parameters_outlive_their_model():
     layer = model[1]
     del model
     assert params[1].value.shape == (1000,) and layer.weight.shape == (1000, 784)
+
+
+def run_child(code):
+    """Run `code` in a fresh interpreter whose freed memory is overwritten
+    (MALLOC_PERTURB_), so that a read after free faults there rather than
+    passing unseen; returns its stdout."""
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=240,
+                           env=dict(os.environ, MALLOC_CHECK_="3", MALLOC_PERTURB_="165"))
+    assert child.returncode == 0, child.stderr[-2000:]
+    return child.stdout
+
+
+def test_a_tape_keeps_what_it_recorded_alive():
+    # The C tape holds the addresses of the parameters a model or layer ran
+    # with; freeing the model before backward used to leave it reading freed
+    # memory (kiln_nn__param_add_grad).
+    out = run_child("""
+        import gc, kiln, kiln.nn as nn
+        x = kiln.rand((4, 20), seed=1)
+        for make in (lambda: nn.Sequential(nn.Linear(20, 8, seed=1), nn.ReLU(), nn.Linear(8, 3, seed=2)),
+                     lambda: nn.Linear(20, 3, seed=1)):
+            tape = nn.Tape()
+            model = make()
+            loss = tape.mean(tape.relu(model(x, tape)))
+            del model
+            gc.collect()
+            junk = [nn.Linear(20, 8) for _ in range(50)]  # reuse what was freed
+            tape.backward(loss)
+            print(len(tape))
+        # A watched parameter of a freed layer, too.
+        tape = nn.Tape()
+        w = tape.watch(nn.Linear(20, 3, seed=1).weight)
+        loss = tape.sum(tape.matmul(x, w, transpose_b=True))
+        gc.collect()
+        tape.backward(loss)
+        print("ok")
+    """)
+    assert out.split() == ["0", "0", "ok"]
+    # The gradients are those of the live model, and the record lets go after.
+    x = kiln.rand((4, 20), seed=1)
+    model = nn.Sequential(nn.Linear(20, 3, seed=1))
+    tape = nn.Tape()
+    loss = tape.mean(model(x, tape))
+    tape.backward(loss)
+    np.testing.assert_allclose(host(model.parameters()[1].grad), np.full(3, 1 / 3), rtol=1e-6)
+
+
+def train_setup():
+    ds, _, _ = small_dataset(40, classes=3)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(20, 8, seed=1), nn.ReLU(), nn.Linear(8, 3, seed=2))
+    return model, nn.SGD(model, 0.05), nn.Loader(ds, batch_size=4, seed=0)
+
+
+def test_two_threads_on_one_model_get_an_error_not_a_crash():
+    model, opt, loader = train_setup()
+    inside, release = threading.Event(), threading.Event()
+    errors = {}
+
+    def progress(_):
+        inside.set()
+        release.wait(60)  # without the GIL: the other thread runs now
+
+    def first():
+        try:
+            nn.train_epoch(model, opt, loader, report_every=1, max_steps=2, progress=progress)
+        except Exception as e:  # pragma: no cover - reported below
+            errors["first"] = e
+
+    a = threading.Thread(target=first, daemon=True)
+    a.start()
+    assert inside.wait(60)
+    x = kiln.rand((4, 1, 4, 5), seed=2)
+    ident = a.ident
+    try:
+        # The other thread's whole epoch, and each object alone.
+        for call, name in [(lambda: nn.train_epoch(model, opt, loader), "kiln.nn.Sequential"),
+                           (lambda: nn.evaluate(model, loader), "kiln.nn.Sequential"),
+                           (lambda: model(x), "kiln.nn.Sequential"),
+                           (lambda: model[1](x.reshape(4, 20)), "kiln.nn.Layer"),
+                           (lambda: model.parameters()[0].grad, "kiln.nn.Parameter"),
+                           (lambda: model.reset_parameters(1), "kiln.nn.Sequential"),
+                           (opt.step, "kiln.nn.Optimizer"),
+                           (opt.zero_grad, "kiln.nn.Optimizer"),
+                           (lambda: setattr(opt, "lr", 0.1), "kiln.nn.Optimizer"),
+                           (lambda: next(iter(loader)), "kiln.nn.Loader"),
+                           (lambda: loader.reset(0), "kiln.nn.Loader")]:
+            with pytest.raises(RuntimeError) as e:
+                call()
+            text = str(e.value)
+            assert f"this {name} is in use by train_epoch" in text and f"on thread {ident}" in text, text
+            assert "single-threaded" in text
+    finally:
+        release.set()
+        a.join(60)
+    assert not a.is_alive() and not errors
+    # Free again once the epoch returned.
+    assert model(x).shape == (4, 3)
+    nn.train_epoch(model, opt, loader, max_steps=1)
+
+
+def test_threads_training_at_once_never_crash():
+    # Both threads start epochs over the same objects; whichever finds them
+    # in use gets RuntimeError; nothing crashes or waits forever.
+    model, opt, loader = train_setup()
+    results, start = [], threading.Barrier(2)
+
+    def work():
+        start.wait(30)
+        for _ in range(20):
+            try:
+                nn.train_epoch(model, opt, loader)
+                results.append("ran")
+            except RuntimeError as e:
+                assert "in use by train_epoch" in str(e)
+                results.append("refused")
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads) and len(results) == 40 and "ran" in results
+
+
+def test_a_progress_callback_cannot_use_the_model_it_trains():
+    model, opt, loader = train_setup()
+    x = kiln.rand((4, 1, 4, 5), seed=2)
+    with pytest.raises(RuntimeError, match=r"this kiln.nn.Sequential is in use by train_epoch further up this "
+                                           r"thread's stack"):
+        nn.train_epoch(model, opt, loader, report_every=1, progress=lambda _: model(x))
+    assert model(x).shape == (4, 3)
+    # An optimizer made over a layer before the layer joined the model
+    # follows it into the model.
+    layer = nn.Linear(3, 3, seed=4)
+    early = nn.SGD(layer.parameters(), 0.1)
+    model.add(layer)
+    with pytest.raises(RuntimeError, match=r"this kiln.nn.Optimizer is in use by train_epoch \(through its "
+                                           r"kiln.nn.Sequential\) further up"):
+        nn.train_epoch(model, opt, loader, report_every=1, progress=lambda _: early.step())
+    early.step()
+
+
+def test_optimizer_hyperparameters_are_checked_at_once():
+    p = nn.Parameter(kiln.ones(3), "w")
+    for call, text in [(lambda: nn.SGD([p], 1e300), "SGD: lr = 1e+300 is beyond what a float32 holds"),
+                       (lambda: nn.SGD([p], 1e-50), "SGD: lr = 1e-50 is beyond what a float32 holds"),
+                       (lambda: nn.SGD([p], float("nan")), "SGD: lr = nan; it must be finite and lie in (0, inf)"),
+                       (lambda: nn.SGD([p], 0.1, momentum=-1), "SGD: momentum = -1"),
+                       (lambda: nn.SGD([p], 0.1, dampening=2), "SGD: dampening = 2; it must be finite and lie in "
+                                                               "[0, 1]"),
+                       (lambda: nn.SGD([p], 0.1, weight_decay=float("inf")), "SGD: weight_decay = inf"),
+                       (lambda: nn.SGD([p], 0.1, nesterov=True), "SGD: nesterov needs momentum > 0"),
+                       (lambda: nn.Adam([p], lr=1e39), "Adam: lr = 1e+39 is beyond"),
+                       (lambda: nn.Adam([p], betas=(1.0, 0.9)), "Adam: betas[0] = 1; it must be finite and lie in "
+                                                                "[0, 1)"),
+                       (lambda: nn.Adam([p], betas=(0.9, -0.1)), "Adam: betas[1] = -0.1"),
+                       (lambda: nn.Adam([p], eps=0.0), "Adam: eps = 0; it must be finite and lie in (0, inf)")]:
+        with pytest.raises(ValueError) as e:
+            call()
+        assert text in str(e.value)
+    for opt in (nn.SGD([p], 0.1), nn.Adam([p])):
+        for bad in (1e300, 0.0, -1.0, float("inf")):
+            with pytest.raises(ValueError, match=r"lr = "):
+                opt.lr = bad
+        assert opt.lr == pytest.approx(0.1 if "SGD" in repr(opt) else 1e-3)
+        opt.lr = 3e38
+        p.value.add_(kiln.ones(3), alpha=0.0)
+        with nn.Tape() as tape:
+            tape.backward(tape.sum(tape.watch(p)))
+        opt.lr = 1e-4
+        opt.step()  # every step still runs
+
+
+def test_safetensors_names_with_nul_are_refused(tmp_path):
+    path = str(tmp_path / "n.safetensors")
+    t = kiln.ones(2)
+    for tensors, meta, text in [({"a\0b": t}, None, "tensor name 'a\\x00b'"),
+                                ({"a": t}, {"k\0": "v"}, "metadata key 'k\\x00'"),
+                                ({"a": t}, {"k": "v\0w"}, "metadata value 'v\\x00w'")]:
+        with pytest.raises(ValueError) as e:
+            nn.save_safetensors(path, tensors, meta)
+        assert text in str(e.value) and "NUL" in str(e.value)
+        assert not os.path.exists(path)
+    with pytest.raises(ValueError, match=r"tensor name 'a\\x00'"):
+        nn.load_safetensors_into(path, {"a\0": t})
+    nn.save_safetensors(path, {"a": t}, {"k": "v"})
+    assert nn.load_safetensors(path, metadata=True)[1] == {"k": "v"}
+
+
+@pytest.mark.parametrize("name, call", [
+    ("classes", lambda: nn.Dataset.from_arrays(np.zeros((2, 2, 2), np.uint8), np.zeros(2, np.uint8), 2**32 + 3)),
+    ("classes", lambda: nn.load_idx("images", "labels", 2**32 + 10)),
+    ("label", lambda: nn.fashion_mnist_label_name(2**32 + 1)),
+    ("stride", lambda: nn.Conv2d(1, 1, 3, stride=2**32 + 1)),
+    ("kernel_size[0]", lambda: nn.MaxPool2d((2**32 + 2, 2))),
+])
+def test_nn_int_arguments_past_32_bits_are_refused(name, call):
+    with pytest.raises(OverflowError) as e:
+        call()
+    assert str(e.value).startswith(name + " ") and "is out of range" in str(e.value)

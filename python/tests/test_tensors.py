@@ -184,3 +184,53 @@ def test_many_tensors_are_freed():
     assert a.tolist()[0] == 2001.0
     stats = d.memory_stats()
     assert stats["in_use_bytes"] < 64 * 1024 * 1024
+
+
+def test_int32_overflow_names_the_value():
+    # The message shows the value (not a literal %g, nor one read after it
+    # was freed), and the dtype's range.
+    for data in ([2**40], [1, -(2**40)], 2**40):
+        with pytest.raises(OverflowError) as e:
+            kiln.tensor(data)
+        text = str(e.value)
+        assert "%g" not in text and "1099511627776" in text and "int32" in text
+    with pytest.raises(OverflowError, match=r"element 1 \(4294967296\) does not fit in int32"):
+        kiln.tensor(np.array([1, 2**32], dtype=np.int64), dtype=kiln.int32)
+    assert kiln.tensor([2**31 - 1, -(2**31)]).tolist() == [2**31 - 1, -(2**31)]
+
+
+def test_creation_refuses_values_the_dtype_cannot_hold():
+    with pytest.raises(OverflowError, match=r"full: fill_value 1099511627776 does not fit in int32"):
+        kiln.full((2,), 2**40, dtype=kiln.int32)
+    with pytest.raises(OverflowError, match=r"full_like: fill_value -2147483649 does not fit in int32"):
+        kiln.full_like(kiln.zeros(2, dtype=kiln.int32), -(2**31) - 1)
+    with pytest.raises(OverflowError, match=r"full: fill_value 1e\+300 does not fit in float32"):
+        kiln.full((2,), 1e300)
+    with pytest.raises(OverflowError, match=r"arange: the last value 2147483649 does not fit in int32"):
+        kiln.arange(2**31 - 2, 2**31 + 2)
+    with pytest.raises(OverflowError, match=r"arange: start -2147483649 does not fit in int32"):
+        kiln.arange(-(2**31) - 1, 0, 2**30)
+    # The edges still work, and float32 takes what int32 cannot.
+    assert kiln.full((2,), 2**31 - 1, dtype=kiln.int32).tolist() == [2**31 - 1] * 2
+    assert kiln.arange(2**31 - 3, 2**31 - 1).tolist() == [2**31 - 3, 2**31 - 2]
+    assert kiln.full((1,), 2**40).tolist() == [2.0**40]
+    assert kiln.full((1,), float("inf")).tolist() == [float("inf")]
+
+
+@pytest.mark.parametrize("name, call", [
+    ("axis", lambda t: t.sum(axis=2**32)),
+    ("axis", lambda t: kiln.sum(t, axis=2**32 + 1)),
+    ("axes[0]", lambda t: t.permute(2**32 + 1, 0)),
+    ("axes[1]", lambda t: t.transpose((1, 2**32))),
+    ("stride", lambda t: kiln.conv2d(t.reshape(1, 1, 2, 3), kiln.ones((1, 1, 1, 1)), stride=2**32 + 1)),
+    ("padding[1]", lambda t: kiln.conv2d(t.reshape(1, 1, 2, 3), kiln.ones((1, 1, 1, 1)), padding=(0, 2**32))),
+    ("dilation", lambda t: kiln.conv2d(t.reshape(1, 1, 2, 3), kiln.ones((1, 1, 1, 1)), dilation=2**32 + 1)),
+    ("kernel_size", lambda t: kiln.max_pool2d(t.reshape(1, 1, 2, 3), 2**32 + 1)),
+    ("stride", lambda t: kiln.max_pool2d(t.reshape(1, 1, 2, 3), 1, stride=-(2**32) + 1)),
+])
+def test_int_arguments_past_32_bits_are_refused(name, call):
+    # 2**32 + 1 kept modulo 2**32 would be 1, a valid value: refused instead.
+    t = kiln.ones((2, 3))
+    with pytest.raises(OverflowError) as e:
+        call(t)
+    assert str(e.value).startswith(name + " ") and "must lie in [-2147483648, 2147483647]" in str(e.value)

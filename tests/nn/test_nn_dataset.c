@@ -177,12 +177,34 @@ START_TEST(test_faults_exact_messages) {
   b = kt_idx(0x803, huge, 3, NULL, 0, &n);
   kt_expect(images, b, n, true, KILN_IO, "dimensions 4294967295 x 4294967295 x 4294967295 are too large to be real");
   free(b);
-  /* Dimensions that claim terabytes cost only the bytes that are there. */
+  /* Dimensions that claim terabytes beside 5 labels: refused from the two
+   * headers, before any pixel is inflated. */
   uint32_t lying[3] = {0xffffffffu, 28, 28};
   b = kt_idx(0x803, lying, 3, kt_pixels, 100, &n);
-  kt_expect(images, b, n, true, KILN_IO,
-            "truncated: its dimensions [4294967295, 28, 28] need 3367254359280 bytes of pixels after the header, but "
-            "it holds 100");
+  char lie[8400];
+  snprintf(lie, sizeof lie, "holds 5 labels but %s/fm/%s holds 4294967295 images", kt_nn_tmp_, images);
+  char labels_path[4300], lie_expect[16384];
+  snprintf(labels_path, sizeof labels_path, "%s/fm/%s", kt_nn_tmp_, labels);
+  kt_write_good();
+  snprintf(lie_expect, sizeof lie_expect, "%s/fm/%s", kt_nn_tmp_, images);
+  kt_write_gz(lie_expect, b, n);
+  snprintf(lie_expect, sizeof lie_expect, "%s: %s; " KT_HINT_DAMAGED KT_ORIGIN_ARG, labels_path, lie);
+  kiln_nn_dataset_t *ds = NULL;
+  ck_assert_int_eq(kiln_nn_dataset_load_fashion_mnist(kt_nn_path("fm"), KILN_NN_TRAIN, &ds), KILN_IO);
+  ck_assert_str_eq(kiln_last_error(), lie_expect);
+  /* When both headers tell the same lie, the memory is still only the bytes
+   * that are there: the stream ends short. */
+  uint32_t many[1] = {0xffffffffu};
+  uint8_t *lying_labels = kt_idx(0x801, many, 1, kt_labels, KT_N, &n);
+  snprintf(lie_expect, sizeof lie_expect, "%s/fm/%s", kt_nn_tmp_, labels);
+  kt_write_gz(lie_expect, lying_labels, n);
+  free(lying_labels);
+  snprintf(lie_expect, sizeof lie_expect,
+           "%s/fm/%s: truncated: its dimensions [4294967295, 28, 28] need 3367254359280 bytes of pixels after the "
+           "header, but it holds 100; " KT_HINT_DAMAGED KT_ORIGIN_ARG,
+           kt_nn_tmp_, images);
+  ck_assert_int_eq(kiln_nn_dataset_load_fashion_mnist(kt_nn_path("fm"), KILN_NN_TRAIN, &ds), KILN_IO);
+  ck_assert_str_eq(kiln_last_error(), lie_expect);
   free(b);
 
   uint8_t bad_labels[KT_N] = {1, 2, 3, 10, 4};
@@ -237,7 +259,39 @@ START_TEST(test_damaged_gzip_and_odd_files) {
   ck_assert_int_eq(kiln_nn_dataset_load_fashion_mnist(kt_nn_path("fm"), KILN_NN_TRAIN, &ds), KILN_IO);
   ck_assert_msg(strstr(kiln_last_error(), KT_HINT_DAMAGED) != NULL, "%s", kiln_last_error());
   free(bad);
+
+  /* Bytes after the gzip stream (zlib's gz* functions would skip them), or
+   * a second gzip member: refused, the file must end where its data does. */
+  static const char *const trails[] = {"garbage", "\x1f\x8b"};
+  for (int k = 0; k < 2; k++) {
+    size_t tail_size = k == 0 ? 7 : n;
+    uint8_t *longer = malloc(n + tail_size);
+    memcpy(longer, gz, n);
+    memcpy(longer + n, k == 0 ? (const uint8_t *)trails[0] : gz, tail_size);
+    kt_nn_write_file(path, longer, n + tail_size);
+    snprintf(expect, sizeof expect,
+             "%s: bytes follow its gzip stream (after 3936 bytes of data); kiln reads one gzip member and nothing "
+             "after it; " KT_HINT_DAMAGED KT_ORIGIN_ARG,
+             path);
+    ck_assert_int_eq(kiln_nn_dataset_load_fashion_mnist(kt_nn_path("fm"), KILN_NN_TRAIN, &ds), KILN_IO);
+    ck_assert_str_eq(kiln_last_error(), expect);
+    free(longer);
+  }
+  kt_nn_write_file(path, gz, n);
   free(gz);
+  KT_OK(kiln_nn_dataset_load_fashion_mnist(kt_nn_path("fm"), KILN_NN_TRAIN, &ds));
+  kiln_nn_dataset_free(ds);
+  ds = NULL;
+
+  /* A FIFO with no writer: refused at once, never waited on. */
+  unlink(path);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  alarm(20);
+  snprintf(expect, sizeof expect, "%s: is not a regular file; " KT_HINT_DAMAGED KT_ORIGIN_ARG, path);
+  ck_assert_int_eq(kiln_nn_dataset_load_fashion_mnist(kt_nn_path("fm"), KILN_NN_TRAIN, &ds), KILN_IO);
+  ck_assert_str_eq(kiln_last_error(), expect);
+  ck_assert_int_eq(kiln_nn_dataset_load_idx(path, kt_nn_path("fm/train-labels-idx1-ubyte.gz"), 10, &ds), KILN_IO);
+  alarm(0);
 
   /* A folder where a file should be. */
   unlink(path);

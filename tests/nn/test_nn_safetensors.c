@@ -1,4 +1,7 @@
 /* tests/nn/test_nn_safetensors.c: safetensors: round trips on every device, the reference writer's exact bytes, PyTorch's files, load_into, and hostile files refused with their messages. */
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
 #include "nn_test.h"
 
 static const char *kt_data_dir(void) {
@@ -312,6 +315,117 @@ START_TEST(test_save_refusals) {
 }
 END_TEST
 
+/* The folder's entry must reach the disk with the file: every fsync of this
+ * process is seen here (the suite links libkiln-nn statically), those of a
+ * folder counted. */
+static int kt_dir_syncs;
+int fsync(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) kt_dir_syncs++;
+  return (int)syscall(SYS_fsync, fd);
+}
+
+static mode_t kt_mode(const char *path) {
+  struct stat st;
+  ck_assert_int_eq(stat(path, &st), 0);
+  return st.st_mode & 07777;
+}
+
+/* A pid that no process has any more: a child's, reaped. */
+static pid_t kt_dead_pid(void) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) _exit(0);
+  ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+  return pid;
+}
+
+START_TEST(test_save_replaces_in_place) {
+  kt_nn_tmpdir();
+  kiln_device_t *cpu = kt_nn_cpu();
+  int64_t s2[1] = {2};
+  kiln_tensor_t *t = kt_f32(cpu, 1, s2, 0, 1);
+  kiln_nn_named_tensor_t one[] = {{"w", t}};
+  const char *path = kt_nn_path("x.safetensors");
+
+  /* The folder is synced after the rename. */
+  kt_dir_syncs = 0;
+  KT_OK(kiln_nn_safetensors_save(path, one, 1, NULL, 0));
+  ck_assert_int_eq(kt_dir_syncs, 1);
+
+  /* The replaced file's mode stays, whatever the umask gives a new file. */
+  const mode_t modes[] = {0600, 0640, 0604};
+  for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+    ck_assert_int_eq(chmod(path, modes[i]), 0);
+    KT_OK(kiln_nn_safetensors_save(path, one, 1, NULL, 0));
+    ck_assert_uint_eq(kt_mode(path), modes[i]);
+  }
+
+  /* Temporaries of a save killed before its rename: those of a dead process
+   * go at the next save of the same file; a live process's, another file's
+   * and anything not named as a temporary stay. */
+  char dead[4300], alive[4300], other[4300], odd[4300];
+  snprintf(dead, sizeof dead, "%s.tmp-%ld-3", path, (long)kt_dead_pid());
+  snprintf(alive, sizeof alive, "%s.tmp-%ld-0", path, (long)getppid());
+  snprintf(other, sizeof other, "%s/y.safetensors.tmp-%ld-0", kt_nn_tmp_, (long)kt_dead_pid());
+  snprintf(odd, sizeof odd, "%s.tmp-%ld-3x", path, (long)kt_dead_pid());
+  const char *planted[] = {dead, alive, other, odd};
+  for (int i = 0; i < 4; i++) kt_nn_write_file(planted[i], "half", 4);
+  KT_OK(kiln_nn_safetensors_save(path, one, 1, NULL, 0));
+  ck_assert_msg(access(dead, F_OK) != 0, "%s is still there", dead);
+  for (int i = 1; i < 4; i++) ck_assert_msg(access(planted[i], F_OK) == 0, "%s was removed", planted[i]);
+  /* A bare file name: the current folder is swept and synced. */
+  char cwd[4300];
+  ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+  ck_assert_int_eq(chdir(kt_nn_tmp_), 0);
+  snprintf(dead, sizeof dead, "x.safetensors.tmp-%ld-0", (long)kt_dead_pid());
+  kt_nn_write_file(dead, "half", 4);
+  kt_dir_syncs = 0;
+  KT_OK(kiln_nn_safetensors_save("x.safetensors", one, 1, NULL, 0));
+  ck_assert_int_eq(kt_dir_syncs, 1);
+  ck_assert_int_ne(access(dead, F_OK), 0);
+  ck_assert_int_eq(chdir(cwd), 0);
+
+  /* What kiln's reader refuses, the writer does not write. */
+  kiln_nn_named_tensor_t control[] = {{"a\nb", t}};
+  KT_FAILS(kiln_nn_safetensors_save(path, control, 1, NULL, 0), KILN_INVALID_ARGUMENT,
+           "the name of tensors[0] holds the control character U+000A at byte 1");
+  kiln_nn_metadata_t meta[] = {{"k\x01", "v"}};
+  KT_FAILS(kiln_nn_safetensors_save(path, one, 1, meta, 1), KILN_INVALID_ARGUMENT,
+           "metadata[0]'s key holds the control character U+0001 at byte 1");
+  kiln_nn_metadata_t lines[] = {{"k", "line 1\nline 2"}};
+  KT_OK(kiln_nn_safetensors_save(path, one, 1, lines, 1));
+  kiln_nn_safetensors_t *file = NULL;
+  KT_OK(kiln_nn_safetensors_load(path, cpu, &file));
+  ck_assert_str_eq(kiln_nn_safetensors_metadata_value(file, "k"), "line 1\nline 2");
+  kiln_nn_safetensors_free(file);
+  kiln_tensor_release(t);
+  kt_nn_tmpdir_done();
+}
+END_TEST
+
+/* A FIFO without a writer is refused at once: opening it never waits. */
+START_TEST(test_fifo_refused_without_blocking) {
+  kt_nn_tmpdir();
+  kiln_device_t *cpu = kt_nn_cpu();
+  const char *path = kt_nn_path("fifo.safetensors");
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  alarm(20);
+  kiln_nn_safetensors_t *file = NULL;
+  char expect[4400];
+  snprintf(expect, sizeof expect, "%s: is not a regular file", path);
+  ck_assert_int_eq(kiln_nn_safetensors_load(path, cpu, &file), KILN_IO);
+  ck_assert_str_eq(kiln_last_error(), expect);
+  kiln_nn_model_t *model = NULL;
+  KT_OK(kiln_nn_model_create_preset("mlp", cpu, 1, &model));
+  ck_assert_int_eq(kiln_nn_model_load(model, path), KILN_IO);
+  ck_assert_str_eq(kiln_last_error(), expect);
+  alarm(0);
+  kiln_nn_model_free(model);
+  kt_nn_tmpdir_done();
+}
+END_TEST
+
 Suite *kt_hostile_suite(void);
 
 int main(void) {
@@ -324,6 +438,8 @@ int main(void) {
   tcase_add_test(tc, test_pytorch_reference_files);
   tcase_add_test(tc, test_load_into_mismatches);
   tcase_add_test(tc, test_save_refusals);
+  tcase_add_test(tc, test_save_replaces_in_place);
+  tcase_add_test(tc, test_fifo_refused_without_blocking);
   suite_add_tcase(s, tc);
   SRunner *runner = srunner_create(s);
   srunner_add_suite(runner, kt_hostile_suite());

@@ -75,6 +75,34 @@ static const kt_case_t kt_cases[] = {
     {"{}", 4, KILN_IO, "the header lists no tensor, yet 4 bytes of data follow it"},
     {"{\"__metadata__\":[1]}", 0, KILN_IO, "\"__metadata__\" is a JSON array, not an object of strings"},
     {"{\"__metadata__\":{\"k\":1}}", 0, KILN_IO, "\"__metadata__\" entry \"k\" is a JSON int, not a string"},
+    /* What a C string cannot hold, what serde_json refuses and json-c lets
+     * through, and names kiln's writer would not write. */
+    {"{\"a\\u0000b\":" T("F32", "[1]", "0", "4") "}", 4, KILN_IO,
+     "the header holds \\u0000 (a NUL) in a string, at offset 3; kiln's names and metadata are C strings and cannot "
+     "hold it"},
+    {"{\"__metadata__\\u0000x\":{\"k\":\"v\"}}", 0, KILN_IO,
+     "the header holds \\u0000 (a NUL) in a string, at offset 14; kiln's names and metadata are C strings and cannot "
+     "hold it"},
+    {"{\"__metadata__\":{\"k\":\"v\\u0000w\"}}", 0, KILN_IO,
+     "the header holds \\u0000 (a NUL) in a string, at offset 23; kiln's names and metadata are C strings and cannot "
+     "hold it"},
+    {"{\"a\x01\":" T("F32", "[1]", "0", "4") "}", 4, KILN_IO,
+     "the header holds the raw control byte 0x01 in a string, at offset 3"},
+    {"{\"__metadata__\":{\"k\":\"v\nw\"}}", 0, KILN_IO,
+     "the header holds the raw control byte 0x0a in a string, at offset 23"},
+    {"{\"\\ud800\":" T("F32", "[1]", "0", "4") "}", 4, KILN_IO,
+     "the header holds a lone UTF-16 surrogate \\ud800 in a string, at offset 2; it is no Unicode character"},
+    {"{\"\\ud800\\u0041\":" T("F32", "[1]", "0", "4") "}", 4, KILN_IO,
+     "the header holds a lone UTF-16 surrogate \\ud800 in a string, at offset 2; it is no Unicode character"},
+    {"{\"x\\uDC00\":" T("F32", "[1]", "0", "4") "}", 4, KILN_IO,
+     "the header holds a lone UTF-16 surrogate \\udc00 in a string, at offset 3; it is no Unicode character"},
+    {"{\"ab\\u0001\":" T("F32", "[1]", "0", "4") "}", 4, KILN_IO,
+     "a tensor name \"ab...\" holds the control character U+0001 at byte 2"},
+    {"{\"__metadata__\":{\"k\\u001f\":\"v\"}}", 0, KILN_IO,
+     "a \"__metadata__\" key \"k...\" holds the control character U+001F at byte 1"},
+    /* A surrogate pair is one character; an escaped newline in a value is text. */
+    {"{\"\\ud83d\\ude00\":" T("F32", "[1]", "0", "4") "}", 4, KILN_OK, ""},
+    {"{\"__metadata__\":{\"k\":\"v\\nw \\\\u0000\"}}", 0, KILN_OK, ""},
     {"{\"__metadata__\":{\"k\":\"v\"},\"a\":" T("F32", "[1]", "0", "4") "}    ", 4, KILN_OK, ""},
     {"{\"a\":" T("F32", "[0,3]", "0", "0") ",\"b\":" T("I32", "[]", "0", "4") "}", 4, KILN_OK, ""},
     {"{}", 0, KILN_OK, ""},

@@ -158,7 +158,132 @@ START_TEST(test_save_and_load) {
 }
 END_TEST
 
+/* A model whose parameters went NaN is never saved: the checkpoint there stays. */
+START_TEST(test_save_refuses_non_finite_parameters) {
+  kiln_device_t *cpu = kt_nn_cpu();
+  kt_nn_tmpdir();
+  const char *path = kt_nn_path("mlp.safetensors");
+  kiln_nn_model_t *model = NULL;
+  KT_OK(kiln_nn_model_create_preset("mlp", cpu, 1, &model));
+  KT_OK(kiln_nn_model_save(model, path));
+  size_t before_size = 0, after_size = 0;
+  uint8_t *before = kt_nn_read_file(path, &before_size);
+  kiln_nn_param_t *const *params = kiln_nn_model_params(model, &(size_t){0});
+  kiln_tensor_t *bias = kiln_nn_param_value(params[3]);
+  float values[10] = {0};
+  values[7] = NAN;
+  KT_OK(kiln_buffer_write(kiln_device_current_queue(cpu), kiln_tensor_buffer(bias), kiln_tensor_offset_bytes(bias), values,
+                          sizeof values, true, 0, NULL, NULL));
+  KT_FAILS(kiln_nn_model_save(model, path), KILN_INVALID_ARGUMENT,
+           "kiln_nn_model_save: parameter \"3.bias\" holds nan at index 7; a checkpoint of non-finite values is refused");
+  uint8_t *after = kt_nn_read_file(path, &after_size);
+  ck_assert(before_size == after_size && memcmp(before, after, before_size) == 0);
+  /* The general writer keeps any value: an attention mask may hold -inf. */
+  kiln_nn_named_tensor_t named = {"mask", bias};
+  KT_OK(kiln_nn_safetensors_save(kt_nn_path("any.safetensors"), &named, 1, NULL, 0));
+  free(before);
+  free(after);
+  kiln_nn_model_free(model);
+  kt_nn_tmpdir_done();
+}
+END_TEST
+
+/* A rate so large that the loss overflows: the epoch fails naming the step
+ * and the rate, instead of returning NaN statistics. */
+START_TEST(test_diverged_training_is_an_error) {
+  kiln_device_t *cpu = kt_nn_cpu();
+  kiln_nn_dataset_t *train = kt_fashion(KILN_NN_TRAIN, 1000);
+  kiln_nn_model_t *model = NULL;
+  kiln_nn_optimizer_t *opt = NULL;
+  KT_OK(kiln_nn_model_create_preset("mlp", cpu, 42, &model));
+  KT_OK(kiln_nn_optimizer_create_preset("mlp", model, &opt));
+  KT_OK(kiln_nn_optimizer_set_lr(opt, 1e6));
+  kiln_nn_loader_t *loader = kt_loader(train, cpu, 100, true);
+  kiln_nn_epoch_stats_t st;
+  KT_FAILS(kiln_nn_train_epoch(model, opt, loader, NULL, &st), KILN_INVALID_ARGUMENT,
+           " of epoch 0: training diverged; lower the learning rate (it is 1e+06)");
+  ck_assert_msg(strstr(kiln_last_error(), "kiln_nn_train_epoch: the loss is ") != NULL, "%s", kiln_last_error());
+  ck_assert_msg(strstr(kiln_last_error(), " at step ") != NULL, "%s", kiln_last_error());
+  kiln_nn_loader_free(loader);
+  kiln_nn_optimizer_free(opt);
+  kiln_nn_model_free(model);
+  kiln_nn_dataset_free(train);
+}
+END_TEST
+
+/* options.stop: read before each step; the epoch ends cleanly once it is set. */
+static void kt_stop_at_3(const kiln_nn_progress_t *p, void *user) {
+  if (p->step == 3) *(volatile sig_atomic_t *)user = 1;
+}
+
+START_TEST(test_stop_flag_ends_the_epoch) {
+  kiln_device_t *cpu = kt_nn_cpu();
+  kiln_nn_dataset_t *train = kt_fashion(KILN_NN_TRAIN, 1000);
+  kiln_nn_model_t *model = NULL;
+  kiln_nn_optimizer_t *opt = NULL;
+  KT_OK(kiln_nn_model_create_preset("mlp", cpu, 42, &model));
+  KT_OK(kiln_nn_optimizer_create_preset("mlp", model, &opt));
+  kiln_nn_loader_t *loader = kt_loader(train, cpu, 100, true);
+  volatile sig_atomic_t stop = 1;
+  kiln_nn_train_options_t o;
+  kiln_nn_train_options_initialize(&o);
+  ck_assert(o.stop == NULL);
+  o.stop = &stop;
+  kiln_nn_epoch_stats_t st;
+  KT_OK(kiln_nn_train_epoch(model, opt, loader, &o, &st));
+  ck_assert_uint_eq(st.steps, 0);
+  stop = 0;
+  o.report_every = 1;
+  o.progress = kt_stop_at_3;
+  o.user = (void *)&stop;
+  KT_OK(kiln_nn_train_epoch(model, opt, loader, &o, &st));
+  ck_assert_uint_eq(st.steps, 3);
+  ck_assert_uint_eq(st.images, 300);
+  kiln_nn_loader_free(loader);
+  kiln_nn_optimizer_free(opt);
+  kiln_nn_model_free(model);
+  kiln_nn_dataset_free(train);
+}
+END_TEST
+
 /* ---- optimizers --------------------------------------------------------------------------- */
+
+/* Every rate and constant must hold as an f32, the kernels' type: 1e300 is
+ * finite as a double and infinite on the device. */
+START_TEST(test_optimizer_values_must_fit_f32) {
+  kiln_device_t *cpu = kt_nn_cpu();
+  kiln_nn_model_t *model = NULL;
+  kiln_nn_optimizer_t *opt = NULL;
+  KT_OK(kiln_nn_model_create_preset("mlp", cpu, 1, &model));
+  size_t n = 0;
+  kiln_nn_param_t *const *params = kiln_nn_model_params(model, &n);
+  kiln_sgd_params_t sgd = {.lr = 1e300};
+  KT_FAILS(kiln_nn_sgd_create(params, n, &sgd, &opt), KILN_INVALID_ARGUMENT,
+           "kiln_nn_sgd_create: lr 1e+300; it must be > 0 and representable as a finite f32 (at most 3.4e+38)");
+  sgd.lr = 1e-50; /* rounds to 0 as an f32 */
+  KT_FAILS(kiln_nn_sgd_create(params, n, &sgd, &opt), KILN_INVALID_ARGUMENT, "lr 1e-50; it must be > 0");
+  sgd = (kiln_sgd_params_t){.lr = 0.1, .momentum = 1e39};
+  KT_FAILS(kiln_nn_sgd_create(params, n, &sgd, &opt), KILN_INVALID_ARGUMENT, "momentum 1e+39; it must be >= 0 and");
+  sgd = (kiln_sgd_params_t){.lr = 0.1, .weight_decay = 1e300};
+  KT_FAILS(kiln_nn_sgd_create(params, n, &sgd, &opt), KILN_INVALID_ARGUMENT, "weight_decay 1e+300");
+  kiln_adam_params_t adam = {.lr = 1e300, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+  KT_FAILS(kiln_nn_adam_create(params, n, &adam, &opt), KILN_INVALID_ARGUMENT, "kiln_nn_adam_create: lr 1e+300;");
+  adam.lr = 0.001;
+  adam.eps = 1e-60;
+  KT_FAILS(kiln_nn_adam_create(params, n, &adam, &opt), KILN_INVALID_ARGUMENT, "kiln_nn_adam_create: eps 1e-60;");
+  ck_assert_ptr_null(opt);
+  adam.eps = 1e-8;
+  KT_OK(kiln_nn_adam_create(params, n, &adam, &opt));
+  KT_FAILS(kiln_nn_optimizer_set_lr(opt, 1e300), KILN_INVALID_ARGUMENT,
+           "kiln_nn_optimizer_set_lr: lr 1e+300; it must be > 0 and representable as a finite f32");
+  KT_FAILS(kiln_nn_optimizer_set_lr(opt, NAN), KILN_INVALID_ARGUMENT, "kiln_nn_optimizer_set_lr: lr nan;");
+  KT_FAILS(kiln_nn_optimizer_set_lr(opt, -1), KILN_INVALID_ARGUMENT, "kiln_nn_optimizer_set_lr: lr -1;");
+  ck_assert(kiln_nn_optimizer_lr(opt) == 0.001);
+  KT_OK(kiln_nn_optimizer_set_lr(opt, 3e38));
+  kiln_nn_optimizer_free(opt);
+  kiln_nn_model_free(model);
+}
+END_TEST
 
 /* One parameter [4] and the gradient c * w from loss sum(c * w * w) / 2. */
 static void kt_grad_step(kiln_nn_param_t *p, const float *c) {
@@ -390,6 +515,10 @@ int main(void) {
   tcase_add_test(models, test_same_seed_same_network_on_every_device);
   tcase_add_test(models, test_save_and_load);
   tcase_add_test(models, test_sgd_and_adam_follow_pytorchs_formulas);
+  tcase_add_test(models, test_save_refuses_non_finite_parameters);
+  tcase_add_test(models, test_diverged_training_is_an_error);
+  tcase_add_test(models, test_stop_flag_ends_the_epoch);
+  tcase_add_test(models, test_optimizer_values_must_fit_f32);
   suite_add_tcase(s, models);
   TCase *train = tcase_create("training");
   tcase_set_timeout(train, 1200);

@@ -2,6 +2,7 @@
 #ifndef KILN_NN_H
 #define KILN_NN_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -201,11 +202,15 @@ typedef struct kiln_nn_metadata_t {
 
 /* Write `count` tensors (read back from their devices: blocks until each
  * tensor's pending work is done) and `metadata_count` string pairs to `path`.
- * The file is written beside `path` under a temporary name and renamed into
- * place, so an existing file is replaced whole or not at all. The layout is the
- * reference writer's: tensors ordered by dtype then name, the header padded
+ * The file is written beside `path` under a temporary name
+ * ("<path>.tmp-<pid>-<n>"), synced, renamed into place and the folder synced,
+ * so an existing file is replaced whole or not at all; it keeps the mode (and,
+ * where permitted, the owner) of the file it replaces. Temporaries of `path`
+ * left by processes that died before their rename are removed. The layout is
+ * the reference writer's: tensors ordered by dtype then name, the header padded
  * with spaces to a multiple of 8 bytes. KILN_INVALID_ARGUMENT for a NULL or
- * duplicate name, "__metadata__", invalid UTF-8; KILN_UNSUPPORTED for an f16
+ * duplicate name, "__metadata__", invalid UTF-8, a control character in a name
+ * or metadata key; KILN_UNSUPPORTED for an f16
  * or bf16 tensor; KILN_IO naming the path when it cannot be written. */
 kiln_status_t kiln_nn_safetensors_save(const char *path, const kiln_nn_named_tensor_t *tensors, size_t count,
                                        const kiln_nn_metadata_t *metadata, size_t metadata_count);
@@ -495,7 +500,9 @@ kiln_status_t kiln_nn_model_forward(kiln_nn_model_t *model, kiln_nn_tape_t *tape
 kiln_status_t kiln_nn_model_reset_parameters(kiln_nn_model_t *model, uint64_t seed);
 /* Save or load every parameter by name as safetensors (kiln_nn_safetensors_save
  * and _load_into, strict); the file opens in PyTorch as the state_dict of the
- * same torch.nn.Sequential. Both block. */
+ * same torch.nn.Sequential. Both block. Save refuses a parameter holding a NaN
+ * or an infinity (KILN_INVALID_ARGUMENT naming it; the file is left as it
+ * was). */
 kiln_status_t kiln_nn_model_save(const kiln_nn_model_t *model, const char *path);
 kiln_status_t kiln_nn_model_load(kiln_nn_model_t *model, const char *path);
 
@@ -572,6 +579,10 @@ typedef struct kiln_nn_train_options_t {
   size_t max_steps;             /* stop after this many steps; 0: the whole epoch */
   float *step_losses;           /* when not NULL: the loss of each of the first step_loss_count steps, */
   size_t step_loss_count;       /* kept on the device (4-byte copies) and read once at the end */
+  /* When not NULL: read before each step; once it is nonzero the epoch ends
+   * (KILN_OK, the stats of the steps done). Set it from a signal handler to
+   * stop cleanly after the step under way (kiln-train does so on SIGINT). */
+  const volatile sig_atomic_t *stop;
 } kiln_nn_train_options_t;
 
 /* Zero everything: no progress, the whole epoch, no step losses. */
@@ -591,7 +602,11 @@ typedef struct kiln_nn_epoch_stats_t {
  * model's device; the loader's next epoch starts where it stands) with
  * `optimizer`. Blocks at each progress report and at the end, until the device
  * has done the work. NULL options: the defaults. Errors of the steps, with the
- * step named; the epoch stops at the first. */
+ * step named; the epoch stops at the first. A loss that is not finite (NaN or
+ * infinite: training diverged) is KILN_INVALID_ARGUMENT naming the first such
+ * step and the learning rate, found at the next progress report or at the
+ * end; the parameters are then not finite either (kiln_nn_model_save refuses
+ * them). */
 kiln_status_t kiln_nn_train_epoch(kiln_nn_model_t *model, kiln_nn_optimizer_t *optimizer, kiln_nn_loader_t *loader,
                                   const kiln_nn_train_options_t *options, kiln_nn_epoch_stats_t *out_stats);
 
