@@ -389,7 +389,7 @@ kiln_status_t kiln__checks_run(kiln_queue_t *queue);
 /* Drop the pending checks unread (a queue being destroyed). */
 void kiln__checks_drop(kiln_queue_t *queue);
 
-/* ---- tensor.c ------------------------------------------------------------------ */
+/* ---- tensor.c (the object) and ops_tensor.c (creation, reads, copies, reshape) ---- */
 
 /* A new contiguous tensor (uninitialised) on device for `queue` (NULL: any
  * queue may use it, so only idle memory will do). */
@@ -401,6 +401,12 @@ kiln_status_t kiln__tensor_over(kiln_buffer_t *buffer, size_t offset, kiln_dtype
                                 const int64_t *shape, const int64_t *strides, kiln_tensor_t **out);
 /* Fill a kiln_view_t from a tensor. */
 void kiln__tensor_view(const kiln_tensor_t *tensor, kiln_view_t *out_view);
+/* A view sharing tensor's buffer, with these shape, strides and offset (in
+ * elements), which the caller checked fit it. */
+kiln_status_t kiln__tensor_view_new(const kiln_tensor_t *tensor, int ndim, const int64_t *shape, const int64_t *strides,
+                                    size_t offset, kiln_tensor_t **out);
+/* Row-major strides (elements) of a contiguous tensor of `shape`. */
+void kiln__contiguous_strides(int ndim, const int64_t *shape, int64_t *out_strides);
 /* Validate ndim/shape and compute numel and bytes without overflow. */
 kiln_status_t kiln__shape_check(const char *call, int ndim, const int64_t *shape, kiln_dtype_t dtype,
                                 int64_t *out_numel, size_t *out_bytes);
