@@ -198,6 +198,9 @@ typedef struct kiln__pool_t {
   size_t peak_bytes;    /* the most live_bytes has been (since start or a reset) */
   uint64_t allocations; /* buffer_allocate calls that succeeded (pool misses) */
   size_t limit;         /* pooled bytes kept at most */
+  /* Whether work that queue `queue_id` had enqueued before `stamp` is done:
+   * the pool asks, it never calls the queues itself (kiln__pool_init). */
+  bool (*idle)(kiln_device_t *device, uint64_t queue_id, uint64_t stamp);
 } kiln__pool_t;
 
 /* queue.c: the live queues of a device. */
@@ -318,19 +321,25 @@ void kiln__cache_reset(void); /* on deinitialize */
 
 /* ---- pool.c: the memory pool --------------------------------------------------- */
 
-void kiln__pool_init(kiln_device_t *device);
+/* `idle` answers whether a queue's work before a stamp is done
+ * (kiln__queue_done_since): the pool's one view of the queues. */
+void kiln__pool_init(kiln_device_t *device, bool (*idle)(kiln_device_t *device, uint64_t queue_id, uint64_t stamp));
 /* Free every pooled block (the device's queues must be finished or gone). */
 void kiln__pool_destroy(kiln_device_t *device);
-/* Free every pooled block of the device, after finishing its queues. */
+/* Free every pooled block of the device; the caller finished its queues
+ * first (kiln__device_finish_all), since queued work may still use them. */
 void kiln__pool_trim(kiln_device_t *device);
 /* A block of at least `size` bytes for `queue` (NULL: usable on any queue
  * at once): a pooled one that queue may use, else a new allocation, ordered
  * on `queue` where the backend can (buffer_allocate_on). *out_queue_id is
- * the queue the new memory is already tied to (0 for none). */
+ * the queue the new memory is already tied to (0 for none).
+ * KILN_OUT_OF_MEMORY when the device has no room: the caller may finish the
+ * queues, trim and ask again. */
 kiln_status_t kiln__pool_take(kiln_device_t *device, kiln_queue_t *queue, size_t size, kiln__pool_block_t **out_block,
                               uint64_t *out_queue_id);
-/* Return a block last used by `queue_id` (0: idle now). */
-void kiln__pool_put(kiln_device_t *device, kiln__pool_block_t *block, uint64_t queue_id);
+/* Return a block last used by `queue_id` (0: idle now) up to `stamp`
+ * (kiln__queue_stamp when it was released). */
+void kiln__pool_put(kiln_device_t *device, kiln__pool_block_t *block, uint64_t queue_id, uint64_t stamp);
 
 /* ---- buffer.c ---------------------------------------------------------------- */
 
