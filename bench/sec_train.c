@@ -51,8 +51,8 @@ typedef struct kiln_job_t {
 } kiln_job_t;
 
 static void providers_text(char *out, size_t size) {
-  kiln_nn_provider_use_t uses[64];
-  size_t n = kiln_nn_providers_used(uses, 64), used = 0;
+  kiln_provider_use_t uses[64];
+  size_t n = kiln_provider_uses(uses, 64), used = 0;
   out[0] = '\0';
   for (size_t i = 0; i < n && i < 64 && used + 1 < size; i++)
     used += (size_t)snprintf(out + used, size - used, "%s%s=%s", i ? " " : "", uses[i].op,
@@ -125,7 +125,7 @@ static int kiln_job_start(const char *preset, kiln_device_t *device, const kiln_
     return -1;
   }
   job->base_lr = kiln_nn_optimizer_lr(job->opt);
-  kiln_nn_providers_reset();
+  kiln_provider_uses_reset();
   run->ok = true;
   return 0;
 }

@@ -203,10 +203,10 @@ static void progress_bar(const kiln_nn_progress_t *p, void *user) {
   fflush(stderr);
 }
 
-/* "matmul=blas add=native ..." from the counts libkiln-nn kept on this thread. */
+/* "matmul=blas add=native ..." from the counts the core kept on this thread. */
 static void print_providers(void) {
-  kiln_nn_provider_use_t uses[64];
-  size_t n = kiln_nn_providers_used(uses, 64);
+  kiln_provider_use_t uses[64];
+  size_t n = kiln_provider_uses(uses, 64);
   if (n > 64) n = 64;
   fputs("  providers:", stdout);
   for (size_t i = 0; i < n; i++) {
@@ -299,7 +299,7 @@ int main(int argc, char **argv) {
       rc = fail("setting the learning rate");
       break;
     }
-    kiln_nn_providers_reset();
+    kiln_provider_uses_reset();
     kiln_nn_train_options_t to;
     kiln_nn_train_options_initialize(&to);
     to.stop = &interrupted;

@@ -24,7 +24,6 @@ static kiln_status_t make_param(kiln_device_t *device, const char *name, int ndi
   kiln_tensor_t *value = NULL;
   kiln_status_t status = kiln_tensor_uniform(device, ndim, shape, seed, -bound, bound, &value);
   if (status != KILN_OK) return status;
-  kiln_nn__note("random");
   status = kiln_nn_param_create(name, value, out);
   kiln_tensor_release(value);
   return status;

@@ -59,9 +59,6 @@ struct kiln_nn_param_t {
   bool grad_exclusive;   /* grad is referenced by nothing else: it may be accumulated into in place */
 };
 
-/* Count the kiln operation the calling thread just enqueued under `op`, a
- * static string (pointer identity is the key), with kiln_last_provider(). */
-void kiln_nn__note(const char *op);
 
 /* Add a gradient contribution to param->grad, taking the caller's reference
  * to g. `exclusive`: nothing else references g's memory, so it may be adopted

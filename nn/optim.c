@@ -81,7 +81,6 @@ static void describe(kiln_nn_optimizer_t *opt) {
 
 static kiln_status_t zeros_like(const kiln_tensor_t *t, kiln_tensor_t **out) {
   kiln_status_t status = kiln_tensor_zeros(kiln_tensor_device(t), KILN_F32, kiln_tensor_ndim(t), kiln_tensor_shape(t), out);
-  if (status == KILN_OK) kiln_nn__note("fill");
   return status;
 }
 
@@ -198,13 +197,11 @@ kiln_status_t kiln_nn_optimizer_step(kiln_nn_optimizer_t *optimizer) {
       status = kiln_tensor_sgd_update(p->value, p->grad, s->a, &sgd);
       if (status == KILN_OK) {
         s->step++;
-        kiln_nn__note("sgd_update");
       }
     } else {
       status = kiln_tensor_adam_update(p->value, p->grad, s->a, s->b, s->step + 1, &optimizer->adam);
       if (status == KILN_OK) {
         s->step++;
-        kiln_nn__note("adam_update");
       }
     }
     if (status != KILN_OK)

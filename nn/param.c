@@ -77,7 +77,6 @@ kiln_status_t kiln_nn__param_add_grad(kiln_nn_param_t *param, kiln_tensor_t *g, 
   kiln_status_t status;
   if (param->grad_exclusive) {
     status = kiln_tensor_accumulate(param->grad, 1.0, g);
-    if (status == KILN_OK) kiln_nn__note("accumulate");
     kiln_tensor_release(g);
   } else {
     /* Shared memory must not be written: a new sum, which then is ours alone. */
@@ -85,7 +84,6 @@ kiln_status_t kiln_nn__param_add_grad(kiln_nn_param_t *param, kiln_tensor_t *g, 
     status = kiln_tensor_add(param->grad, g, &sum);
     kiln_tensor_release(g);
     if (status == KILN_OK) {
-      kiln_nn__note("add");
       kiln_tensor_release(param->grad);
       param->grad = sum;
       param->grad_exclusive = true;
@@ -117,7 +115,6 @@ kiln_status_t kiln_nn_param_init_uniform(kiln_nn_param_t *param, int64_t fan_in,
   kiln_status_t status =
       kiln_tensor_uniform(kiln_tensor_device(v), kiln_tensor_ndim(v), kiln_tensor_shape(v), seed, -bound, bound, &drawn);
   if (status == KILN_OK) {
-    kiln_nn__note("random");
     /* Into the value itself: a model's parameters keep their identity (an
      * optimizer and a tape may hold them). A copy over the same bytes. */
     kiln_queue_t *queue = kiln_device_current_queue(kiln_tensor_device(v));
@@ -129,43 +126,3 @@ kiln_status_t kiln_nn_param_init_uniform(kiln_nn_param_t *param, int64_t fan_in,
   if (status != KILN_OK) return kiln_wrap_error(status, "%s: '%s'", call, param->name);
   return KILN_OK;
 }
-
-/* ---- which provider ran each op ----------------------------------------------------- */
-
-#define KILN_NN_PROVIDER_SLOTS 64
-
-typedef struct provider_table_t {
-  kiln_nn_provider_use_t uses[KILN_NN_PROVIDER_SLOTS];
-  size_t count;
-} provider_table_t;
-
-static _Thread_local provider_table_t providers;
-
-void kiln_nn__note(const char *op) {
-  const char *provider = kiln_last_provider();
-  /* Pointer identity: op names are literals of nn, providers kiln's static strings. */
-  for (size_t i = 0; i < providers.count; i++) {
-    kiln_nn_provider_use_t *u = &providers.uses[i];
-    if (u->op == op && u->provider == provider) {
-      u->calls++;
-      return;
-    }
-  }
-  for (size_t i = 0; i < providers.count; i++) {
-    kiln_nn_provider_use_t *u = &providers.uses[i];
-    if (!strcmp(u->op, op) && !strcmp(u->provider, provider)) {
-      u->calls++;
-      return;
-    }
-  }
-  if (providers.count < KILN_NN_PROVIDER_SLOTS)
-    providers.uses[providers.count++] = (kiln_nn_provider_use_t){op, provider, 1};
-}
-
-size_t kiln_nn_providers_used(kiln_nn_provider_use_t *out_uses, size_t capacity) {
-  if (out_uses)
-    for (size_t i = 0; i < providers.count && i < capacity; i++) out_uses[i] = providers.uses[i];
-  return providers.count;
-}
-
-void kiln_nn_providers_reset(void) { providers.count = 0; }

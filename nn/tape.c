@@ -4,7 +4,7 @@
 
 #include "nn_internal.h"
 
-/* The names operations are counted under (kiln_nn__note): KILN_PROVIDER's. */
+/* The ops' names in messages and dumps: KILN_PROVIDER's. */
 static const char *const unary_names[KILN_UNARY_COUNT_] = {
 #define NAME_(NAME, name) #name,
     KILN_UNARY_OPS(NAME_)
@@ -193,7 +193,6 @@ kiln_status_t kiln_nn_tape_unary(kiln_nn_tape_t *tape, kiln_unary_op_t op, kiln_
   kiln_tensor_t *y = NULL;
   status = kiln_tensor_unary(op, x, &y);
   if (status == KILN_OK) {
-    kiln_nn__note(unary_names[op]);
     save(&p, 0, x); /* f'(x) */
   }
   return finish(tape, &p, call, status, y, out);
@@ -214,7 +213,6 @@ kiln_status_t kiln_nn_tape_binary(kiln_nn_tape_t *tape, kiln_binary_op_t op, kil
   kiln_tensor_t *y = NULL;
   status = kiln_tensor_binary(op, a, b, &y);
   if (status == KILN_OK) {
-    kiln_nn__note(binary_names[op]);
     /* What each derivative reads: mul the other operand, div both, maximum
      * and minimum `a` (compared with the result). */
     if (op == KILN_BINARY_MUL) {
@@ -244,7 +242,6 @@ kiln_status_t kiln_nn_tape_binary_scalar(kiln_nn_tape_t *tape, kiln_binary_op_t 
   kiln_tensor_t *y = NULL;
   status = kiln_tensor_binary_scalar(op, a, scalar, &y);
   if (status == KILN_OK) {
-    kiln_nn__note(binary_names[op]);
     if (op == KILN_BINARY_MAXIMUM || op == KILN_BINARY_MINIMUM) save(&p, 0, a);
   }
   return finish(op == KILN_BINARY_EQ ? NULL : tape, &p, call, status, y, out);
@@ -263,7 +260,6 @@ kiln_status_t kiln_nn_tape_matmul(kiln_nn_tape_t *tape, kiln_tensor_t *a, kiln_t
   kiln_tensor_t *y = NULL;
   status = kiln_tensor_matmul(a, b, trans_a, trans_b, &y);
   if (status == KILN_OK) {
-    kiln_nn__note("matmul");
     if (carries(&p, 0)) save(&p, 1, b);
     if (carries(&p, 1)) save(&p, 0, a);
   }
@@ -286,10 +282,8 @@ kiln_status_t kiln_nn_tape_linear(kiln_nn_tape_t *tape, kiln_tensor_t *x, kiln_t
   kiln_tensor_t *xw = NULL, *y = NULL;
   status = kiln_tensor_matmul(x, weight, false, true, &xw);
   if (status == KILN_OK) {
-    kiln_nn__note("matmul");
     if (bias) {
       status = kiln_tensor_add(xw, bias, &y);
-      if (status == KILN_OK) kiln_nn__note("add");
       kiln_tensor_release(xw);
     } else {
       y = xw;
@@ -313,7 +307,6 @@ static kiln_status_t reduce_op(kiln_nn_tape_t *tape, bool mean, kiln_tensor_t *a
   p.e.flag_a = keepdim;
   kiln_tensor_t *y = NULL;
   status = mean ? kiln_tensor_mean(a, axis, keepdim, &y) : kiln_tensor_sum(a, axis, keepdim, &y);
-  if (status == KILN_OK) kiln_nn__note("reduce");
   return finish(tape, &p, call, status, y, out);
 }
 
@@ -334,7 +327,6 @@ static kiln_status_t softmax_op(kiln_nn_tape_t *tape, bool log, kiln_tensor_t *a
   p.e.sub = log;
   kiln_tensor_t *y = NULL;
   status = log ? kiln_tensor_log_softmax(a, &y) : kiln_tensor_softmax(a, &y);
-  if (status == KILN_OK) kiln_nn__note("softmax");
   /* The backward reads the result, which the entry keeps as its identity. */
   return finish(tape, &p, call, status, y, out);
 }
@@ -359,7 +351,6 @@ kiln_status_t kiln_nn_tape_cross_entropy(kiln_nn_tape_t *tape, kiln_tensor_t *lo
   kiln_tensor_t *loss = NULL;
   status = kiln_tensor_cross_entropy(logits, labels, &loss);
   if (status == KILN_OK) {
-    kiln_nn__note("cross_entropy");
     save(&p, 0, logits);
     save(&p, 1, labels);
   }
@@ -378,7 +369,6 @@ kiln_status_t kiln_nn_tape_conv2d(kiln_nn_tape_t *tape, kiln_tensor_t *x, kiln_t
   kiln_tensor_t *y = NULL;
   status = kiln_tensor_conv2d(x, weight, bias, params, &y);
   if (status == KILN_OK) {
-    kiln_nn__note("conv2d");
     if (carries(&p, 1)) save(&p, 0, x);
     if (carries(&p, 0)) save(&p, 1, weight);
   }
@@ -397,7 +387,6 @@ kiln_status_t kiln_nn_tape_max_pool2d(kiln_nn_tape_t *tape, kiln_tensor_t *x, co
   kiln_tensor_t *y = NULL;
   status = kiln_tensor_max_pool2d(x, params, &y);
   if (status == KILN_OK) {
-    kiln_nn__note("max_pool2d");
     save(&p, 0, x);
   }
   return finish(tape, &p, call, status, y, out);

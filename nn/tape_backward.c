@@ -28,14 +28,12 @@ static kiln_status_t deliver(walk_t *w, int i, kiln_tensor_t *t, bool exclusive)
   kiln_status_t status;
   if (slot->exclusive) {
     status = kiln_tensor_accumulate(slot->t, 1.0, t);
-    if (status == KILN_OK) kiln_nn__note("accumulate");
     kiln_tensor_release(t);
   } else {
     kiln_tensor_t *sum = NULL;
     status = kiln_tensor_add(slot->t, t, &sum);
     kiln_tensor_release(t);
     if (status == KILN_OK) {
-      kiln_nn__note("add");
       kiln_tensor_release(slot->t);
       slot->t = sum;
       slot->exclusive = true;
@@ -58,7 +56,6 @@ static kiln_status_t give(walk_t *w, int i, kiln_tensor_t *t, bool exclusive) {
   kiln_status_t status = kiln_tensor_sum_to(t, in->ndim, in->shape, &summed);
   kiln_tensor_release(t);
   if (status != KILN_OK) return status;
-  kiln_nn__note("reduce");
   return deliver(w, i, summed, true);
 }
 
@@ -69,7 +66,6 @@ static kiln_status_t upstream(walk_t *w, kiln_tensor_t **out) {
     kiln_status_t status =
         kiln_tensor_ones(kiln_tensor_device(y), KILN_F32, kiln_tensor_ndim(y), kiln_tensor_shape(y), &w->g.t);
     if (status != KILN_OK) return status;
-    kiln_nn__note("fill");
     w->g.exclusive = true;
     w->g.one = false;
   }
@@ -97,22 +93,20 @@ static kiln_status_t back_binary(walk_t *w, kiln_tensor_t *g) {
     const int uses = ca + (cb && e->sub == KILN_BINARY_ADD);
     if (ca) ga = pass_on(w, uses, &ea);
     if (cb && e->sub == KILN_BINARY_ADD) gb = pass_on(w, uses, &eb);
-    if (cb && e->sub == KILN_BINARY_SUB && (status = kiln_tensor_neg(g, &gb)) == KILN_OK) kiln_nn__note("neg");
+    if (cb && e->sub == KILN_BINARY_SUB) status = kiln_tensor_neg(g, &gb);
     break;
   }
   case KILN_BINARY_MUL:
-    if (ca && (status = kiln_tensor_mul(g, e->in[1].saved, &ga)) == KILN_OK) kiln_nn__note("mul");
-    if (status == KILN_OK && cb && (status = kiln_tensor_mul(g, e->in[0].saved, &gb)) == KILN_OK) kiln_nn__note("mul");
+    if (ca) status = kiln_tensor_mul(g, e->in[1].saved, &ga);
+    if (status == KILN_OK && cb) status = kiln_tensor_mul(g, e->in[0].saved, &gb);
     break;
   case KILN_BINARY_DIV: {
     /* da = g / b; db = -(g / b) * (a / b) = -da * y. */
     kiln_tensor_t *q = NULL, *qy = NULL;
     status = kiln_tensor_div(g, e->in[1].saved, &q);
-    if (status == KILN_OK) kiln_nn__note("div");
     if (status == KILN_OK && cb) {
       status = kiln_tensor_mul(q, e->out, &qy);
-      if (status == KILN_OK) kiln_nn__note("mul");
-      if (status == KILN_OK && (status = kiln_tensor_neg(qy, &gb)) == KILN_OK) kiln_nn__note("neg");
+      if (status == KILN_OK) status = kiln_tensor_neg(qy, &gb);
       kiln_tensor_release(qy);
     }
     if (ca) ga = q;
@@ -124,9 +118,8 @@ static kiln_status_t back_binary(walk_t *w, kiln_tensor_t *g) {
     /* The winner takes the gradient; `a` on a tie. */
     kiln_tensor_t *mask = NULL, *to_a = NULL;
     status = kiln_tensor_eq(e->in[0].saved, e->out, &mask);
-    if (status == KILN_OK) kiln_nn__note("eq");
-    if (status == KILN_OK && (status = kiln_tensor_mul(g, mask, &to_a)) == KILN_OK) kiln_nn__note("mul");
-    if (status == KILN_OK && cb && (status = kiln_tensor_sub(g, to_a, &gb)) == KILN_OK) kiln_nn__note("sub");
+    if (status == KILN_OK) status = kiln_tensor_mul(g, mask, &to_a);
+    if (status == KILN_OK && cb) status = kiln_tensor_sub(g, to_a, &gb);
     kiln_tensor_release(mask);
     if (ca) ga = to_a;
     else kiln_tensor_release(to_a);
@@ -158,14 +151,12 @@ static kiln_status_t back_binary_scalar(walk_t *w, kiln_tensor_t *g) {
   case KILN_BINARY_MUL:
   case KILN_BINARY_DIV:
     status = kiln_tensor_binary_scalar((kiln_binary_op_t)e->sub, g, e->scalar, &ga);
-    if (status == KILN_OK) kiln_nn__note(e->sub == KILN_BINARY_MUL ? "mul" : "div");
     break;
   case KILN_BINARY_MAXIMUM:
   case KILN_BINARY_MINIMUM: {
     kiln_tensor_t *mask = NULL;
     status = kiln_tensor_eq(e->in[0].saved, e->out, &mask);
-    if (status == KILN_OK) kiln_nn__note("eq");
-    if (status == KILN_OK && (status = kiln_tensor_mul(g, mask, &ga)) == KILN_OK) kiln_nn__note("mul");
+    if (status == KILN_OK) status = kiln_tensor_mul(g, mask, &ga);
     kiln_tensor_release(mask);
     break;
   }
@@ -182,7 +173,6 @@ static kiln_status_t matmul_give(walk_t *w, int i, kiln_tensor_t *t) {
     kiln_status_t status = kiln_tensor_sum(t, 0, false, &summed);
     kiln_tensor_release(t);
     if (status != KILN_OK) return status;
-    kiln_nn__note("reduce");
     t = summed;
   }
   return give(w, i, t, true);
@@ -197,7 +187,6 @@ static kiln_status_t back_matmul(walk_t *w, kiln_tensor_t *g) {
     kiln_tensor_t *da = NULL, *b = e->in[1].saved;
     status = !ta ? kiln_tensor_matmul(g, b, false, !tb, &da) : kiln_tensor_matmul(b, g, tb, true, &da);
     if (status == KILN_OK) {
-      kiln_nn__note("matmul");
       status = matmul_give(w, 0, da);
     }
   }
@@ -205,7 +194,6 @@ static kiln_status_t back_matmul(walk_t *w, kiln_tensor_t *g) {
     kiln_tensor_t *db = NULL, *a = e->in[0].saved;
     status = !tb ? kiln_tensor_matmul(a, g, !ta, false, &db) : kiln_tensor_matmul(g, a, true, ta, &db);
     if (status == KILN_OK) {
-      kiln_nn__note("matmul");
       status = matmul_give(w, 1, db);
     }
   }
@@ -221,7 +209,6 @@ static kiln_status_t back_linear(walk_t *w, kiln_tensor_t *g) {
     status = b->shape[0] == kiln_tensor_shape(g)[1] ? kiln_tensor_sum(g, 0, false, &db)
                                                      : kiln_tensor_sum_to(g, b->ndim, b->shape, &db);
     if (status == KILN_OK) {
-      kiln_nn__note("reduce");
       status = deliver(w, 2, db, true);
     }
   }
@@ -229,7 +216,6 @@ static kiln_status_t back_linear(walk_t *w, kiln_tensor_t *g) {
     kiln_tensor_t *dw = NULL; /* [out, in] = g^T x */
     status = kiln_tensor_matmul(g, e->in[0].saved, true, false, &dw);
     if (status == KILN_OK) {
-      kiln_nn__note("matmul");
       status = deliver(w, 1, dw, true);
     }
   }
@@ -237,7 +223,6 @@ static kiln_status_t back_linear(walk_t *w, kiln_tensor_t *g) {
     kiln_tensor_t *dx = NULL; /* [N, in] = g W */
     status = kiln_tensor_matmul(g, e->in[1].saved, false, false, &dx);
     if (status == KILN_OK) {
-      kiln_nn__note("matmul");
       status = deliver(w, 0, dx, true);
     }
   }
@@ -264,14 +249,12 @@ static kiln_status_t back_reduce(walk_t *w, kiln_tensor_t *g) {
   }
   if (e->op == KILN_NN__T_MEAN) {
     status = kiln_tensor_div_scalar(g, count, &scaled);
-    if (status == KILN_OK) kiln_nn__note("div");
   } else {
     scaled = kiln_tensor_retain(g);
   }
   /* Back to the kept-dims shape (a view), then spread over the reduced axes. */
   if (status == KILN_OK) status = kiln_tensor_reshape(scaled, in->ndim, kept_shape, &kept);
-  if (status == KILN_OK && (status = kiln_tensor_broadcast_to(kept, in->ndim, in->shape, &spread)) == KILN_OK)
-    kiln_nn__note("copy");
+  if (status == KILN_OK) status = kiln_tensor_broadcast_to(kept, in->ndim, in->shape, &spread);
   kiln_tensor_release(scaled);
   kiln_tensor_release(kept);
   if (status != KILN_OK) return status;
@@ -287,7 +270,6 @@ static kiln_status_t back_entry(walk_t *w) {
     /* The implicit 1 needs no tensor: the fused kernel takes NULL for it. */
     status = kiln_tensor_cross_entropy_backward(e->in[0].saved, e->in[1].saved, w->g.t, &dx);
     if (status != KILN_OK) return status;
-    kiln_nn__note("cross_entropy_backward");
     return deliver(w, 0, dx, true);
   }
   status = upstream(w, &g);
@@ -296,7 +278,6 @@ static kiln_status_t back_entry(walk_t *w) {
   case KILN_NN__T_UNARY:
     status = kiln_tensor_unary_backward((kiln_unary_op_t)e->sub, e->in[0].saved, g, &dx);
     if (status == KILN_OK) {
-      kiln_nn__note("unary_backward");
       status = deliver(w, 0, dx, true);
     }
     return status;
@@ -309,7 +290,6 @@ static kiln_status_t back_entry(walk_t *w) {
   case KILN_NN__T_SOFTMAX:
     status = kiln_tensor_softmax_backward(e->out, g, e->sub != 0, &dx);
     if (status == KILN_OK) {
-      kiln_nn__note("softmax_backward");
       status = deliver(w, 0, dx, true);
     }
     return status;
@@ -317,7 +297,6 @@ static kiln_status_t back_entry(walk_t *w) {
     if (carries(e, 2)) {
       status = kiln_tensor_conv2d_backward_bias(g, &dx);
       if (status == KILN_OK) {
-        kiln_nn__note("reduce");
         status = deliver(w, 2, dx, true);
       }
     }
@@ -325,14 +304,12 @@ static kiln_status_t back_entry(walk_t *w) {
       const kiln_nn__input_t *wt = &e->in[1];
       status = kiln_tensor_conv2d_backward_weight(e->in[0].saved, g, wt->shape, &e->p.conv, &dx);
       if (status == KILN_OK) {
-        kiln_nn__note("conv2d_backward_weight");
         status = deliver(w, 1, dx, true);
       }
     }
     if (status == KILN_OK && carries(e, 0)) {
       status = kiln_tensor_conv2d_backward_input(g, e->in[1].saved, e->in[0].shape, &e->p.conv, &dx);
       if (status == KILN_OK) {
-        kiln_nn__note("conv2d_backward_input");
         status = deliver(w, 0, dx, true);
       }
     }
@@ -340,7 +317,6 @@ static kiln_status_t back_entry(walk_t *w) {
   case KILN_NN__T_MAX_POOL2D:
     status = kiln_tensor_max_pool2d_backward(e->in[0].saved, g, &e->p.pool, &dx);
     if (status == KILN_OK) {
-      kiln_nn__note("max_pool2d_backward");
       status = deliver(w, 0, dx, true);
     }
     return status;

@@ -25,7 +25,6 @@ static kiln_status_t sums_create(kiln_device_t *device, sums_t *s) {
   memset(s, 0, sizeof *s);
   kiln_status_t status = kiln_tensor_zeros(device, KILN_F32, 0, NULL, &s->loss);
   if (status == KILN_OK) status = kiln_tensor_zeros(device, KILN_I32, 0, NULL, &s->correct);
-  if (status == KILN_OK) kiln_nn__note("fill");
   return status;
 }
 
@@ -39,13 +38,10 @@ static kiln_status_t sums_add(sums_t *s, const kiln_tensor_t *logits, const kiln
                               const kiln_tensor_t *loss, double weight) {
   kiln_tensor_t *pred = NULL, *hit = NULL, *count = NULL, *total = NULL;
   kiln_status_t status = kiln_tensor_accumulate(s->loss, weight, loss);
-  if (status == KILN_OK) kiln_nn__note("accumulate");
-  if (status == KILN_OK && (status = kiln_tensor_argmax(logits, 1, false, &pred)) == KILN_OK) kiln_nn__note("reduce");
-  if (status == KILN_OK && (status = kiln_tensor_eq(pred, labels, &hit)) == KILN_OK) kiln_nn__note("eq");
-  if (status == KILN_OK && (status = kiln_tensor_sum(hit, KILN_ALL_AXES, false, &count)) == KILN_OK)
-    kiln_nn__note("reduce");
+  if (status == KILN_OK) status = kiln_tensor_argmax(logits, 1, false, &pred);
+  if (status == KILN_OK) status = kiln_tensor_eq(pred, labels, &hit);
+  if (status == KILN_OK) status = kiln_tensor_sum(hit, KILN_ALL_AXES, false, &count);
   if (status == KILN_OK && (status = kiln_tensor_add(s->correct, count, &total)) == KILN_OK) {
-    kiln_nn__note("add");
     kiln_tensor_release(s->correct);
     s->correct = total;
   }

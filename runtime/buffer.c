@@ -18,6 +18,17 @@ static kiln_status_t buffer_make(kiln_device_t *device, kiln_queue_t *queue, siz
   kiln__pool_block_t *block = NULL;
   uint64_t tied = 0;
   kiln_status_t status = kiln__pool_take(device, queue, size, &block, &tied);
+  if (status == KILN_OUT_OF_MEMORY) {
+    /* Pooled blocks may be what stands in the way; queued work may still
+     * use them until the queues finish. */
+    kiln__device_finish_all(device);
+    kiln_clear_error();
+    kiln__pool_trim(device);
+    status = kiln__pool_take(device, queue, size, &block, &tied);
+    if (status == KILN_OUT_OF_MEMORY)
+      return kiln__wrap_error(status, "even after emptying the pool of %s: release tensors or allocate less",
+                              device->display_name);
+  }
   if (status != KILN_OK) return status;
   kiln_buffer_t *buffer = &block->buffer;
   atomic_init(&buffer->refs, 1);
@@ -108,7 +119,7 @@ static void buffer_destroy(kiln_buffer_t *buffer) {
     kiln__device_finish_all(device);
     queue_id = 0;
   }
-  kiln__pool_put(device, block_of(buffer), queue_id);
+  kiln__pool_put(device, block_of(buffer), queue_id, kiln__queue_stamp());
 }
 
 KILN__DEFINE_REFCOUNT(kiln_buffer_t, buffer, buffer_destroy)

@@ -1,5 +1,6 @@
 /* runtime/config.c: every KILN_* setting, merged from the API and the environment and validated in one place. */
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,6 +204,141 @@ static kiln_status_t oom(const char *what) {
   return kiln__set_error(KILN_OUT_OF_MEMORY, "out of host memory copying %s", what);
 }
 
+/* ---- one parser per setting ------------------------------------------------------- */
+
+/* Each parser gets the setting's value (the API's when set, else the
+ * variable's; NULL when neither) and where it came from, for messages. */
+typedef kiln_status_t (*setting_parse_fn)(const kiln_config_t *api, const char *source, const char *value,
+                                          kiln__config_t *c);
+
+static kiln_status_t parse_backend(const kiln_config_t *api, const char *source, const char *value,
+                                   kiln__config_t *c) {
+  c->backends_explicit = value != NULL;
+  return parse_backends(source, value ? value : kiln_backend_default_order, c);
+}
+
+/* KILN_DEVICE: validated now, matched against devices by the registry. A term
+ * may name the backends kiln would load by default and those of KILN_BACKEND
+ * (parsed before it); any other name is a typo that would select nothing. */
+static kiln_status_t parse_device(const kiln_config_t *api, const char *source, const char *value,
+                                  kiln__config_t *c) {
+  if (!value) return KILN_OK;
+  char known[KILN_MAX_BACKENDS * 33 + 64];
+  snprintf(known, sizeof known, "%s", kiln_backend_default_order);
+  for (size_t i = 0; i < c->backend_count; i++) {
+    char padded[40], haystack[sizeof known + 2];
+    snprintf(padded, sizeof padded, ",%s,", c->backends[i]);
+    snprintf(haystack, sizeof haystack, ",%s,", known);
+    size_t used = strlen(known);
+    if (!strstr(haystack, padded)) snprintf(known + used, sizeof known - used, ",%s", c->backends[i]);
+  }
+  kiln__selector_t selector;
+  kiln_status_t status = kiln__selector_parse_known(value, known, &selector);
+  if (status != KILN_OK) return kiln__wrap_error(status, "%s=\"%s\" is not a device selector", source, value);
+  c->device_selector = strdup(value);
+  return c->device_selector ? KILN_OK : oom("KILN_DEVICE");
+}
+
+static kiln_status_t parse_policy(const kiln_config_t *api, const char *source, const char *value,
+                                  kiln__config_t *c) {
+  if (!value) return KILN_OK;
+  for (int p = KILN_POLICY_VENDOR; p <= KILN_POLICY_FASTEST; p++) {
+    if (!strcmp(value, kiln_policy_name((kiln_policy_t)p))) {
+      c->policy = (kiln_policy_t)p;
+      return KILN_OK;
+    }
+  }
+  return kiln__set_error(KILN_INVALID_ARGUMENT, "%s=\"%s\" is not a policy; use one of: vendor, portable, fastest",
+                         source, value);
+}
+
+static kiln_status_t parse_provider(const kiln_config_t *api, const char *source, const char *value,
+                                    kiln__config_t *c) {
+  if (!value) return KILN_OK;
+  kiln_status_t status = kiln__parse_providers(value, c->overrides);
+  return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "%s=\"%s\"", source, value);
+}
+
+/* KILN_CACHE_DIR, else the XDG cache, else ~/.cache; no home means no cache. */
+static kiln_status_t parse_cache_dir(const kiln_config_t *api, const char *source, const char *value,
+                                     kiln__config_t *c) {
+  const char *xdg = getenv("XDG_CACHE_HOME");
+  const char *home = getenv("HOME");
+  if (value) c->cache_dir = strdup(value);
+  else if (xdg && xdg[0]) c->cache_dir = join_path(xdg, "kiln");
+  else if (home && home[0]) c->cache_dir = join_path(home, ".cache/kiln");
+  bool wanted = value || (xdg && xdg[0]) || (home && home[0]);
+  return wanted && !c->cache_dir ? oom("the cache directory") : KILN_OK;
+}
+
+/* The API's int when set (>= 0), else the variable's text. */
+static kiln_status_t parse_cpu_devices(const kiln_config_t *api, const char *source, const char *value,
+                                       kiln__config_t *c) {
+  if (api->cpu_devices >= 0) {
+    if (api->cpu_devices < 1 || api->cpu_devices > KILN_MAX_CPU_DEVICES)
+      return kiln__set_error(KILN_INVALID_ARGUMENT,
+                             "kiln_config_t.cpu_devices=%d is out of range; use an integer from 1 to %d "
+                             "(or -1 for the environment's value)",
+                             api->cpu_devices, KILN_MAX_CPU_DEVICES);
+    c->cpu_devices = api->cpu_devices;
+  } else if (value) {
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(value, &end, 10);
+    bool digits = value[0] >= '0' && value[0] <= '9';
+    if (!digits || errno || *end || n < 1 || n > KILN_MAX_CPU_DEVICES)
+      return kiln__set_error(KILN_INVALID_ARGUMENT,
+                             "KILN_CPU_DEVICES=\"%s\" is not a device count; use an integer from 1 to %d", value,
+                             KILN_MAX_CPU_DEVICES);
+    c->cpu_devices = (int)n;
+  }
+  snprintf(c->cpu_devices_text, sizeof c->cpu_devices_text, "%d", c->cpu_devices);
+  return KILN_OK;
+}
+
+/* KILN_BACKEND_PATH: directories, checked when plugins are searched. */
+static kiln_status_t parse_backend_path(const kiln_config_t *api, const char *source, const char *value,
+                                        kiln__config_t *c) {
+  if (!value) return KILN_OK;
+  c->backend_path = strdup(value);
+  return c->backend_path ? KILN_OK : oom("KILN_BACKEND_PATH");
+}
+
+static kiln_status_t parse_log(const kiln_config_t *api, const char *source, const char *value, kiln__config_t *c) {
+  if (!value) return KILN_OK;
+  static const char *const levels[] = {"off", "error", "warn", "info", "debug"};
+  /* KILN_LOG=DEBUG means what it says: levels are taken in any case. */
+  for (int i = 0; i < 5; i++) {
+    if (!strcasecmp(levels[i], value)) {
+      c->log_level = (kiln_log_level_t)i;
+      c->log_level_set = true;
+      return KILN_OK;
+    }
+  }
+  return kiln__set_error(KILN_INVALID_ARGUMENT, "%s=\"%s\" is not a log level; use one of: off, error, warn, info, debug",
+                         source, value);
+}
+
+/* Every setting of kiln_config_t, in the order they are parsed (KILN_DEVICE
+ * reads the backends KILN_BACKEND named). A new setting is one row here, one
+ * parser above, and its field in kiln__config_t. */
+#define NO_API_STRING SIZE_MAX
+static const struct {
+  const char *variable;
+  const char *api_field;
+  size_t api_offset; /* offsetof the const char * field in kiln_config_t, or NO_API_STRING */
+  setting_parse_fn parse;
+} settings[] = {
+    {"KILN_BACKEND", "kiln_config_t.backend", offsetof(kiln_config_t, backend), parse_backend},
+    {"KILN_DEVICE", "kiln_config_t.device", offsetof(kiln_config_t, device), parse_device},
+    {"KILN_POLICY", "kiln_config_t.policy", offsetof(kiln_config_t, policy), parse_policy},
+    {"KILN_PROVIDER", "kiln_config_t.provider", offsetof(kiln_config_t, provider), parse_provider},
+    {"KILN_CACHE_DIR", "kiln_config_t.cache_dir", offsetof(kiln_config_t, cache_dir), parse_cache_dir},
+    {"KILN_CPU_DEVICES", "kiln_config_t.cpu_devices", NO_API_STRING, parse_cpu_devices},
+    {"KILN_BACKEND_PATH", "kiln_config_t.backend_path", offsetof(kiln_config_t, backend_path), parse_backend_path},
+    {"KILN_LOG", "kiln_config_t.log", offsetof(kiln_config_t, log), parse_log},
+};
+
 /* ---- kiln__config_load ------------------------------------------------------------ */
 
 kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
@@ -218,143 +354,19 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
   c.cpu_devices = 1;
   for (int k = 0; k < KILN_OP_COUNT; k++) c.overrides[k] = KILN_PROVIDER_NONE;
 
-  const char *source, *value;
-  kiln_status_t status = KILN_OK;
-
-  /* KILN_BACKEND */
-  value = setting_of(api->backend, "kiln_config_t.backend", "KILN_BACKEND", &source);
-  c.backends_explicit = value != NULL;
-  status = parse_backends(source, value ? value : kiln_backend_default_order, &c);
-  if (status != KILN_OK) goto fail;
-
-  /* KILN_DEVICE: validated now, matched against devices by the registry. A
-   * term may name the backends kiln would load by default and those of
-   * KILN_BACKEND; any other name is a typo that would select nothing. */
-  value = setting_of(api->device, "kiln_config_t.device", "KILN_DEVICE", &source);
-  if (value) {
-    char known[KILN_MAX_BACKENDS * 33 + 64];
-    snprintf(known, sizeof known, "%s", kiln_backend_default_order);
-    for (size_t i = 0; i < c.backend_count; i++) {
-      char padded[40], haystack[sizeof known + 2];
-      snprintf(padded, sizeof padded, ",%s,", c.backends[i]);
-      snprintf(haystack, sizeof haystack, ",%s,", known);
-      size_t used = strlen(known);
-      if (!strstr(haystack, padded)) snprintf(known + used, sizeof known - used, ",%s", c.backends[i]);
-    }
-    kiln__selector_t selector;
-    status = kiln__selector_parse_known(value, known, &selector);
+  for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++) {
+    const char *api_value = NULL, *source = settings[i].variable;
+    if (settings[i].api_offset != NO_API_STRING)
+      memcpy(&api_value, (const char *)api + settings[i].api_offset, sizeof api_value);
+    const char *value = setting_of(api_value, settings[i].api_field, settings[i].variable, &source);
+    kiln_status_t status = settings[i].parse(api, source, value, &c);
     if (status != KILN_OK) {
-      kiln__wrap_error(status, "%s=\"%s\" is not a device selector", source, value);
-      goto fail;
-    }
-    c.device_selector = strdup(value);
-    if (!c.device_selector) {
-      status = oom("KILN_DEVICE");
-      goto fail;
+      kiln__config_free(&c);
+      return status;
     }
   }
-
-  /* KILN_POLICY */
-  value = setting_of(api->policy, "kiln_config_t.policy", "KILN_POLICY", &source);
-  if (value) {
-    if (!strcmp(value, "vendor")) c.policy = KILN_POLICY_VENDOR;
-    else if (!strcmp(value, "portable")) c.policy = KILN_POLICY_PORTABLE;
-    else if (!strcmp(value, "fastest")) c.policy = KILN_POLICY_FASTEST;
-    else {
-      status = kiln__set_error(KILN_INVALID_ARGUMENT,
-                               "%s=\"%s\" is not a policy; use one of: vendor, portable, fastest", source,
-                               value);
-      goto fail;
-    }
-  }
-
-  /* KILN_PROVIDER */
-  value = setting_of(api->provider, "kiln_config_t.provider", "KILN_PROVIDER", &source);
-  if (value) {
-    status = kiln__parse_providers(value, c.overrides);
-    if (status != KILN_OK) {
-      kiln__wrap_error(status, "%s=\"%s\"", source, value);
-      goto fail;
-    }
-  }
-
-  /* KILN_CACHE_DIR, else the XDG cache, else ~/.cache; no home means no cache. */
-  value = setting_of(api->cache_dir, "kiln_config_t.cache_dir", "KILN_CACHE_DIR", &source);
-  {
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    const char *home = getenv("HOME");
-    if (value) c.cache_dir = strdup(value);
-    else if (xdg && xdg[0]) c.cache_dir = join_path(xdg, "kiln");
-    else if (home && home[0]) c.cache_dir = join_path(home, ".cache/kiln");
-    bool wanted = value || (xdg && xdg[0]) || (home && home[0]);
-    if (wanted && !c.cache_dir) {
-      status = oom("the cache directory");
-      goto fail;
-    }
-  }
-
-  /* KILN_CPU_DEVICES */
-  if (api->cpu_devices >= 0) {
-    if (api->cpu_devices < 1 || api->cpu_devices > KILN_MAX_CPU_DEVICES) {
-      status = kiln__set_error(KILN_INVALID_ARGUMENT,
-                               "kiln_config_t.cpu_devices=%d is out of range; use an integer from 1 to %d "
-                               "(or -1 for the environment's value)",
-                               api->cpu_devices, KILN_MAX_CPU_DEVICES);
-      goto fail;
-    }
-    c.cpu_devices = api->cpu_devices;
-  } else {
-    value = getenv("KILN_CPU_DEVICES");
-    if (value && value[0]) {
-      char *end = NULL;
-      errno = 0;
-      long n = strtol(value, &end, 10);
-      bool digits = value[0] >= '0' && value[0] <= '9';
-      if (!digits || errno || *end || n < 1 || n > KILN_MAX_CPU_DEVICES) {
-        status = kiln__set_error(KILN_INVALID_ARGUMENT,
-                                 "KILN_CPU_DEVICES=\"%s\" is not a device count; use an integer from 1 to %d",
-                                 value, KILN_MAX_CPU_DEVICES);
-        goto fail;
-      }
-      c.cpu_devices = (int)n;
-    }
-  }
-  snprintf(c.cpu_devices_text, sizeof c.cpu_devices_text, "%d", c.cpu_devices);
-
-  /* KILN_BACKEND_PATH: directories, checked when plugins are searched. */
-  value = setting_of(api->backend_path, "kiln_config_t.backend_path", "KILN_BACKEND_PATH", &source);
-  if (value) {
-    c.backend_path = strdup(value);
-    if (!c.backend_path) {
-      status = oom("KILN_BACKEND_PATH");
-      goto fail;
-    }
-  }
-
-  /* KILN_LOG */
-  value = setting_of(api->log, "kiln_config_t.log", "KILN_LOG", &source);
-  if (value) {
-    static const char *const levels[] = {"off", "error", "warn", "info", "debug"};
-    int found = -1;
-    /* KILN_LOG=DEBUG means what it says: levels are taken in any case. */
-    for (int i = 0; i < 5; i++)
-      if (!strcasecmp(levels[i], value)) found = i;
-    if (found < 0) {
-      status = kiln__set_error(KILN_INVALID_ARGUMENT,
-                               "%s=\"%s\" is not a log level; use one of: off, error, warn, info, debug",
-                               source, value);
-      goto fail;
-    }
-    c.log_level = (kiln_log_level_t)found;
-    c.log_level_set = true;
-  }
-
   *out = c;
   return KILN_OK;
-
-fail:
-  kiln__config_free(&c);
-  return status;
 }
 
 /* ---- unknown KILN_* variables ------------------------------------------------------ */

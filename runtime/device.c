@@ -74,7 +74,7 @@ kiln_status_t kiln__device_attach(kiln_device_t *device) {
     op_table_free(device);
     return status;
   }
-  kiln__pool_init(device);
+  kiln__pool_init(device, kiln__queue_done_since);
   status = kiln__queues_attach(device);
   if (status != KILN_OK) {
     kiln__queues_detach(device);

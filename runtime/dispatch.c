@@ -12,6 +12,44 @@ static _Thread_local const char *last_provider = "";
 
 const char *kiln_last_provider(void) { return last_provider; }
 
+/* ---- which provider ran each op, counted per thread ------------------------------ */
+
+/* Indexed like kiln_op_name: the kinds, then the unary ops, then the binary
+ * ops (BINARY_SCALAR counts under its binary op). */
+#define OP_NAME_COUNT (KILN_OP_COUNT + KILN_UNARY_COUNT_ + KILN_BINARY_COUNT_)
+
+static _Thread_local uint64_t provider_calls[OP_NAME_COUNT][KILN__MAX_PROVIDERS];
+static _Thread_local bool provider_calls_any;
+
+static size_t op_name_index(const kiln_op_t *op) {
+  switch (op->kind) {
+  case KILN_OP_UNARY: return KILN_OP_COUNT + (size_t)op->u.unary.op;
+  case KILN_OP_BINARY:
+  case KILN_OP_BINARY_SCALAR: return KILN_OP_COUNT + KILN_UNARY_COUNT_ + (size_t)op->u.binary.op;
+  default: return (size_t)op->kind;
+  }
+}
+
+size_t kiln_provider_uses(kiln_provider_use_t *out_uses, size_t capacity) {
+  size_t n = 0;
+  if (!provider_calls_any) return 0;
+  for (size_t op = 0; op < OP_NAME_COUNT; op++) {
+    for (int p = 0; p < KILN__MAX_PROVIDERS; p++) {
+      if (!provider_calls[op][p]) continue;
+      if (out_uses && n < capacity)
+        out_uses[n] = (kiln_provider_use_t){kiln_op_name(op), kiln__provider_name(p), provider_calls[op][p]};
+      n++;
+    }
+  }
+  return n;
+}
+
+void kiln_provider_uses_reset(void) {
+  if (!provider_calls_any) return;
+  memset(provider_calls, 0, sizeof provider_calls);
+  provider_calls_any = false;
+}
+
 kiln_scalar_t kiln__scalar(double value) {
   kiln_scalar_t s;
   s.value = value;
@@ -251,6 +289,9 @@ static int vendor_choice(kiln_device_t *device, kiln__op_row_t *rows, uint32_t c
   return 0;
 }
 
+/* device->override_warned holds one bit per op kind. */
+_Static_assert(KILN_OP_COUNT <= 32, "kiln_device_t.override_warned has one bit per op kind: widen it to 64 bits");
+
 /* KILN_PROVIDER names a provider this device does not have for the op: say so
  * once per device and op kind, then let the policy choose. */
 static void warn_missing_override(kiln_device_t *device, kiln_op_kind_t kind, int provider, kiln_policy_t policy) {
@@ -351,6 +392,10 @@ static kiln_status_t run_row(kiln_queue_t *queue, kiln_op_t *op, int row, const 
     return kiln__wrap_error(status, "running %s (%s) with provider %s on %s", kiln__op_kind_name(op->kind),
                             kiln_dtype_name(op_dtype(op)), rows[row].entry->provider, device->display_name);
   *out_provider = rows[row].entry->provider;
+  if (rows[row].provider >= 0 && rows[row].provider < KILN__MAX_PROVIDERS) {
+    provider_calls[op_name_index(op)][rows[row].provider]++;
+    provider_calls_any = true;
+  }
   return KILN_OK;
 }
 

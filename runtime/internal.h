@@ -198,6 +198,9 @@ typedef struct kiln__pool_t {
   size_t peak_bytes;    /* the most live_bytes has been (since start or a reset) */
   uint64_t allocations; /* buffer_allocate calls that succeeded (pool misses) */
   size_t limit;         /* pooled bytes kept at most */
+  /* Whether work that queue `queue_id` had enqueued before `stamp` is done:
+   * the pool asks, it never calls the queues itself (kiln__pool_init). */
+  bool (*idle)(kiln_device_t *device, uint64_t queue_id, uint64_t stamp);
 } kiln__pool_t;
 
 /* queue.c: the live queues of a device. */
@@ -334,19 +337,25 @@ void kiln__cache_reset(void); /* on deinitialize */
 
 /* ---- pool.c: the memory pool --------------------------------------------------- */
 
-void kiln__pool_init(kiln_device_t *device);
+/* `idle` answers whether a queue's work before a stamp is done
+ * (kiln__queue_done_since): the pool's one view of the queues. */
+void kiln__pool_init(kiln_device_t *device, bool (*idle)(kiln_device_t *device, uint64_t queue_id, uint64_t stamp));
 /* Free every pooled block (the device's queues must be finished or gone). */
 void kiln__pool_destroy(kiln_device_t *device);
-/* Free every pooled block of the device, after finishing its queues. */
+/* Free every pooled block of the device; the caller finished its queues
+ * first (kiln__device_finish_all), since queued work may still use them. */
 void kiln__pool_trim(kiln_device_t *device);
 /* A block of at least `size` bytes for `queue` (NULL: usable on any queue
  * at once): a pooled one that queue may use, else a new allocation, ordered
  * on `queue` where the backend can (buffer_allocate_on). *out_queue_id is
- * the queue the new memory is already tied to (0 for none). */
+ * the queue the new memory is already tied to (0 for none).
+ * KILN_OUT_OF_MEMORY when the device has no room: the caller may finish the
+ * queues, trim and ask again. */
 kiln_status_t kiln__pool_take(kiln_device_t *device, kiln_queue_t *queue, size_t size, kiln__pool_block_t **out_block,
                               uint64_t *out_queue_id);
-/* Return a block last used by `queue_id` (0: idle now). */
-void kiln__pool_put(kiln_device_t *device, kiln__pool_block_t *block, uint64_t queue_id);
+/* Return a block last used by `queue_id` (0: idle now) up to `stamp`
+ * (kiln__queue_stamp when it was released). */
+void kiln__pool_put(kiln_device_t *device, kiln__pool_block_t *block, uint64_t queue_id, uint64_t stamp);
 
 /* ---- buffer.c ---------------------------------------------------------------- */
 
@@ -427,7 +436,7 @@ kiln_status_t kiln__checks_run(kiln_queue_t *queue);
 /* Drop the pending checks unread (a queue being destroyed). */
 void kiln__checks_drop(kiln_queue_t *queue);
 
-/* ---- tensor.c ------------------------------------------------------------------ */
+/* ---- tensor.c (the object) and ops_tensor.c (creation, reads, copies, reshape) ---- */
 
 /* A new contiguous tensor (uninitialised) on device for `queue` (NULL: any
  * queue may use it, so only idle memory will do). */
@@ -439,6 +448,12 @@ kiln_status_t kiln__tensor_over(kiln_buffer_t *buffer, size_t offset, kiln_dtype
                                 const int64_t *shape, const int64_t *strides, kiln_tensor_t **out);
 /* Fill a kiln_view_t from a tensor. */
 void kiln__tensor_view(const kiln_tensor_t *tensor, kiln_view_t *out_view);
+/* A view sharing tensor's buffer, with these shape, strides and offset (in
+ * elements), which the caller checked fit it. */
+kiln_status_t kiln__tensor_view_new(const kiln_tensor_t *tensor, int ndim, const int64_t *shape, const int64_t *strides,
+                                    size_t offset, kiln_tensor_t **out);
+/* Row-major strides (elements) of a contiguous tensor of `shape`. */
+void kiln__contiguous_strides(int ndim, const int64_t *shape, int64_t *out_strides);
 /* Validate ndim/shape and compute numel and bytes without overflow. */
 kiln_status_t kiln__shape_check(const char *call, int ndim, const int64_t *shape, kiln_dtype_t dtype,
                                 int64_t *out_numel, size_t *out_bytes);
@@ -468,7 +483,7 @@ void kiln__broadcast_view(const kiln_tensor_t *t, int ndim, const int64_t *shape
 int64_t kiln__window_out(int64_t in, int64_t pad, int64_t dil, int64_t kernel, int64_t stride);
 /* A pooling op's sizes: x [N, C, H, W], the window's output P x Q, and the
  * kernel, stride and padding of p (MAX_POOL2D and its gradient). */
-void kiln__pool_op_sizes(kiln_op_t *op, const kiln_tensor_t *x, int64_t P, int64_t Q, const kiln_pool2d_params_t *p);
+void kiln__pooling_op_sizes(kiln_op_t *op, const kiln_tensor_t *x, int64_t P, int64_t Q, const kiln_pool2d_params_t *p);
 
 /* ---- dispatch.c ----------------------------------------------------------------- */
 

@@ -530,7 +530,7 @@ kiln_conv2d_params_t kiln_conv2d_params_default(void) {
 
 /* Output size of a window sweep; -1 when no window fits (a window whose
  * dilated extent overflows fits nothing). */
-void kiln__pool_op_sizes(kiln_op_t *op, const kiln_tensor_t *x, int64_t P, int64_t Q, const kiln_pool2d_params_t *p) {
+void kiln__pooling_op_sizes(kiln_op_t *op, const kiln_tensor_t *x, int64_t P, int64_t Q, const kiln_pool2d_params_t *p) {
   op->u.pooling.n = x->shape[0];
   op->u.pooling.c = x->shape[1];
   op->u.pooling.h = x->shape[2];
@@ -663,7 +663,7 @@ kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_p
   kiln_op_t op;
   op.kind = KILN_OP_MAX_POOL2D;
   op.n_in = 1;
-  kiln__pool_op_sizes(&op, x, P, Q, &p);
+  kiln__pooling_op_sizes(&op, x, P, Q, &p);
   if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, NULL, out);
   kiln_tensor_t *dx = NULL;
   status = kiln__op_dense(call, x, &dx);

@@ -468,7 +468,7 @@ kiln_status_t kiln_tensor_max_pool2d_backward(const kiln_tensor_t *x, const kiln
   kiln_op_t op;
   op.kind = KILN_OP_MAX_POOL2D_BACKWARD;
   op.n_in = 2;
-  kiln__pool_op_sizes(&op, x, P, Q, &p);
+  kiln__pooling_op_sizes(&op, x, P, Q, &p);
   if (kiln_tensor_numel(x) == 0)
     return kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, x->shape, NULL, out_dx);
   kiln_tensor_t *dx_ = NULL, *ddy = NULL;

@@ -59,9 +59,10 @@ static kiln__pool_block_t *pool_empty_locked(kiln__pool_t *pool) {
   return chain;
 }
 
-void kiln__pool_init(kiln_device_t *device) {
+void kiln__pool_init(kiln_device_t *device, bool (*idle)(kiln_device_t *device, uint64_t queue_id, uint64_t stamp)) {
   kiln__pool_t *pool = &device->pool;
   memset(pool, 0, sizeof *pool);
+  pool->idle = idle;
   pthread_mutex_init(&pool->lock, NULL);
   /* Pooled bytes a device may keep: an eighth of its memory, within [64 MiB, 2 GiB]. */
   uint64_t limit = device->desc.memory_bytes / 8;
@@ -81,9 +82,6 @@ void kiln__pool_destroy(kiln_device_t *device) {
 
 void kiln__pool_trim(kiln_device_t *device) {
   if (!device) return;
-  /* Blocks may still be read or written by queued work until it finishes. */
-  kiln__device_finish_all(device);
-  kiln_clear_error();
   kiln__pool_t *pool = &device->pool;
   pthread_mutex_lock(&pool->lock);
   kiln__pool_block_t *chain = pool_empty_locked(pool);
@@ -103,7 +101,7 @@ static kiln__pool_block_t *take_locked(kiln_device_t *device, int c, uint64_t qu
       *link = b->next;
       return b;
     }
-    if (!other && kiln__queue_done_since(device, b->queue_id, b->stamp)) other = link;
+    if (!other && device->pool.idle(device, b->queue_id, b->stamp)) other = link;
   }
   if (other) {
     kiln__pool_block_t *b = *other;
@@ -167,19 +165,12 @@ kiln_status_t kiln__pool_take(kiln_device_t *device, kiln_queue_t *queue, size_t
                              sizeof *block, device->display_name);
     kiln_backend_buffer_t *impl = NULL;
     kiln_status_t status = device_allocate(device, queue, capacity, &impl, out_queue_id);
-    if (status == KILN_OUT_OF_MEMORY) {
-      /* Pooled blocks may be what stands in the way. */
-      kiln__pool_trim(device);
-      status = device_allocate(device, queue, capacity, &impl, out_queue_id);
-    }
     if (status != KILN_OK) {
       free(block);
       if (status == KILN_OUT_OF_MEMORY)
-        return kiln__wrap_error(status,
-                                "cannot allocate %zu bytes on %s (memory %llu bytes, %zu bytes in use by live "
-                                "buffers) even after emptying its pool; release tensors or allocate less",
-                                size, device->display_name, (unsigned long long)device->desc.memory_bytes,
-                                pool->live_bytes);
+        return kiln__wrap_error(status, "cannot allocate %zu bytes on %s (memory %llu bytes, %zu bytes in use by live "
+                                "buffers, %zu pooled)", size, device->display_name,
+                                (unsigned long long)device->desc.memory_bytes, pool->live_bytes, pool->pooled_bytes);
       return kiln__wrap_error(status, "allocating %zu bytes on %s", size, device->display_name);
     }
     block->impl = impl;
@@ -196,11 +187,11 @@ kiln_status_t kiln__pool_take(kiln_device_t *device, kiln_queue_t *queue, size_t
   return KILN_OK;
 }
 
-void kiln__pool_put(kiln_device_t *device, kiln__pool_block_t *block, uint64_t queue_id) {
+void kiln__pool_put(kiln_device_t *device, kiln__pool_block_t *block, uint64_t queue_id, uint64_t stamp) {
   kiln__pool_t *pool = &device->pool;
   kiln__pool_block_t *chain = NULL;
   block->queue_id = queue_id;
-  block->stamp = kiln__queue_stamp();
+  block->stamp = stamp;
   int c = class_floor(block->capacity);
   pthread_mutex_lock(&pool->lock);
   block->next = pool->free_lists[c];
@@ -213,7 +204,7 @@ void kiln__pool_put(kiln_device_t *device, kiln__pool_block_t *block, uint64_t q
     kiln__pool_block_t **link = &pool->free_lists[k];
     while (*link && pool->pooled_bytes > pool->limit) {
       kiln__pool_block_t *b = *link;
-      if (kiln__queue_done_since(device, b->queue_id, b->stamp)) {
+      if (pool->idle(device, b->queue_id, b->stamp)) {
         *link = b->next;
         pool->pooled_bytes -= b->capacity;
         b->next = chain;

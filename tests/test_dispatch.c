@@ -91,6 +91,58 @@ START_TEST(test_vendor_portable_override) {
 }
 END_TEST
 
+/* The calls of one (op, provider) pair in the calling thread's counts, 0 if none. */
+static uint64_t kt_calls(const char *op, const char *provider) {
+  kiln_provider_use_t uses[64];
+  size_t n = kiln_provider_uses(uses, 64);
+  ck_assert_uint_le(n, 64);
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(uses[i].op, op) && !strcmp(uses[i].provider, provider)) return uses[i].calls;
+  return 0;
+}
+
+static void *kt_uses_thread(void *arg) { return (void *)kiln_provider_uses(NULL, 0); }
+
+/* The core counts which provider ran each op, per thread, by the op names of
+ * KILN_PROVIDER (a binary op by its own name), until reset. */
+START_TEST(test_provider_uses) {
+  kiln_device_t *d = kt_cpu();
+  bool blas = kt_has_blas(d);
+  kiln_provider_uses_reset();
+  ck_assert_uint_eq(kiln_provider_uses(NULL, 0), 0);
+  KT_OK(kiln_set_policy(KILN_POLICY_VENDOR));
+  kt_matmul(d); /* from_host twice (no op), matmul */
+  kt_matmul(d);
+  kt_add(d);    /* ones (fill), add */
+  ck_assert_uint_eq(kt_calls("matmul", blas ? "blas" : "native"), 2);
+  ck_assert_uint_eq(kt_calls("add", "native"), 1);
+  ck_assert_uint_eq(kt_calls("fill", "native"), 1);
+  ck_assert_uint_eq(kt_calls("binary", "native"), 0);
+  ck_assert_uint_eq(kiln_provider_uses(NULL, 0), 3);
+  /* Entries come in kiln_op_name order: the kinds (fill, ..., matmul) before the binary ops. */
+  kiln_provider_use_t uses[3];
+  ck_assert_uint_eq(kiln_provider_uses(uses, 3), 3);
+  ck_assert_str_eq(uses[0].op, "fill");
+  ck_assert_str_eq(uses[2].op, "add");
+  /* A capacity smaller than the count writes that many and still counts all. */
+  kiln_provider_use_t one[1] = {{NULL, NULL, 0}};
+  ck_assert_uint_eq(kiln_provider_uses(one, 1), 3);
+  ck_assert_str_eq(one[0].op, "fill");
+  KT_OK(kiln_set_policy(KILN_POLICY_PORTABLE));
+  kt_matmul(d);
+  ck_assert_uint_eq(kt_calls("matmul", "native"), blas ? 1 : 3);
+  /* Another thread has its own counts. */
+  pthread_t other;
+  void *seen = (void *)1;
+  pthread_create(&other, NULL, kt_uses_thread, NULL);
+  pthread_join(other, &seen);
+  ck_assert_ptr_null(seen);
+  kiln_provider_uses_reset();
+  ck_assert_uint_eq(kiln_provider_uses(NULL, 0), 0);
+  ck_assert_uint_eq(kt_calls("matmul", "native"), 0);
+}
+END_TEST
+
 /* Log lines collected from the callback. */
 static pthread_mutex_t kt_log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char kt_log[1 << 16];
@@ -253,6 +305,7 @@ int main(void) {
   Suite *s = suite_create("dispatch");
   TCase *tc = tcase_create("dispatch");
   tcase_add_test(tc, test_vendor_portable_override);
+  tcase_add_test(tc, test_provider_uses);
   tcase_add_test(tc, test_debug_line);
   tcase_add_test(tc, test_override_missing_provider);
   tcase_add_test(tc, test_fastest_remembered);

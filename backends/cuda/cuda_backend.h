@@ -337,7 +337,7 @@ void kiln_cuda_ew_setup(kiln_cuda_ew_args_t *a, const kiln_op_t *op, const kiln_
 kiln_status_t kiln_cuda_launch_flat(kiln_backend_queue_t *queue, kiln_cuda_kernel_t kernel, int64_t n, void *args);
 unsigned kiln_cuda_grid_rows(int64_t items);
 void kiln_cuda_conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op);
-void kiln_cuda_pool_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op);
+void kiln_cuda_pooling_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op);
 /* Scratch for the columns of a convolution's images per GEMM: images are
  * taken in rounds whose columns fit (at least one image a round). */
 #define KILN_CUDA_IM2COL_BYTES ((size_t)256 << 20)

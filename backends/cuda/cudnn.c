@@ -62,8 +62,8 @@ struct kiln_cuda_cudnn_t {
   kiln_cudnn_create_fn create;
   kiln_cudnn_destroy_fn destroy;
   kiln_cudnn_set_stream_fn set_stream;
-  kiln_cudnn_create_desc_fn create_tensor, create_filter, create_conv, create_pool;
-  kiln_cudnn_destroy_desc_fn destroy_tensor, destroy_filter, destroy_conv, destroy_pool;
+  kiln_cudnn_create_desc_fn create_tensor, create_filter, create_conv, create_pooling;
+  kiln_cudnn_destroy_desc_fn destroy_tensor, destroy_filter, destroy_conv, destroy_pooling;
   kiln_cudnn_set_tensor_4d_fn set_tensor_4d;
   kiln_cudnn_set_filter_4d_fn set_filter_4d;
   kiln_cudnn_set_conv_2d_fn set_conv_2d;
@@ -79,9 +79,9 @@ struct kiln_cuda_cudnn_t {
   kiln_cudnn_bwd_filter_workspace_fn bwd_filter_workspace;
   kiln_cudnn_bwd_filter_fn bwd_filter;
   kiln_cudnn_softmax_backward_fn softmax_backward;
-  kiln_cudnn_set_pool_2d_fn set_pool_2d;
-  kiln_cudnn_pool_output_dim_fn pool_output_dim;
-  kiln_cudnn_pool_forward_fn pool_forward;
+  kiln_cudnn_set_pooling_2d_fn set_pooling_2d;
+  kiln_cudnn_pooling_output_dim_fn pooling_output_dim;
+  kiln_cudnn_pooling_forward_fn pooling_forward;
 };
 
 #define KILN_CUDNN_SYM_(field, name) {name, offsetof(kiln_cuda_cudnn_t, field)}
@@ -115,11 +115,11 @@ static const struct { const char *symbol; size_t offset; } cudnn_symbols[] = {
     KILN_CUDNN_SYM_(bwd_filter_workspace, "cudnnGetConvolutionBackwardFilterWorkspaceSize"),
     KILN_CUDNN_SYM_(bwd_filter, "cudnnConvolutionBackwardFilter"),
     KILN_CUDNN_SYM_(softmax_backward, "cudnnSoftmaxBackward"),
-    KILN_CUDNN_SYM_(create_pool, "cudnnCreatePoolingDescriptor"),
-    KILN_CUDNN_SYM_(set_pool_2d, "cudnnSetPooling2dDescriptor"),
-    KILN_CUDNN_SYM_(pool_output_dim, "cudnnGetPooling2dForwardOutputDim"),
-    KILN_CUDNN_SYM_(pool_forward, "cudnnPoolingForward"),
-    KILN_CUDNN_SYM_(destroy_pool, "cudnnDestroyPoolingDescriptor"),
+    KILN_CUDNN_SYM_(create_pooling, "cudnnCreatePoolingDescriptor"),
+    KILN_CUDNN_SYM_(set_pooling_2d, "cudnnSetPooling2dDescriptor"),
+    KILN_CUDNN_SYM_(pooling_output_dim, "cudnnGetPooling2dForwardOutputDim"),
+    KILN_CUDNN_SYM_(pooling_forward, "cudnnPoolingForward"),
+    KILN_CUDNN_SYM_(destroy_pooling, "cudnnDestroyPoolingDescriptor"),
 };
 #undef KILN_CUDNN_SYM_
 
@@ -222,7 +222,7 @@ typedef struct plan_t {
   kiln_cudnn_tensor_t x, y;
   kiln_cudnn_filter_t w;           /* conv2d */
   kiln_cudnn_conv_t conv;          /* conv2d */
-  kiln_cudnn_pooling_t pool;       /* max_pool2d */
+  kiln_cudnn_pooling_t pooling;      /* max_pool2d */
   int algo;
   size_t workspace;
 } plan_t;
@@ -248,7 +248,7 @@ static void plan_destroy(const kiln_cuda_cudnn_t *dnn, plan_t *plan) {
     if (plan->y) (void)dnn->destroy_tensor(plan->y);
     if (plan->w) (void)dnn->destroy_filter(plan->w);
     if (plan->conv) (void)dnn->destroy_conv(plan->conv);
-    if (plan->pool) (void)dnn->destroy_pool(plan->pool);
+    if (plan->pooling) (void)dnn->destroy_pooling(plan->pooling);
   }
   free(plan);
 }
@@ -530,13 +530,13 @@ static kiln_status_t plan_conv(kiln_backend_context_t *ctx, kiln_cudnn_handle_t 
   }
 }
 
-static kiln_status_t plan_pool(kiln_backend_context_t *ctx, const kiln_op_t *op, plan_t *plan) {
+static kiln_status_t plan_pooling(kiln_backend_context_t *ctx, const kiln_op_t *op, plan_t *plan) {
   const kiln_cuda_cudnn_t *dnn = ctx->cudnn;
   const int n = (int)op->u.pooling.n, c = (int)op->u.pooling.c, h = (int)op->u.pooling.h, w = (int)op->u.pooling.w;
   const int p = (int)op->u.pooling.p, q = (int)op->u.pooling.q;
   kiln_status_t status = check(ctx, dnn->create_tensor(&plan->x), "%s", "cudnnCreateTensorDescriptor");
   if (status == KILN_OK) status = check(ctx, dnn->create_tensor(&plan->y), "%s", "cudnnCreateTensorDescriptor");
-  if (status == KILN_OK) status = check(ctx, dnn->create_pool(&plan->pool), "%s", "cudnnCreatePoolingDescriptor");
+  if (status == KILN_OK) status = check(ctx, dnn->create_pooling(&plan->pooling), "%s", "cudnnCreatePoolingDescriptor");
   if (status == KILN_OK)
     status = check(ctx, dnn->set_tensor_4d(plan->x, KILN_CUDNN_TENSOR_NCHW, KILN_CUDNN_DATA_FLOAT, n, c, h, w), "%s",
                    "cudnnSetTensor4dDescriptor (input)");
@@ -546,13 +546,13 @@ static kiln_status_t plan_pool(kiln_backend_context_t *ctx, const kiln_op_t *op,
   /* NaN propagates, as in kiln's own kernels. */
   if (status == KILN_OK)
     status = check(ctx,
-                   dnn->set_pool_2d(plan->pool, KILN_CUDNN_POOLING_MAX, KILN_CUDNN_PROPAGATE_NAN,
+                   dnn->set_pooling_2d(plan->pooling, KILN_CUDNN_POOLING_MAX, KILN_CUDNN_PROPAGATE_NAN,
                                     op->u.pooling.kernel[0], op->u.pooling.kernel[1], op->u.pooling.pad[0],
                                     op->u.pooling.pad[1], op->u.pooling.stride[0], op->u.pooling.stride[1]),
                    "%s", "cudnnSetPooling2dDescriptor");
   if (status != KILN_OK) return status;
   int on = 0, oc = 0, op_ = 0, oq = 0;
-  status = check(ctx, dnn->pool_output_dim(plan->pool, plan->x, &on, &oc, &op_, &oq), "%s",
+  status = check(ctx, dnn->pooling_output_dim(plan->pooling, plan->x, &on, &oc, &op_, &oq), "%s",
                  "cudnnGetPooling2dForwardOutputDim");
   if (status == KILN_OK && (on != n || oc != c || op_ != p || oq != q))
     return refuse(ctx, plan, "cuDNN computes another output shape", op);
@@ -598,7 +598,7 @@ static kiln_status_t plan_get(kiln_backend_context_t *ctx, kiln_backend_queue_t 
     memcpy(made->key, key, sizeof key);
     kiln_status_t status = is_conv(op->kind)                     ? plan_conv(ctx, handle, op, made)
                            : op->kind == KILN_OP_SOFTMAX_BACKWARD ? plan_softmax(ctx, op, made)
-                                                                  : plan_pool(ctx, op, made);
+                                                                  : plan_pooling(ctx, op, made);
     if (status == KILN_UNSUPPORTED && !made->refused) {
       /* A status cuDNN gave for these arguments (2xxx, 3xxx): a refusal
        * of this shape as well. */
@@ -695,7 +695,7 @@ static kiln_status_t call(kiln_backend_context_t *ctx, kiln_cudnn_handle_t handl
                  "%s", "cudnnSoftmaxBackward");
   default: /* MAX_POOL2D; in: x */
     return check(ctx,
-                 dnn->pool_forward(handle, plan->pool, &alpha, plan->x, in_ptr(op, 0), &beta, plan->y, out), "%s",
+                 dnn->pooling_forward(handle, plan->pooling, &alpha, plan->x, in_ptr(op, 0), &beta, plan->y, out), "%s",
                  "cudnnPoolingForward");
   }
 }

@@ -332,7 +332,7 @@ void kiln_cuda_conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op) {
   }
 }
 
-void kiln_cuda_pool_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op) {
+void kiln_cuda_pooling_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op) {
   memset(a, 0, sizeof *a);
   a->n = op->u.pooling.n;
   a->c = op->u.pooling.c;
@@ -421,7 +421,7 @@ kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *
 
 static kiln_status_t run_max_pool2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   kiln_cuda_conv_args_t a;
-  kiln_cuda_pool_args(&a, op);
+  kiln_cuda_pooling_args(&a, op);
   a.in = kiln_cuda_view_ptr(&op->in[0]);
   a.out = kiln_cuda_view_ptr(&op->out);
   const int64_t n = a.n * a.c * a.p * a.q;

@@ -196,7 +196,7 @@ kiln_status_t kiln_cuda_run_conv2d_backward_weight(kiln_backend_context_t *ctx, 
 kiln_status_t kiln_cuda_run_max_pool2d_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                                 const kiln_op_t *op) {
   kiln_cuda_conv_args_t a;
-  kiln_cuda_pool_args(&a, op);
+  kiln_cuda_pooling_args(&a, op);
   const int64_t windows = a.n * a.c * a.p * a.q;
   if (a.h * a.w > INT_MAX)
     return kiln_cuda_error(ctx, KILN_OUT_OF_RESOURCES,

@@ -160,12 +160,12 @@ typedef kiln_cudnn_status_t (*kiln_cudnn_softmax_backward_fn)(kiln_cudnn_handle_
                                                               const void *alpha, kiln_cudnn_tensor_t, const void *y,
                                                               kiln_cudnn_tensor_t, const void *dy, const void *beta,
                                                               kiln_cudnn_tensor_t, void *dx);
-typedef kiln_cudnn_status_t (*kiln_cudnn_set_pool_2d_fn)(kiln_cudnn_pooling_t, int mode, int nan_propagation,
+typedef kiln_cudnn_status_t (*kiln_cudnn_set_pooling_2d_fn)(kiln_cudnn_pooling_t, int mode, int nan_propagation,
                                                          int window_h, int window_w, int pad_v, int pad_h,
                                                          int stride_v, int stride_h);
-typedef kiln_cudnn_status_t (*kiln_cudnn_pool_output_dim_fn)(kiln_cudnn_pooling_t, kiln_cudnn_tensor_t, int *, int *,
+typedef kiln_cudnn_status_t (*kiln_cudnn_pooling_output_dim_fn)(kiln_cudnn_pooling_t, kiln_cudnn_tensor_t, int *, int *,
                                                              int *, int *);
-typedef kiln_cudnn_status_t (*kiln_cudnn_pool_forward_fn)(kiln_cudnn_handle_t, kiln_cudnn_pooling_t,
+typedef kiln_cudnn_status_t (*kiln_cudnn_pooling_forward_fn)(kiln_cudnn_handle_t, kiln_cudnn_pooling_t,
                                                           const void *alpha, kiln_cudnn_tensor_t, const void *x,
                                                           const void *beta, kiln_cudnn_tensor_t, void *y);
 

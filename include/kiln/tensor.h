@@ -93,6 +93,24 @@ bool kiln_tensor_is_contiguous(const kiln_tensor_t *tensor);
  * last operation the calling thread enqueued, "" if none. Static storage. */
 const char *kiln_last_provider(void);
 
+/* How many operations of one name one provider ran. */
+typedef struct kiln_provider_use_t {
+  const char *op;       /* a name of kiln_op_name: "matmul", "add", "cross_entropy", ...; static storage */
+  const char *provider; /* "native", "blas", ...; static storage */
+  uint64_t calls;
+} kiln_provider_use_t;
+
+/* Which provider ran each operation the calling thread enqueued since its
+ * last kiln_provider_uses_reset (or since it began): one entry per (op name,
+ * provider) pair that ran, in kiln_op_name order. Unary and binary ops are
+ * counted under their own names ("relu", "add"), the other kinds under the
+ * kind's. Writes at most `capacity` entries to out_uses (which may be NULL)
+ * and returns how many pairs there are. Counting costs an increment per op;
+ * it is always on. Never blocks, never fails. */
+size_t kiln_provider_uses(kiln_provider_use_t *out_uses, size_t capacity);
+/* Start the calling thread's counts afresh. */
+void kiln_provider_uses_reset(void);
+
 /* ---- creation ---------------------------------------------------------- */
 
 kiln_status_t kiln_tensor_empty(kiln_device_t *device, kiln_dtype_t dtype, int ndim,

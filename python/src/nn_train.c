@@ -535,10 +535,10 @@ static PyObject *kp_seed_derive(PyObject *self, PyObject *args) {
 }
 
 static PyObject *kp_providers_used(PyObject *self, PyObject *unused) {
-  size_t n = kiln_nn_providers_used(NULL, 0);
-  kiln_nn_provider_use_t *uses = PyMem_Calloc(n + 1, sizeof *uses);
+  size_t n = kiln_provider_uses(NULL, 0);
+  kiln_provider_use_t *uses = PyMem_Calloc(n + 1, sizeof *uses);
   if (!uses) return PyErr_NoMemory();
-  n = kiln_nn_providers_used(uses, n);
+  n = kiln_provider_uses(uses, n);
   PyObject *list = PyList_New((Py_ssize_t)n);
   for (size_t i = 0; list && i < n; i++) {
     PyObject *item = Py_BuildValue("(ssK)", uses[i].op, uses[i].provider, (unsigned long long)uses[i].calls);
@@ -550,7 +550,7 @@ static PyObject *kp_providers_used(PyObject *self, PyObject *unused) {
 }
 
 static PyObject *kp_providers_reset(PyObject *self, PyObject *unused) {
-  kiln_nn_providers_reset();
+  kiln_provider_uses_reset();
   Py_RETURN_NONE;
 }
 

@@ -313,9 +313,9 @@ START_TEST(test_tf32_off_by_default) {
 }
 END_TEST
 
-static float *conv_with(const char *provider, bool pool) {
+static float *conv_with(const char *provider, bool pooling) {
   char overrides[64];
-  snprintf(overrides, sizeof overrides, "%s=%s", pool ? "max_pool2d" : "conv2d", provider);
+  snprintf(overrides, sizeof overrides, "%s=%s", pooling ? "max_pool2d" : "conv2d", provider);
   KT_OK(kiln_set_providers(overrides));
   const int64_t xs[4] = {2, 3, 17, 13}, ws[4] = {5, 3, 3, 3}, bs[1] = {5};
   float x[2 * 3 * 17 * 13], w[5 * 3 * 3 * 3], bias[5];
@@ -326,7 +326,7 @@ static float *conv_with(const char *provider, bool pool) {
   KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 4, xs, x, &tx));
   KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 4, ws, w, &tw));
   KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 1, bs, bias, &tb));
-  if (pool) {
+  if (pooling) {
     kiln_pool2d_params_t params = {{3, 2}, {2, 2}, {1, 1}};
     KT_OK(kiln_tensor_max_pool2d(tx, &params, &ty));
   } else {
@@ -350,15 +350,15 @@ START_TEST(test_cudnn_and_native_agree) {
     printf("cudnn absent (%s): native only\n", property(gpu, "cudnn") ? property(gpu, "cudnn") : "?");
     return;
   }
-  for (int pool = 0; pool < 2; pool++) {
-    float *y1 = conv_with("native", pool), *y2 = conv_with("cudnn", pool);
+  for (int pooling = 0; pooling < 2; pooling++) {
+    float *y1 = conv_with("native", pooling), *y2 = conv_with("cudnn", pooling);
     /* P = (17 + 2 - 2 - 1) / 2 + 1 = 9, Q = (13 + 4 - 4 - 1) / 1 + 1 = 13 for the conv. */
-    const size_t count = pool ? (size_t)2 * 3 * 9 * 7 : (size_t)2 * 5 * 9 * 13;
+    const size_t count = pooling ? (size_t)2 * 3 * 9 * 7 : (size_t)2 * 5 * 9 * 13;
     for (size_t i = 0; i < count; i++) {
       /* Pooling picks values: exact. cuDNN may convolve by Winograd or FFT,
        * whose transforms round: a relative tolerance. */
-      const float tolerance = pool ? 0.0f : 1e-4f * (1.0f + fabsf(y1[i]));
-      ck_assert_msg(fabsf(y1[i] - y2[i]) <= tolerance, "%s [%zu] %g vs %g", pool ? "max_pool2d" : "conv2d", i, y1[i],
+      const float tolerance = pooling ? 0.0f : 1e-4f * (1.0f + fabsf(y1[i]));
+      ck_assert_msg(fabsf(y1[i] - y2[i]) <= tolerance, "%s [%zu] %g vs %g", pooling ? "max_pool2d" : "conv2d", i, y1[i],
                     y2[i]);
     }
     free(y1);

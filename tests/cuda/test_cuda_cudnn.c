@@ -32,7 +32,7 @@ static const char *property(const char *key) {
 
 /* A small conv2d (and max_pool2d) on the GPU under the default policy, checked
  * against the CPU: it must succeed whatever cuDNN does. */
-static void conv_runs(const char **out_conv_provider, const char **out_pool_provider) {
+static void conv_runs(const char **out_conv_provider, const char **out_pooling_provider) {
   const int64_t xs[4] = {1, 2, 7, 6}, ws[4] = {3, 2, 3, 3};
   float x[1 * 2 * 7 * 6], w[3 * 2 * 3 * 3];
   for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = (float)((i * 7) % 11) / 4.0f - 1.0f;
@@ -49,7 +49,7 @@ static void conv_runs(const char **out_conv_provider, const char **out_pool_prov
     KT_OK(kiln_tensor_conv2d(tx, tw, NULL, &params, &ty));
     if (side == 0) *out_conv_provider = kiln_last_provider();
     KT_OK(kiln_tensor_max_pool2d(tx, &pool, &tp));
-    if (side == 0) *out_pool_provider = kiln_last_provider();
+    if (side == 0) *out_pooling_provider = kiln_last_provider();
     KT_OK(kiln_tensor_read(ty, side == 0 ? got : want, sizeof got));
     KT_OK(kiln_tensor_read(tp, side == 0 ? pgot : pwant, sizeof pgot));
     kiln_tensor_release(tx);

@@ -413,25 +413,9 @@ kiln_status_t kiln_nn_tape_max_pool2d(kiln_nn_tape_t *tape, kiln_tensor_t *x, co
 kiln_status_t kiln_nn_tape_reshape(kiln_nn_tape_t *tape, kiln_tensor_t *x, int ndim, const int64_t *shape,
                                    kiln_tensor_t **out);
 
-/* ---- training: which provider ran each operation (nn/param.c) -------------------
- * Every kiln operation libkiln-nn enqueues from a thread (tape ops, their
- * backward, optimizers, kiln_nn_train_epoch and kiln_nn_evaluate) is counted
- * per operation and per provider that ran it (kiln_last_provider), so a
- * program can say where its work ran. The names are those of KILN_PROVIDER:
- * "matmul", "conv2d", "add", "relu", "reduce", "cross_entropy_backward" ...
- * Per thread; never blocks. */
-
-typedef struct kiln_nn_provider_use_t {
-  const char *op;       /* static storage */
-  const char *provider; /* "native", "blas", "clblast", "cublas", "cudnn" (kiln's static storage) */
-  uint64_t calls;       /* since the last reset on this thread */
-} kiln_nn_provider_use_t;
-
-/* Fill up to `capacity` entries in the order first seen; returns how many
- * exist (call with capacity 0 to count). */
-size_t kiln_nn_providers_used(kiln_nn_provider_use_t *out_uses, size_t capacity);
-/* Start counting afresh on this thread. */
-void kiln_nn_providers_reset(void);
+/* Which provider ran each operation: the core counts every op a thread
+ * enqueues, libkiln-nn's included (kiln_provider_uses and
+ * kiln_provider_uses_reset in <kiln/tensor.h>). */
 
 /* ---- training: layers and models (nn/layers.c, nn/model.c) -----------------------
  * A layer turns a tensor into another and may own parameters; a model is a
