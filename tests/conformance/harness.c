@@ -7,7 +7,9 @@
  * reference within the row's tolerance; where the reference call fails (a
  * dtype the op does not take, an empty axis for max), the device must fail
  * with the same status. A row that documents its exact values (cast) also
- * checks the reference against them, computed on the host.
+ * checks the reference against them, computed on the host. A forced provider
+ * that declines a case (the core runs native instead) must be covered by a
+ * declared gap (gaps.c).
  */
 #include <stdarg.h>
 
@@ -25,6 +27,8 @@ static struct {
   char provider[40];
   unsigned long count;
 } kt_tally[KT_MAX_DEVICES][16];
+/* Cases a forced provider declined where a gap of gaps.c says it may. */
+static unsigned long kt_declined[KT_MAX_DEVICES];
 
 static void kt_count(size_t device, const char *provider) {
   if (strcmp(provider, "unsupported") != 0) kt_checks++;
@@ -46,8 +50,19 @@ void kt_summary_print(void) {
     printf("  %s:", kiln_device_name(kt_devs[d]));
     for (int i = 0; i < 16 && kt_tally[d][i].provider[0]; i++)
       printf(" %s %lu", kt_tally[d][i].provider, kt_tally[d][i].count);
-    printf("\n");
+    printf("; declined (declared): %lu\n", kt_declined[d]);
   }
+}
+
+/* The backend of device `d` under test, as kiln_device_info names it. */
+static const char *kt_backend_of(size_t d) {
+  static char names[KT_MAX_DEVICES][32];
+  if (!names[d][0]) {
+    kiln_device_info_t info;
+    KT_OK(kiln_device_info(kt_devs[d], &info));
+    snprintf(names[d], sizeof names[d], "%s", info.backend);
+  }
+  return names[d];
 }
 
 /* ---- tolerances ------------------------------------------------------------------- */
@@ -420,6 +435,17 @@ void kt_check(const kt_case_t *c) {
       bool other = got.status == KILN_OK && got.numel > 0 && got.ran[0] && strcmp(got.ran, p) != 0;
       snprintf(tally, sizeof tally, "%s%s%s", p, other ? ">" : "", other ? got.ran : "");
       kt_count(d, tally);
+      if (other) {
+        /* A decline must be declared (gaps.c): otherwise a provider that
+         * stops taking a case would go unnoticed, its cases run by native. */
+        if (kt_gap_find(kt_backend_of(d), p, c))
+          kt_declined[d]++;
+        else
+          kt_fail("%s on %s, provider %s: the provider declined the case (%s ran it) and no gap declares it "
+                  "(row \"%s\"): fix the provider's supports(), or declare the gap with its reason in "
+                  "tests/conformance/gaps.c",
+                  c->label, kiln_device_name(kt_devs[d]), p, got.ran, c->row->name);
+      }
       kt_compare(c, kt_devs[d], p, "cpu:0 native", &want, &got);
       kt_result_free(&got);
     }

@@ -6,7 +6,8 @@
  * per group (creation.c, movement.c, elementwise.c, linalg.c, nn.c,
  * gradients.c, updates.c), each exporting a kt_group_t that main.c assembles;
  * the machinery they share (inputs, the runner, comparisons, the tally) is
- * harness.c, written once.
+ * harness.c, written once. gaps.c declares the cases a vendor provider
+ * declines on purpose (see kt_gap_t below).
  */
 #ifndef KILN_TESTS_CONFORMANCE_HARNESS_H
 #define KILN_TESTS_CONFORMANCE_HARNESS_H
@@ -218,6 +219,26 @@ extern const kt_group_t kt_group_creation, kt_group_movement, kt_group_elementwi
 /* The runs main.c's coverage test looks for (a row per unary and binary op). */
 kt_run_fn kt_run_unary, kt_run_binary, kt_run_binary_scalar, kt_run_unary_backward;
 
+/* ---- declared gaps (gaps.c) ---------------------------------------------------------------
+ * A case a device's vendor provider declines on purpose (its supports() says
+ * false, so the core runs `native`): the backend, the provider, the row's
+ * name, which of its cases (a substring of the case label and/or a predicate
+ * on the case; neither: every case), and why. A forced provider that declines
+ * a case no gap covers fails the test. */
+typedef struct kt_gap_t {
+  const char *backend;                /* kiln_device_info's backend: "cpu", "opencl", "cuda"; NULL: any */
+  const char *provider;               /* the provider forced: "blas", "clblast", "cublas", "cudnn"; NULL: any */
+  const char *row;                    /* the row's name */
+  const char *label;                  /* optional: a substring of the declined cases' labels */
+  bool (*covers)(const kt_case_t *c); /* optional: whether the case is one the provider declines */
+  const char *reason;                 /* why the provider declines (its supports()) */
+} kt_gap_t;
+
+/* The gap that covers `c` declined by `provider` on a device of `backend`, or NULL. */
+const kt_gap_t *kt_gap_find(const char *backend, const char *provider, const kt_case_t *c);
+/* The i-th gap of the table, or NULL past its end. */
+const kt_gap_t *kt_gap_at(size_t i);
+
 /* ---- the machinery (harness.c) ------------------------------------------------------------ */
 
 extern const kt_tol_t kt_exact;
@@ -253,7 +274,7 @@ kt_tol_t kt_tol_exact(const kt_case_t *c);
 kt_tol_t kt_tol_bits(const kt_case_t *c);
 kt_tol_t kt_tol_row_ulps(const kt_case_t *c);
 
-/* The summary: comparisons per device and provider. */
+/* The summary: comparisons per device and provider, declared declines. */
 unsigned long kt_comparisons(void);
 void kt_summary_print(void);
 

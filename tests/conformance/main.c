@@ -15,7 +15,8 @@
  * A row names the op, the KILN_PROVIDER op name whose providers are tried, a
  * function that builds its cases, one that makes the public API call, and its
  * tolerance rule. Adding an operation adds rows to its group's file;
- * everything else is harness.c, written once.
+ * everything else is harness.c, written once. gaps.c declares the cases a
+ * vendor provider declines on purpose.
  *
  * Environment:
  *   KILN_CONFORMANCE_BACKEND=<name>  test only that backend's devices; exit 77
@@ -88,6 +89,25 @@ START_TEST(test_rows_cover_ops) {
 }
 END_TEST
 
+/* A gap names a row that exists (a misspelt name would declare nothing) and
+ * says why; and a case it does not cover is not declared. */
+START_TEST(test_gaps_name_rows) {
+  for (size_t i = 0; kt_gap_at(i); i++) {
+    const kt_gap_t *g = kt_gap_at(i);
+    bool found = false;
+    for (size_t r = 0; r < kt_n_rows && !found; r++) found = !strcmp(kt_rows[r]->name, g->row);
+    ck_assert_msg(found, "gap %zu of tests/conformance/gaps.c names the row \"%s\", which no group has", i, g->row);
+    ck_assert_msg(g->reason && strlen(g->reason) > 20, "gap %zu (row \"%s\") gives no reason", i, g->row);
+  }
+  ck_assert_ptr_nonnull(kt_gap_at(0));
+  for (size_t r = 0; r < kt_n_rows; r++) {
+    kt_case_t c = kt_case(kt_rows[r]);
+    snprintf(c.label, sizeof c.label, "%s (no such case)", kt_rows[r]->name);
+    ck_assert_msg(kt_gap_find("cpu", "no-such-provider", &c) == NULL, "a gap covers an unknown provider");
+  }
+}
+END_TEST
+
 /* ---- main ---------------------------------------------------------------------------------- */
 
 /* A Check test case per group, in the order of kt_groups; a test per row. */
@@ -107,7 +127,10 @@ static Suite *kt_conformance_suite(void) {
       kt_n_rows++;
     }
     if (group->add_tests) group->add_tests(tc);
-    if (group == &kt_group_elementwise) tcase_add_test(tc, test_rows_cover_ops);
+    if (group == &kt_group_elementwise) {
+      tcase_add_test(tc, test_rows_cover_ops);
+      tcase_add_test(tc, test_gaps_name_rows);
+    }
     suite_add_tcase(s, tc);
   }
   return s;
