@@ -269,6 +269,13 @@ int main(int argc, char **argv) {
   if ((unsigned long)a.losses > epoch_steps) {
     fprintf(stderr, "kiln-train: --losses %ld is more than the %zu steps of an epoch (%zu images in batches of %ld)\n",
             a.losses, epoch_steps, info.count, a.batch);
+    kiln_nn_loader_free(train_loader);
+    kiln_nn_loader_free(test_loader);
+    kiln_nn_optimizer_free(opt);
+    kiln_nn_model_free(model);
+    kiln_nn_dataset_free(train);
+    kiln_nn_dataset_free(test);
+    kiln_deinitialize();
     return 2;
   }
   size_t nparams = 0;
