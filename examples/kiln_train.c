@@ -265,18 +265,14 @@ int main(int argc, char **argv) {
 
   kiln_nn_dataset_info_t info;
   kiln_nn_dataset_info(train, &info);
+  float *losses = NULL;
+  int rc = 0;
   size_t epoch_steps = kiln_nn_loader_batch_count(train_loader);
   if ((unsigned long)a.losses > epoch_steps) {
     fprintf(stderr, "kiln-train: --losses %ld is more than the %zu steps of an epoch (%zu images in batches of %ld)\n",
             a.losses, epoch_steps, info.count, a.batch);
-    kiln_nn_loader_free(train_loader);
-    kiln_nn_loader_free(test_loader);
-    kiln_nn_optimizer_free(opt);
-    kiln_nn_model_free(model);
-    kiln_nn_dataset_free(train);
-    kiln_nn_dataset_free(test);
-    kiln_deinitialize();
-    return 2;
+    rc = 2;
+    goto done;
   }
   size_t nparams = 0;
   kiln_nn_param_t *const *params = kiln_nn_model_params(model, &nparams);
@@ -290,9 +286,8 @@ int main(int argc, char **argv) {
          kiln_nn_optimizer_describe(opt), a.batch, info.count, a.seed);
   fflush(stdout);
 
-  float *losses = a.losses ? calloc((size_t)a.losses, sizeof(float)) : NULL;
+  losses = a.losses ? calloc((size_t)a.losses, sizeof(float)) : NULL;
   const double base_lr = kiln_nn_optimizer_lr(opt);
-  int rc = 0;
   size_t trained = 0; /* steps over all epochs */
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -352,6 +347,7 @@ int main(int argc, char **argv) {
     if (kiln_nn_model_save(model, a.save) != KILN_OK) rc = fail("saving");
     else printf("saved %s\n", a.save);
   }
+done:
   free(losses);
   kiln_nn_loader_free(train_loader);
   kiln_nn_loader_free(test_loader);
