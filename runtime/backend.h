@@ -38,8 +38,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "kiln/kiln.h"
+#include "kernels/kop.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,7 +50,7 @@ extern "C" {
 /* The major version: bump when a slot or a type that exists changes meaning
  * or layout. Adding a slot at the end of a table, or an op kind at the end of
  * KILN_OP_KINDS, does not bump it. */
-#define KILN_BACKEND_ABI_VERSION 2u
+#define KILN_BACKEND_ABI_VERSION 3u
 
 /* The name of the symbol every plugin exports. */
 #define KILN_BACKEND_ENTRY_SYMBOL "kiln_backend_entry"
@@ -74,19 +76,33 @@ typedef struct kiln_backend_event_t kiln_backend_event_t;
 
 /* ---- operations ------------------------------------------------------------ */
 
-/* Operation kinds as backends see them; `name` is the op name of
- * KILN_PROVIDER and of devinfo's "providers.<name>". New kinds go at the end. */
-#define KILN_OP_KINDS(X)                                                                     \
-  X(FILL, fill) X(ARANGE, arange) X(RANDOM, random) X(COPY, copy) X(UNARY, unary)           \
-  X(BINARY, binary) X(BINARY_SCALAR, binary_scalar) X(MATMUL, matmul) X(REDUCE, reduce)      \
-  X(SOFTMAX, softmax) X(CROSS_ENTROPY, cross_entropy) X(CONV2D, conv2d)                      \
-  X(MAX_POOL2D, max_pool2d) X(CAST, cast) X(UNARY_BACKWARD, unary_backward)                 \
-  X(SOFTMAX_BACKWARD, softmax_backward) X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward)     \
-  X(CONV2D_BACKWARD_INPUT, conv2d_backward_input) X(CONV2D_BACKWARD_WEIGHT, conv2d_backward_weight) \
-  X(MAX_POOL2D_BACKWARD, max_pool2d_backward) X(ACCUMULATE, accumulate) X(SGD_UPDATE, sgd_update) \
-  X(ADAM_UPDATE, adam_update)
+/* Operation kinds as backends see them, one row each: X(NAME, name, LAUNCH).
+ * `name` is the op name of KILN_PROVIDER and of devinfo's
+ * "providers.<name>". LAUNCH says how a GPU backend's native row runs the
+ * kind, so that a kind is a row there too:
+ *   FLAT  one work-item per element of out (grid-stride), kernel by name:
+ *         <name>[_<FORMULA>]_<dtype of in[0]>_<dtype of out> (no input:
+ *         <name>_<dtype of out>), FORMULA the kernels/ops.def row of the
+ *         formula kinds (UNARY, BINARY, BINARY_SCALAR, UNARY_BACKWARD);
+ *   ROWS  one work-group (CUDA block) per row of out, a row being out's
+ *         last dimension, same kernel name;
+ *   PLAN  a planner the backend names plan_<name> (a GEMM's tiles, a
+ *         reduction's split, a convolution's rounds, several passes).
+ * Every kernel takes the op as one kiln_kop_t (kernels/kop.h). New kinds go
+ * at the end. */
+#define KILN_OP_KINDS(X)                                                                            \
+  X(FILL, fill, FLAT) X(ARANGE, arange, FLAT) X(RANDOM, random, FLAT) X(COPY, copy, PLAN)          \
+  X(UNARY, unary, FLAT) X(BINARY, binary, FLAT) X(BINARY_SCALAR, binary_scalar, FLAT)              \
+  X(MATMUL, matmul, PLAN) X(REDUCE, reduce, PLAN) X(SOFTMAX, softmax, ROWS)                        \
+  X(CROSS_ENTROPY, cross_entropy, PLAN) X(CONV2D, conv2d, PLAN) X(MAX_POOL2D, max_pool2d, FLAT)    \
+  X(CAST, cast, FLAT) X(UNARY_BACKWARD, unary_backward, FLAT)                                      \
+  X(SOFTMAX_BACKWARD, softmax_backward, ROWS) X(CROSS_ENTROPY_BACKWARD, cross_entropy_backward, ROWS) \
+  X(CONV2D_BACKWARD_INPUT, conv2d_backward_input, PLAN)                                            \
+  X(CONV2D_BACKWARD_WEIGHT, conv2d_backward_weight, PLAN)                                          \
+  X(MAX_POOL2D_BACKWARD, max_pool2d_backward, PLAN) X(ACCUMULATE, accumulate, FLAT)                \
+  X(SGD_UPDATE, sgd_update, FLAT) X(ADAM_UPDATE, adam_update, FLAT)
 typedef enum kiln_op_kind_t {
-#define KILN_OP_KIND_ENUM_(NAME, name) KILN_OP_##NAME,
+#define KILN_OP_KIND_ENUM_(NAME, name, launch) KILN_OP_##NAME,
   KILN_OP_KINDS(KILN_OP_KIND_ENUM_)
 #undef KILN_OP_KIND_ENUM_
   KILN_OP_COUNT
@@ -134,14 +150,9 @@ typedef struct kiln_view_t {
   int64_t strides[KILN_MAX_DIMS]; /* 0 on a broadcast dimension */
 } kiln_view_t;
 
-/* A scalar operand, converted once by the core to each dtype the kernels
- * use: f32 is (float)value; i32 is value truncated toward zero, NaN -> 0 and
- * out of range -> the nearest limit (the rule of every kiln backend). */
-typedef struct kiln_scalar_t {
-  double value;
-  float f32;
-  int32_t i32;
-} kiln_scalar_t;
+/* A scalar operand (kiln_scalar_t) and each kind's parameters
+ * (kiln_kop_params_t) are defined in kernels/kop.h, in the layout the GPU
+ * kernels read: kiln_op_t.u below is that union, documented here. */
 
 /* One operation, fully resolved and validated by the core.
  *
@@ -163,94 +174,64 @@ typedef struct kiln_op_t {
   bool flat; /* elementwise kinds: every operand is one contiguous run */
   kiln_view_t out;
   kiln_view_t in[3];
-  union {
-    struct { kiln_scalar_t value; } fill;        /* out[i] = value in out's dtype */
-    struct { double start, step; } arange;       /* out[i] = start + i*step (1-D) */
-    struct {                                     /* f32 out; element i from Philox counter i */
-      uint64_t seed;
-      bool normal;                               /* false: uniform [a, b); true: normal(mean a, stddev b) */
-      float a, b;
-    } random;
-    /* COPY: in[0] of out's dtype. CAST: in[0] of the other dtype (f32 <->
-     * i32): f32 -> i32 truncates toward zero with NaN -> 0 and saturation,
-     * i32 -> f32 rounds to nearest even. */
-    /* UNARY: in[0] of out's dtype. UNARY_BACKWARD (f32): in[0] x, in[1] dy;
-     * out = dy * f'(x), the derivative formula of kernels/ops.def. */
-    struct { kiln_unary_op_t op; } unary;
-    struct {                                     /* BINARY: in[0], in[1] of out's dtype.
-                                                  * BINARY_SCALAR: in[0] (op) scalar. */
-      kiln_binary_op_t op;
-      kiln_scalar_t scalar;
-    } binary;
-    struct {  /* Row-major BLAS convention, per batch b (batch >= 1):
-               * C[b] (m x n, ldc) = op(A[b]) (m x k) @ op(B[b]) (k x n)
-               * A[b] starts at in[0].offset + b*stride_a (stride_a 0 broadcasts);
-               * !trans_a: A(i,l) at i*lda + l;  trans_a: A(i,l) at l*lda + i.
-               * Likewise B with ldb, stride_b. C = out, contiguous: ldc = n,
-               * stride_c = m*n. in[0]/in[1] views carry buffer, offset, dtype
-               * only. k may be 0 (C is zeros). */
-      int64_t batch, m, n, k;
-      bool trans_a, trans_b;
-      int64_t lda, ldb, ldc;
-      int64_t stride_a, stride_b, stride_c;
-    } matmul;
-    struct {  /* in[0] contiguous, viewed as [outer, len, inner]; out [outer, inner] */
-      kiln_reduce_op_t op;
-      int64_t outer, len, inner;
-    } reduce;
-    /* SOFTMAX: in[0] contiguous [rows, cols], over cols. SOFTMAX_BACKWARD:
-     * in[0] the forward's result y, in[1] dy, both [rows, cols]; out dx:
-     * softmax dx = y * (dy - sum(dy * y)), log dx = dy - exp(y) * sum(dy). */
-    struct { int64_t rows, cols; bool log; } softmax;
-    /* CROSS_ENTROPY: in[0] f32 [n, c], in[1] i32 [n], in[2] i32 [2] the
-     * report; out 0-d f32 mean loss (NaN when a label is outside [0, c)).
-     * The op always writes the report: {first n with in[1][n] outside
-     * [0, c), in[1][n]}, or {-1, 0} when every label is in range; the core
-     * reads it at the queue's next synchronisation (runtime/checks.c).
-     * CROSS_ENTROPY_BACKWARD: the same inputs, and in[2] a one-element f32
-     * dloss when n_in is 3; out [n, c] = (softmax(in[0]) - onehot(in[1])) / n
-     * (* dloss); a label outside [0, c) makes its row NaN. */
-    struct { int64_t n, c; } cross_entropy;
-    /* The sizes of one convolution (x [n,c,h,w], w [k,c,r,s], y [n,k,p,q])
-     * for all three kinds: CONV2D: in[0] x, in[1] w, in[2] bias [k] when
-     * has_bias; out y. CONV2D_BACKWARD_INPUT: in[0] dy [n,k,p,q], in[1] w;
-     * out dx [n,c,h,w]. CONV2D_BACKWARD_WEIGHT: in[0] x, in[1] dy; out dw
-     * [k,c,r,s]. has_bias is false for the backward kinds. */
-    struct {
-      int64_t n, c, h, w, k, r, s, p, q;
-      int32_t stride[2], pad[2], dil[2];
-      bool has_bias;
-    } conv2d;
-    /* MAX_POOL2D: in[0] x [n,c,h,w]; out [n,c,p,q]; padded cells never win.
-     * MAX_POOL2D_BACKWARD: in[0] x, in[1] dy [n,c,p,q]; out dx [n,c,h,w]:
-     * each window's dy goes to its first maximum in row-major order (NaN
-     * wins, as in the forward), summed where windows overlap. */
-    struct {
-      int64_t n, c, h, w, p, q;
-      int32_t kernel[2], stride[2], pad[2];
-    } pooling;
-    /* The update kinds (f32, flat; see kiln_backend_op_is_update):
-     * ACCUMULATE: out += alpha * in[0].
-     * SGD_UPDATE: in[0] grad, in[1] momentum buffer when n_in is 2:
-     *   g = grad + weight_decay * out; buf = momentum * buf + (1 - dampening) * g
-     *   (buf = g when n_in is 1); out -= lr * (nesterov ? g + momentum * buf : buf).
-     * ADAM_UPDATE: in[0] grad, in[1] m, in[2] v: g = grad + weight_decay * out;
-     *   m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
-     *   out -= lr * (m / bias1) / (sqrt(v / bias2) + eps), bias1 and bias2 the
-     *   corrections 1 - beta^step the core computed. The core also folds, in
-     *   double from the caller's values and rounded once to float, keep1 =
-     *   1 - beta1, keep2 = 1 - beta2, step_size = lr / bias1 and sqrt_bias2 =
-     *   sqrt(bias2); kernels use those (out -= step_size * m / (sqrt(v) /
-     *   sqrt_bias2 + eps), torch.optim.Adam's order), never 1 - beta of the
-     *   float beta, which is off by up to 1.3e-5 relative at beta2 = 0.999. */
-    struct {
-      float alpha;
-      float lr, momentum, dampening, weight_decay;
-      bool nesterov;
-      float beta1, beta2, eps, bias1, bias2;
-      float keep1, keep2, step_size, sqrt_bias2; /* ADAM_UPDATE, folded by the core (above) */
-    } update;
-  } u;
+  /* Each kind's parameters (the union of kernels/kop.h, which GPU kernels
+   * read as they are; flags are 0 or 1, op codes the enum's value):
+   * FILL: out[i] = value in out's dtype.
+   * ARANGE: out[i] = start + i*step (1-D).
+   * RANDOM: f32 out, element i from Philox counter i of `seed`; normal 0:
+   *   uniform [a, b); 1: normal(mean a, stddev b).
+   * COPY: in[0] of out's dtype. CAST: in[0] of the other dtype (f32 <->
+   *   i32): f32 -> i32 truncates toward zero with NaN -> 0 and saturation,
+   *   i32 -> f32 rounds to nearest even.
+   * UNARY (unary.op, a kiln_unary_op_t): in[0] of out's dtype.
+   *   UNARY_BACKWARD (f32): in[0] x, in[1] dy; out = dy * f'(x), the
+   *   derivative formula of kernels/ops.def.
+   * BINARY (binary.op, a kiln_binary_op_t): in[0], in[1] of out's dtype.
+   *   BINARY_SCALAR: in[0] (op) binary.scalar.
+   * MATMUL: row-major BLAS convention, per batch b (batch >= 1):
+   *   C[b] (m x n, ldc) = op(A[b]) (m x k) @ op(B[b]) (k x n); A[b] starts
+   *   at in[0].offset + b*stride_a (stride_a 0 broadcasts); !trans_a:
+   *   A(i,l) at i*lda + l; trans_a: A(i,l) at l*lda + i. Likewise B with
+   *   ldb, stride_b. C = out, contiguous: ldc = n, stride_c = m*n. in[0] and
+   *   in[1] views carry buffer, offset, dtype only. k may be 0 (C is zeros).
+   * REDUCE (reduce.op, a kiln_reduce_op_t): in[0] contiguous, viewed as
+   *   [outer, len, inner]; out [outer, inner].
+   * SOFTMAX: in[0] contiguous [rows, cols], over cols. SOFTMAX_BACKWARD:
+   *   in[0] the forward's result y, in[1] dy, both [rows, cols]; out dx:
+   *   softmax dx = y * (dy - sum(dy * y)), log dx = dy - exp(y) * sum(dy).
+   * CROSS_ENTROPY: in[0] f32 [n, c], in[1] i32 [n], in[2] i32 [2] the
+   *   report; out 0-d f32 mean loss (NaN when a label is outside [0, c)).
+   *   The op always writes the report: {first n with in[1][n] outside
+   *   [0, c), in[1][n]}, or {-1, 0} when every label is in range; the core
+   *   reads it at the queue's next synchronisation (runtime/checks.c).
+   *   CROSS_ENTROPY_BACKWARD: the same inputs, and in[2] a one-element f32
+   *   dloss when n_in is 3; out [n, c] = (softmax(in[0]) - onehot(in[1])) /
+   *   n (* dloss); a label outside [0, c) makes its row NaN.
+   * conv2d: the sizes of one convolution (x [n,c,h,w], w [k,c,r,s], y
+   *   [n,k,p,q]) for all three kinds: CONV2D: in[0] x, in[1] w, in[2] bias
+   *   [k] when has_bias; out y. CONV2D_BACKWARD_INPUT: in[0] dy [n,k,p,q],
+   *   in[1] w; out dx [n,c,h,w]. CONV2D_BACKWARD_WEIGHT: in[0] x, in[1] dy;
+   *   out dw [k,c,r,s]. has_bias is 0 for the backward kinds.
+   * pooling: MAX_POOL2D: in[0] x [n,c,h,w]; out [n,c,p,q]; padded cells
+   *   never win. MAX_POOL2D_BACKWARD: in[0] x, in[1] dy [n,c,p,q]; out dx
+   *   [n,c,h,w]: each window's dy goes to its first maximum in row-major
+   *   order (NaN wins, as in the forward), summed where windows overlap.
+   * update, the update kinds (f32, flat; see kiln_backend_op_is_update):
+   *   ACCUMULATE: out += alpha * in[0].
+   *   SGD_UPDATE: in[0] grad, in[1] momentum buffer when n_in is 2:
+   *   g = grad + weight_decay * out; buf = momentum * buf + (1 - dampening)
+   *   * g (buf = g when n_in is 1); out -= lr * (nesterov ? g + momentum *
+   *   buf : buf).
+   *   ADAM_UPDATE: in[0] grad, in[1] m, in[2] v: g = grad + weight_decay *
+   *   out; m = beta1 m + (1 - beta1) g; v = beta2 v + (1 - beta2) g^2;
+   *   out -= lr * (m / bias1) / (sqrt(v / bias2) + eps), bias1 and bias2
+   *   the corrections 1 - beta^step the core computed. The core also folds,
+   *   in double from the caller's values and rounded once to float, keep1 =
+   *   1 - beta1, keep2 = 1 - beta2, step_size = lr / bias1 and sqrt_bias2 =
+   *   sqrt(bias2); kernels use those (out -= step_size * m / (sqrt(v) /
+   *   sqrt_bias2 + eps), torch.optim.Adam's order), never 1 - beta of the
+   *   float beta, which is off by up to 1.3e-5 relative at beta2 = 0.999. */
+  kiln_kop_params_t u;
 } kiln_op_t;
 
 /* ---- a backend's table of operations --------------------------------------- */
@@ -500,7 +481,7 @@ static inline void kiln_backend_add_property(kiln_backend_device_desc_t *desc, c
 
 static inline const char *kiln_backend_op_kind_name(kiln_op_kind_t kind) {
   switch (kind) {
-#define KILN_BACKEND_KIND_NAME_(NAME, name) case KILN_OP_##NAME: return #name;
+#define KILN_BACKEND_KIND_NAME_(NAME, name, launch) case KILN_OP_##NAME: return #name;
     KILN_OP_KINDS(KILN_BACKEND_KIND_NAME_)
 #undef KILN_BACKEND_KIND_NAME_
   default: return "?";
@@ -526,6 +507,41 @@ static inline int64_t kiln_backend_view_numel(const kiln_view_t *view) {
   int64_t n = 1;
   for (int32_t d = 0; d < view->ndim; d++) n *= view->shape[d];
   return n;
+}
+
+#ifndef __cplusplus
+_Static_assert(KILN_MAX_DIMS <= KILN_KOP_MAX_DIMS, "kiln_kop_t holds fewer dimensions than a view");
+_Static_assert(sizeof(kiln_kop_t) % 8 == 0 && sizeof(kiln_kop_params_t) % 8 == 0,
+               "kernels/kop.h's structs must be multiples of 8 bytes, as every dialect pads them alike");
+/* OpenCL guarantees 1024 bytes of kernel arguments: the record and four buffers fit. */
+_Static_assert(sizeof(kiln_kop_t) + 4 * 8 <= 1024, "kiln_kop_t outgrew OpenCL's smallest argument space");
+#endif
+
+/* The kernel-facing record of `op` (kernels/kop.h): every operand's offset,
+ * dtype and strides, out's shape and size, the kind's parameters, and
+ * ndim 0 when the op is `flat`. The `addr` of each operand and the `plan`
+ * are left 0: each GPU backend's one helper sets the addresses its dialect
+ * needs (CUDA: buffer address + offset * size; OpenCL: none, buffers are
+ * arguments), and planners set `plan` in a copy. */
+static inline void kiln_backend_kop_fill(kiln_kop_t *k, const kiln_op_t *op) {
+  memset(k, 0, sizeof *k);
+  k->kind = (kiln_i32)op->kind;
+  k->n_in = op->n_in;
+  k->n = kiln_backend_view_numel(&op->out);
+  k->ndim = op->flat ? 0 : op->out.ndim;
+  for (int32_t d = 0; d < op->out.ndim; d++) {
+    k->shape[d] = op->out.shape[d];
+    k->out.strides[d] = op->out.strides[d];
+  }
+  k->out.offset = (kiln_i64)op->out.offset;
+  k->out.dtype = (kiln_i32)op->out.dtype;
+  for (int32_t i = 0; i < op->n_in && i < KILN_KOP_MAX_IN; i++) {
+    const kiln_view_t *v = &op->in[i];
+    k->in[i].offset = (kiln_i64)v->offset;
+    k->in[i].dtype = (kiln_i32)v->dtype;
+    for (int32_t d = 0; d < v->ndim && d < KILN_KOP_MAX_DIMS; d++) k->in[i].strides[d] = v->strides[d];
+  }
+  k->u = op->u;
 }
 
 #ifdef __cplusplus

@@ -19,7 +19,7 @@
 /* ---- names ------------------------------------------------------------------- */
 
 static const char *const op_kind_names[KILN_OP_COUNT] = {
-#define KILN_OP_KIND_NAME_(NAME, name) #name,
+#define KILN_OP_KIND_NAME_(NAME, name, launch) #name,
     KILN_OP_KINDS(KILN_OP_KIND_NAME_)
 #undef KILN_OP_KIND_NAME_
 };
@@ -30,7 +30,7 @@ static const struct {
   const char *name;
   kiln_op_kind_t kind;
 } op_names[] = {
-#define KILN_OP_KIND_ENTRY_(NAME, name) {#name, KILN_OP_##NAME},
+#define KILN_OP_KIND_ENTRY_(NAME, name, launch) {#name, KILN_OP_##NAME},
     KILN_OP_KINDS(KILN_OP_KIND_ENTRY_)
 #undef KILN_OP_KIND_ENTRY_
 #define KILN_UNARY_ENTRY_(NAME, name) {#name, KILN_OP_UNARY},

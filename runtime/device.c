@@ -7,7 +7,7 @@
 
 /* Keys of the per-op providers properties, one per op kind. */
 static const char *const provider_keys[KILN_OP_COUNT] = {
-#define PROVIDER_KEY_(NAME, name) "providers." #name,
+#define PROVIDER_KEY_(NAME, name, launch) "providers." #name,
     KILN_OP_KINDS(PROVIDER_KEY_)
 #undef PROVIDER_KEY_
 };

@@ -485,7 +485,7 @@ static const kiln_cuda_op_impl_t cudnn_softmax_backward = {kiln_cuda_cudnn_softm
 
 /* Native rows first: listings show providers in this order. */
 const kiln_op_entry_t kiln_cuda_ops[] = {
-#define KILN_CUDA_NATIVE_ROW_(NAME, name) \
+#define KILN_CUDA_NATIVE_ROW_(NAME, name, launch) \
   {.kind = KILN_OP_##NAME, .provider = KILN_PROVIDER_NATIVE_NAME, .run = run_row, .impl = &native_##name},
   KILN_OP_KINDS(KILN_CUDA_NATIVE_ROW_)
 #undef KILN_CUDA_NATIVE_ROW_

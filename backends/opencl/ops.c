@@ -394,7 +394,7 @@ kiln_status_t kiln_cl_run_max_pool2d(kiln_backend_context_t *ctx, kiln_backend_q
  * of matmul (clblast.c). The core validated every op a row sees (dtypes,
  * shapes, formulas), so no row checks again. */
 
-#define KILN_CL_NATIVE_ROW_(NAME, name)                                                                       \
+#define KILN_CL_NATIVE_ROW_(NAME, name, launch)                                                                   \
   {.kind = KILN_OP_##NAME, .provider = KILN_PROVIDER_NATIVE_NAME, .supports = NULL, .run = kiln_cl_run_##name, \
    .impl = NULL},
 const kiln_op_entry_t kiln_cl_ops[] = {

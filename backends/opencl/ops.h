@@ -34,7 +34,7 @@
 
 /* ---- the rows' run functions ------------------------------------------------------ */
 
-#define KILN_CL_RUN_DECL_(NAME, name)                                                        \
+#define KILN_CL_RUN_DECL_(NAME, name, launch)                                                \
   kiln_status_t kiln_cl_run_##name(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, \
                                    const kiln_op_entry_t *entry, const kiln_op_t *op);
 KILN_OP_KINDS(KILN_CL_RUN_DECL_)
