@@ -1,6 +1,8 @@
 /* kernels/cuda/gemm.cuh: kiln's native SGEMM: 128x128 block tiles, 8x8 outputs per thread, double-buffered shared memory, float4 loads. */
 /*
- * Included once, by kiln.cu. Row-major C = op(A) @ op(B), every transpose
+ * Included once, by kiln.cu. Row-major C = op(A) @ op(B) as the planner
+ * wrote it into the record's plan.gemm (a, b, c, sizes, leading dimensions,
+ * batch strides; c_vec), every transpose
  * combination through strides, edges by bounds checks on the loads and
  * stores only. Sizes and offsets are 64-bit: m, n and k may exceed 2^31
  * (k's steps are counted in 64 bits, so K near INT_MAX does not overflow
@@ -53,7 +55,8 @@ __device__ __forceinline__ void kiln_gemm_load4(const float *__restrict__ ptr, i
 __device__ __forceinline__ int kiln_gemm_avail(int64_t v) { return v >= 4 ? 4 : (int)v; }
 
 template <bool TA, bool TB, bool VEC>
-__device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
+__device__ __forceinline__ void kiln_gemm_body(const kiln_kop_t &op) {
+  const auto &p = op.plan.gemm; /* what the planner wrote; nothing else of the record is read */
   __shared__ __align__(16) float As[2][KILN_GEMM_BK][KILN_GEMM_BM];
   __shared__ __align__(16) float Bs[2][KILN_GEMM_BK][KILN_GEMM_BN];
 
@@ -197,8 +200,8 @@ __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
 
 #define KILN_GEMM_KERNEL_(NAME, TA, TB, VEC)                                                      \
   extern "C" __global__ void __launch_bounds__(KILN_CUDA_GEMM_THREADS, 2)                           \
-      kiln_sgemm_##NAME(const kiln_cuda_gemm_args_t p) {                                           \
-    kiln_gemm_body<TA, TB, VEC>(p);                                                                \
+      kiln_sgemm_##NAME(const kiln_kop_t op) {                                                     \
+    kiln_gemm_body<TA, TB, VEC>(op);                                                               \
   }
 KILN_GEMM_KERNEL_(nn, false, false, false)
 KILN_GEMM_KERNEL_(nt, false, true, false)
