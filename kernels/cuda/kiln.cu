@@ -555,7 +555,7 @@ KILN_INSTANCE(kiln_conv_bias_f32, kiln_conv_bias)
 
 /* The window of u.pooling as the kernels read it. */
 #define KILN_POOL_WINDOW_(op)                                                                        \
-  const int64_t kernel[2] = {op.u.pooling.kernel[0], op.u.pooling.kernel[1]};                        \
+  const int64_t kernel[2] = {op.u.pooling.window[0], op.u.pooling.window[1]};                        \
   const int64_t stride[2] = {op.u.pooling.stride[0], op.u.pooling.stride[1]};                        \
   const int64_t pad[2] = {op.u.pooling.pad[0], op.u.pooling.pad[1]}
 
