@@ -309,10 +309,11 @@ unsigned kiln_cuda_grid_rows(int64_t items);
  * trans_a, trans_b, filled by the planner); it chooses the float4 variant
  * and sets plan.gemm.c_vec. Shared by matmul and the convolutions. */
 kiln_status_t kiln_cuda_gemm(kiln_backend_queue_t *queue, kiln_kop_t *k);
-/* Its grid for m x n outputs in `batch` batches: x covers every n tile; y
- * and z stop at 65535 and the kernel loops over the rest.
- * KILN_OUT_OF_RESOURCES when m or n reaches 2^38. */
-kiln_status_t kiln_cuda_gemm_grid(kiln_backend_context_t *ctx, int64_t m, int64_t n, int64_t batch,
+/* Its grid for m x n outputs (over k) in `batch` batches: x covers every n
+ * tile; y and z stop at 65535 and the kernel loops over the rest.
+ * KILN_OUT_OF_RESOURCES when m or n reaches 2^38, k 2^33 or batch 2^30
+ * (the kernel counts tiles, k's steps and batches in ints). */
+kiln_status_t kiln_cuda_gemm_grid(kiln_backend_context_t *ctx, int64_t m, int64_t n, int64_t k, int64_t batch,
                                   unsigned out_grid[3]);
 
 /* How a reduction runs: rows or columns kernel, how many blocks, and the

@@ -64,7 +64,7 @@ static kiln_status_t kiln_cuda_plan_copy(kiln_backend_context_t *ctx, kiln_backe
                          queue->device->ordinal);
 }
 
-kiln_status_t kiln_cuda_gemm_grid(kiln_backend_context_t *ctx, int64_t m, int64_t n, int64_t batch,
+kiln_status_t kiln_cuda_gemm_grid(kiln_backend_context_t *ctx, int64_t m, int64_t n, int64_t k, int64_t batch,
                                   unsigned out_grid[3]) {
   /* The kernels keep tile indices in an int: m and n below 2^38 (a product
    * that large would be a terabyte of floats). */
@@ -73,6 +73,13 @@ kiln_status_t kiln_cuda_gemm_grid(kiln_backend_context_t *ctx, int64_t m, int64_
     return kiln_cuda_error(ctx, KILN_OUT_OF_RESOURCES,
                            "the native CUDA matmul takes m and n below 2^38, got m=%lld n=%lld; split the product",
                            (long long)m, (long long)n);
+  /* k's steps of 8 and the batch index are ints too (registers are what the
+   * kernel is short of); sizes that large would not fit in memory. */
+  if (k >= (int64_t)1 << 33 || batch >= (int64_t)1 << 30)
+    return kiln_cuda_error(ctx, KILN_OUT_OF_RESOURCES,
+                           "the native CUDA matmul takes k below 2^33 and batch below 2^30, got k=%lld batch=%lld; "
+                           "split the product",
+                           (long long)k, (long long)batch);
   const int64_t tiles_m = (m + KILN_CUDA_GEMM_TILE - 1) / KILN_CUDA_GEMM_TILE;
   out_grid[0] = (unsigned)((n + KILN_CUDA_GEMM_TILE - 1) / KILN_CUDA_GEMM_TILE);
   /* y and z stop at the grid's 65535; the blocks loop over the rest. */
@@ -85,7 +92,8 @@ kiln_status_t kiln_cuda_gemm(kiln_backend_queue_t *queue, kiln_kop_t *k) {
   if (k->plan.gemm.m == 0 || k->plan.gemm.n == 0 || k->plan.gemm.batch == 0) return KILN_OK;
   unsigned grid[3] = {1, 1, 1};
   kiln_status_t status =
-      kiln_cuda_gemm_grid(queue->device->ctx, k->plan.gemm.m, k->plan.gemm.n, k->plan.gemm.batch, grid);
+      kiln_cuda_gemm_grid(queue->device->ctx, k->plan.gemm.m, k->plan.gemm.n, k->plan.gemm.k, k->plan.gemm.batch,
+                          grid);
   if (status != KILN_OK) return status;
   /* The float4 kernels: A and B 16-byte aligned with lda-like multiples of
    * 4; c_vec says the same of C for the stores. */

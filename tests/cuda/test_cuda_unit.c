@@ -419,18 +419,24 @@ START_TEST(test_gemm_grid_is_tiled) {
   kiln_backend_context_t *ctx = context_new();
   unsigned grid[3];
   /* m = 8,388,609 needed 65,537 row tiles: refused before, tiled now. */
-  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 8388609, 1, 1, grid), KILN_OK);
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 8388609, 1, 64, 1, grid), KILN_OK);
   ck_assert_uint_eq(grid[0], 1);
   ck_assert_uint_eq(grid[1], 65535);
   ck_assert_uint_eq(grid[2], 1);
-  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 300, 1000, 100000, grid), KILN_OK);
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 300, 1000, 64, 100000, grid), KILN_OK);
   ck_assert_uint_eq(grid[0], 8);
   ck_assert_uint_eq(grid[1], 3);
   ck_assert_uint_eq(grid[2], 65535);
-  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, (int64_t)1 << 33, (int64_t)1 << 33, 1, grid), KILN_OK);
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, (int64_t)1 << 33, (int64_t)1 << 33, 1, 1, grid), KILN_OK);
   ck_assert_uint_eq(grid[0], 1u << 26);
-  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, (int64_t)1 << 38, 1, 1, grid), KILN_OUT_OF_RESOURCES);
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, (int64_t)1 << 38, 1, 1, 1, grid), KILN_OUT_OF_RESOURCES);
   CONTAINS(message, "below 2^38");
+  /* k near INT_MAX runs; k's steps and the batch index are ints in the kernel. */
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 1, 1, (int64_t)INT32_MAX + 9, 1, grid), KILN_OK);
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 1, 1, (int64_t)1 << 33, 1, grid), KILN_OUT_OF_RESOURCES);
+  CONTAINS(message, "k=8589934592");
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 1, 1, 1, (int64_t)1 << 30, grid), KILN_OUT_OF_RESOURCES);
+  CONTAINS(message, "batch=1073741824");
   /* The argument struct carries 64-bit sizes: k near INT_MAX and beyond. */
   kiln_kop_t g;
   memset(&g, 0, sizeof g);
