@@ -68,8 +68,11 @@ static kiln_status_t export_fill(const char *call, kiln_tensor_t *tensor, export
   if (status != KILN_OK) return kiln__wrap_error(status, "%s: finishing the work on the tensor", call);
   t->data = device->iface->buffer_handle(device->ctx, tensor->buffer->impl);
   t->ndim = tensor->ndim;
-  t->dtype.code = tensor->dtype == KILN_F32 ? kDLFloat : kDLInt;
-  t->dtype.bits = 32;
+  /* (code, bits) from the dtype list (include/kiln/tensor.h). */
+  uint8_t code = 0, bits = 0;
+  kiln__dtype_to_dlpack(tensor->dtype, &code, &bits);
+  t->dtype.code = code;
+  t->dtype.bits = bits;
   t->dtype.lanes = 1;
   for (int i = 0; i < tensor->ndim; i++) {
     e->shape[i] = tensor->shape[i];
@@ -165,9 +168,10 @@ static kiln_status_t import_tensor(const char *call, const DLTensor *t, void (*r
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: ndim %d is outside [0, %d]", call, t->ndim, KILN_MAX_DIMS);
   if (t->ndim > 0 && !t->shape) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: shape is NULL for ndim %d", call, t->ndim);
   kiln_dtype_t dtype;
-  if (t->dtype.code == kDLFloat && t->dtype.bits == 32 && t->dtype.lanes == 1) dtype = KILN_F32;
-  else if (t->dtype.code == kDLInt && t->dtype.bits == 32 && t->dtype.lanes == 1) dtype = KILN_I32;
-  else
+  /* The dtype list maps every (code, bits); the exchange takes f32 and i32
+   * for now. */
+  if (!(t->dtype.lanes == 1 && kiln__dtype_from_dlpack(t->dtype.code, t->dtype.bits, &dtype) &&
+        (dtype == KILN_F32 || dtype == KILN_I32)))
     return kiln__set_error(KILN_DTYPE_MISMATCH,
                            "%s: DLPack dtype (code %u, %u bits, %u lanes) is not one kiln has; kiln takes float32 "
                            "(code 2, 32 bits) and int32 (code 0, 32 bits), one lane: convert before exchanging",
