@@ -340,7 +340,9 @@ static PyObject *kp_from_nested(PyObject *data, kiln_device_t *device, PyObject 
   double lo, hi;
   if (kp_int_range(dtype, &lo, &hi)) {
     for (size_t i = 0; i < n; i++) {
-      bool fits = acc.ints && dtype == KILN_I64 ? true : (values[i] >= lo && values[i] <= hi);
+      /* int64's limits are no doubles: 2^63 rounds onto the top one. */
+      bool fits = dtype != KILN_I64 ? values[i] >= lo && values[i] <= hi
+                                    : acc.ints != NULL || (values[i] >= lo && values[i] < 9223372036854775808.0);
       if (!fits) {
         char text[32];
         kp_range_error(kp_double_text(values[i], text), dtype);
@@ -508,7 +510,8 @@ PyObject *kp_tensor_from_object(PyObject *data, kiln_device_t *device, PyObject 
     kiln_tensor_release(copy);
     return kp_result(status, &cast);
   }
-  if (PyList_Check(data) || PyTuple_Check(data) || PyFloat_Check(data) || PyLong_Check(data))
+  /* Python's numbers (not numpy.float64, a float subclass that keeps its dtype below). */
+  if (PyList_Check(data) || PyTuple_Check(data) || PyFloat_CheckExact(data) || PyLong_Check(data))
     return kp_from_nested(data, device, dtype_arg);
   if (PyObject_CheckBuffer(data)) {
     PyObject *out = NULL;

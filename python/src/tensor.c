@@ -239,7 +239,12 @@ int kp_shape_arg(PyObject *arg, int64_t shape[KILN_MAX_DIMS], const char *what) 
 
 const char *kp_double_text(double v, char buf[32]) {
   /* The shortest text that reads back as v (as Python's repr), so a message
-   * shows 1099511627776 or 1e+300 rather than %g's 1.09951e+12. */
+   * shows 1099511627776 or 1e+300 rather than %g's 1.09951e+12; a whole
+   * number below 2^63 in full (300, not 3e+02). */
+  if (v > -9.2e18 && v < 9.2e18 && v == (double)(long long)v) {
+    snprintf(buf, 32, "%lld", (long long)v);
+    return buf;
+  }
   for (int precision = 1; precision <= 17; precision++) {
     snprintf(buf, 32, "%.*g", precision, v);
     if (strtod(buf, NULL) == v || v != v) break;
