@@ -116,6 +116,15 @@ def test_python_data_default_dtypes():
         kiln.tensor([-1], dtype=kiln.uint8)
     with pytest.raises(OverflowError, match="does not fit in int64"):
         kiln.tensor([2**63], dtype=kiln.int64)
+    # Creation values too: no silent saturation or overflow to inf.
+    assert kiln.full(2, -128, dtype=kiln.int8).tolist() == [-128, -128]
+    assert kiln.full(1, 65504, dtype=kiln.float16).item() == 65504.0
+    with pytest.raises(OverflowError, match=r"full: fill_value 300 does not fit in int8 \(-128 to 127\)"):
+        kiln.full(2, 300, dtype=kiln.int8)
+    with pytest.raises(OverflowError, match=r"fill_value 65520 does not fit in float16 \(its largest magnitude is 65504\)"):
+        kiln.full(2, 65520, dtype=kiln.float16)
+    with pytest.raises(OverflowError, match="does not fit in bfloat16"):
+        kiln.full(2, 1e39, dtype=kiln.bfloat16)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n != "bfloat16"])
