@@ -81,12 +81,15 @@ kiln_status_t kiln__op_need_dtype(const char *call, const char *what, const char
   /* The cast that makes it valid: integers (and bool) to i32 where the op
    * has an i32 kernel, everything else to f32. */
   const bool to_i32 = i32_ok && kiln_dtype_class(t->dtype) != KILN_DTYPE_CLASS_FLOAT;
+  /* The example names the operand when there is one ("a"), a placeholder
+   * when the check covers several ("a and b"). */
+  const char *operand = strchr(name, ' ') ? "x" : name;
   return kiln__set_error(KILN_DTYPE_MISMATCH,
                          "%s: %s does not support dtype %s (%s); use %s: %s of %s has no kernel yet, cast to %s first "
                          "(kiln_tensor_cast(%s, %s, &%s2))",
                          call, what, kiln_dtype_name(t->dtype), name, i32_ok ? "f32 or i32" : "f32", what,
-                         kiln_dtype_name(t->dtype), to_i32 ? "i32" : "f32", name, to_i32 ? "KILN_I32" : "KILN_F32",
-                         name);
+                         kiln_dtype_name(t->dtype), to_i32 ? "i32" : "f32", operand, to_i32 ? "KILN_I32" : "KILN_F32",
+                         operand);
 }
 
 /* A contiguous version of t (itself retained when it already is). */

@@ -607,6 +607,10 @@ START_TEST(test_compute_refusals) {
   KT_FAILS(kiln_tensor_matmul(m, m, false, false, &r), KILN_DTYPE_MISMATCH, "matmul of bool has no kernel yet");
   KT_FAILS(kiln_tensor_sum(x, KILN_ALL_AXES, false, &r), KILN_DTYPE_MISMATCH, "sum of f64");
   KT_FAILS(kiln_tensor_add_scalar(m, 1.0, &r), KILN_DTYPE_MISMATCH, "add of bool has no kernel yet, cast to i32 first");
+  /* A check of two operands names them both, and its example a placeholder. */
+  KT_FAILS(kiln_tensor_add(h, h, &r), KILN_DTYPE_MISMATCH,
+           "add does not support dtype f16 (a and b); use f32 or i32: add of f16 has no kernel yet, cast to f32 first "
+           "(kiln_tensor_cast(x, KILN_F32, &x2))");
   KT_FAILS(kiln_tensor_softmax(x, &r), KILN_DTYPE_MISMATCH, "softmax of f64");
   ck_assert_ptr_null(r);
   KT_FAILS(kiln_tensor_cast(x, (kiln_dtype_t)10, &r), KILN_INVALID_ARGUMENT, "dtype 10 is not a kiln_dtype_t");
