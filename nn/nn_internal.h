@@ -36,6 +36,31 @@ static inline uint64_t kiln_nn__splitmix64(uint64_t *state) {
 }
 
 
+/* ---- safetensors: the dtype names ---------------------------------------------------
+ * The format's name of each kiln dtype, and its rank in the reference
+ * writer's Dtype enum (which orders the tensors of a file it writes). */
+static const struct {
+  kiln_dtype_t dtype;
+  const char *name;
+  int rank;
+} kiln_nn__st_dtypes[] = {
+    {KILN_BOOL, "BOOL", 0}, {KILN_U8, "U8", 1},    {KILN_I8, "I8", 2},    {KILN_I16, "I16", 3}, {KILN_F16, "F16", 4},
+    {KILN_BF16, "BF16", 5}, {KILN_I32, "I32", 6},  {KILN_F32, "F32", 7},  {KILN_F64, "F64", 8}, {KILN_I64, "I64", 9},
+};
+
+/* "F32", "BF16", ...; "?" for a dtype the format lacks. */
+static inline const char *kiln_nn__st_dtype_name(kiln_dtype_t dtype) {
+  for (size_t i = 0; i < sizeof kiln_nn__st_dtypes / sizeof kiln_nn__st_dtypes[0]; i++)
+    if (kiln_nn__st_dtypes[i].dtype == dtype) return kiln_nn__st_dtypes[i].name;
+  return "?";
+}
+
+static inline int kiln_nn__st_dtype_rank(kiln_dtype_t dtype) {
+  for (size_t i = 0; i < sizeof kiln_nn__st_dtypes / sizeof kiln_nn__st_dtypes[0]; i++)
+    if (kiln_nn__st_dtypes[i].dtype == dtype) return kiln_nn__st_dtypes[i].rank;
+  return -1;
+}
+
 /* ---- safetensors_save.c: names, and the save behind kiln_nn_model_save --------------- */
 
 /* Well-formed UTF-8: no overlongs, no surrogates, nothing past U+10FFFF. */

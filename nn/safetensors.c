@@ -132,16 +132,19 @@ static kiln_status_t kiln_nn_st_entry(const kiln_nn_st_source_t *src, const char
                            : has_offsets                                 ? kiln_nn_json_type(offsets)
                                                                          : "missing");
   const char *dt = json_object_get_string(dtype);
-  if (!strcmp(dt, "F32")) {
-    e->dtype = KILN_F32;
-  } else if (!strcmp(dt, "I32")) {
-    e->dtype = KILN_I32;
-  } else {
+  bool known = false;
+  for (size_t k = 0; k < sizeof kiln_nn__st_dtypes / sizeof kiln_nn__st_dtypes[0]; k++)
+    if (!strcmp(dt, kiln_nn__st_dtypes[k].name)) {
+      e->dtype = kiln_nn__st_dtypes[k].dtype;
+      known = true;
+    }
+  if (!known) {
     for (size_t k = 0; k < sizeof kiln_nn_st_known_dtypes / sizeof *kiln_nn_st_known_dtypes; k++)
       if (!strcmp(dt, kiln_nn_st_known_dtypes[k]))
         return kiln_nn_st_fail(src, KILN_UNSUPPORTED,
-                               "tensor \"%s\" has dtype %s, which kiln does not support yet (it reads F32 and I32); "
-                               "convert it before saving (tensor.float() or tensor.int() in PyTorch)",
+                               "tensor \"%s\" has dtype %s, which kiln does not have (it reads BOOL, U8, I8, I16, I32, "
+                               "I64, F16, BF16, F32 and F64); convert it before saving (e.g. tensor.float() or "
+                               "tensor.to(torch.int64) in PyTorch)",
                                name, dt);
     return kiln_nn_st_fail(src, KILN_IO,
                            "tensor \"%s\" has dtype \"%.64s\", which is no safetensors dtype (F32, I32, F16, BF16, F64, "
@@ -167,7 +170,7 @@ static kiln_status_t kiln_nn_st_entry(const kiln_nn_st_source_t *src, const char
   uint64_t nbytes = 0;
   char shape_text[256];
   kiln_nn_st_shape_text(e, shape_text, sizeof shape_text);
-  if (overflow || __builtin_mul_overflow(numel, (uint64_t)4, &nbytes))
+  if (overflow || __builtin_mul_overflow(numel, (uint64_t)kiln_dtype_size(e->dtype), &nbytes))
     return kiln_nn_st_fail(src, KILN_IO, "tensor \"%s\": the byte size of shape %s overflows 64 bits", name, shape_text);
   for (int k = 0; k < 2; k++) {
     json_object *v = json_object_array_get_idx(offsets, (size_t)k);
@@ -622,10 +625,20 @@ static kiln_status_t kiln_nn_st_match(const kiln_nn_st_source_t *src, const kiln
     kiln_nn_tensor_shape_text(t, tensor_shape, sizeof tensor_shape);
     bool same_shape = kiln_tensor_ndim(t) == e->ndim &&
                       !memcmp(kiln_tensor_shape(t), e->shape, (size_t)e->ndim * sizeof *e->shape);
-    if (kiln_tensor_dtype(t) != e->dtype || !same_shape)
-      status = kiln_nn_st_fail(src, kiln_tensor_dtype(t) != e->dtype ? KILN_DTYPE_MISMATCH : KILN_SHAPE_MISMATCH,
+    if (kiln_tensor_dtype(t) != e->dtype)
+      status = kiln_nn_st_fail(src, KILN_DTYPE_MISMATCH,
+                               "tensor \"%s\": the file holds %s %s, the tensor to load into is %s %s; nothing is "
+                               "converted on loading: save the checkpoint as %s (in PyTorch: {k: v.to(torch.%s) for k, "
+                               "v in state_dict.items()}), or read it with kiln_nn_safetensors_load and convert with "
+                               "kiln_tensor_cast",
+                               name, kiln_nn__st_dtype_name(e->dtype), file_shape,
+                               kiln_dtype_name(kiln_tensor_dtype(t)), tensor_shape,
+                               kiln_nn__st_dtype_name(kiln_tensor_dtype(t)),
+                               kiln_dtype_long_name(kiln_tensor_dtype(t)));
+    else if (!same_shape)
+      status = kiln_nn_st_fail(src, KILN_SHAPE_MISMATCH,
                                "tensor \"%s\": the file holds %s %s, the tensor to load into is %s %s", name,
-                               e->dtype == KILN_F32 ? "F32" : "I32", file_shape, kiln_dtype_name(kiln_tensor_dtype(t)),
+                               kiln_nn__st_dtype_name(e->dtype), file_shape, kiln_dtype_name(kiln_tensor_dtype(t)),
                                tensor_shape);
     else if (!kiln_tensor_is_contiguous(t))
       status = kiln_nn_st_fail(src, KILN_INVALID_ARGUMENT,

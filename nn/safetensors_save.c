@@ -54,13 +54,13 @@ size_t kiln_nn__control_char(const char *text) {
   return i;
 }
 
-/* The reference writer's order: dtype descending in its enum (F32 after I32,
- * so F32 first), then name. */
+/* The reference writer's order: dtype descending in its enum (I64, F64, F32,
+ * I32, BF16, F16, I16, I8, U8, BOOL), then name. */
 static int kiln_nn_st_save_order(const void *a, const void *b) {
   const kiln_nn_named_tensor_t *x = *(const kiln_nn_named_tensor_t *const *)a;
   const kiln_nn_named_tensor_t *y = *(const kiln_nn_named_tensor_t *const *)b;
   kiln_dtype_t dx = kiln_tensor_dtype(x->tensor), dy = kiln_tensor_dtype(y->tensor);
-  if (dx != dy) return dx == KILN_F32 ? -1 : 1;
+  if (dx != dy) return kiln_nn__st_dtype_rank(dy) - kiln_nn__st_dtype_rank(dx);
   return strcmp(x->name, y->name);
 }
 
@@ -92,9 +92,10 @@ static kiln_status_t kiln_nn_st_save_check(const kiln_nn_named_tensor_t *tensors
                             "byte %zu; names are UTF-8 without control characters",
                             i, (unsigned)(unsigned char)name[at], at);
     kiln_dtype_t dtype = kiln_tensor_dtype(t);
-    if (dtype != KILN_F32 && dtype != KILN_I32)
+    if (kiln_nn__st_dtype_rank(dtype) < 0)
       return kiln_set_error(KILN_UNSUPPORTED,
-                            "kiln_nn_safetensors_save: tensor \"%s\" is %s; kiln saves f32 and i32 tensors only for now",
+                            "kiln_nn_safetensors_save: tensor \"%s\" is %s, which safetensors has no name for; cast it "
+                            "(kiln_tensor_cast)",
                             name, kiln_dtype_name(dtype));
   }
   for (size_t i = 0; i < metadata_count; i++) {
@@ -140,13 +141,13 @@ static kiln_status_t kiln_nn_st_header_json(const kiln_nn_named_tensor_t *const 
     const kiln_tensor_t *t = order[i]->tensor;
     int ndim = kiln_tensor_ndim(t);
     const int64_t *shape = kiln_tensor_shape(t);
-    uint64_t bytes = (uint64_t)kiln_tensor_numel(t) * 4;
+    uint64_t bytes = (uint64_t)kiln_tensor_numel(t) * kiln_dtype_size(kiln_tensor_dtype(t));
     json_object *info = json_object_new_object(), *dims = json_object_new_array(), *offsets = json_object_new_array();
     ok = info && dims && offsets;
     for (int d = 0; ok && d < ndim; d++) ok = !json_object_array_add(dims, json_object_new_int64(shape[d]));
     ok = ok && !json_object_array_add(offsets, json_object_new_int64((int64_t)at)) &&
          !json_object_array_add(offsets, json_object_new_int64((int64_t)(at + bytes)));
-    ok = ok && !json_object_object_add(info, "dtype", json_object_new_string(kiln_tensor_dtype(t) == KILN_F32 ? "F32" : "I32"));
+    ok = ok && !json_object_object_add(info, "dtype", json_object_new_string(kiln_nn__st_dtype_name(kiln_tensor_dtype(t))));
     if (ok && !json_object_object_add(info, "shape", dims)) dims = NULL;
     else ok = false;
     if (ok && !json_object_object_add(info, "data_offsets", offsets)) offsets = NULL;
@@ -200,7 +201,7 @@ static kiln_status_t kiln_nn_st_write(const char *call, int fd, const char *tmp,
   size_t host_size = 0;
   for (size_t i = 0; i < count && status == KILN_OK; i++) {
     const kiln_tensor_t *t = order[i]->tensor;
-    size_t bytes = (size_t)kiln_tensor_numel(t) * 4;
+    size_t bytes = (size_t)kiln_tensor_numel(t) * kiln_dtype_size(kiln_tensor_dtype(t));
     if (bytes == 0) continue;
     if (bytes > host_size) {
       void *bigger = realloc(host, bytes);

@@ -446,6 +446,13 @@ typedef struct kiln_backend_iface_t {
    * buffer_allocate. Same errors as buffer_allocate. [buffer_allocate] */
   kiln_status_t (*buffer_allocate_on)(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
                                       kiln_backend_queue_t *queue, size_t size, kiln_backend_buffer_t **out_buffer);
+  /* (O) How `device` serves `dtype`: a kiln_dtype_support_t (native,
+   * emulated, unsupported). The core sends a device no op with an operand or
+   * result of a dtype it calls unsupported (KILN_UNSUPPORTED naming the
+   * device and the dtype instead); storage (allocation, transfers) of every
+   * dtype needs no kernel and is always allowed. [f32 and i32 native, every
+   * other dtype unsupported] */
+  int32_t (*dtype_support)(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_dtype_t dtype);
 } kiln_backend_iface_t;
 
 /* ---- backends compiled into libkiln ------------------------------------------ */
@@ -493,17 +500,21 @@ static inline const char *kiln_backend_op_kind_name(kiln_op_kind_t kind) {
 
 static inline const char *kiln_backend_dtype_name(kiln_dtype_t dtype) {
   switch (dtype) {
-  case KILN_F32: return "f32";
-  case KILN_I32: return "i32";
-  case KILN_F16: return "f16";
-  case KILN_BF16: return "bf16";
+#define KILN_BACKEND_DTYPE_NAME_(E, name, long_name, size, dl_code, dl_bits, cls) case KILN_##E: return name;
+    KILN_DTYPES(KILN_BACKEND_DTYPE_NAME_)
+#undef KILN_BACKEND_DTYPE_NAME_
   default: return "?";
   }
 }
 
-/* Bytes per element of the dtypes kernels see. */
+/* Bytes per element of the dtypes kernels see (0 for an unknown value). */
 static inline size_t kiln_backend_dtype_size(kiln_dtype_t dtype) {
-  return (dtype == KILN_F16 || dtype == KILN_BF16) ? 2u : 4u;
+  switch (dtype) {
+#define KILN_BACKEND_DTYPE_SIZE_(E, name, long_name, size, dl_code, dl_bits, cls) case KILN_##E: return size;
+    KILN_DTYPES(KILN_BACKEND_DTYPE_SIZE_)
+#undef KILN_BACKEND_DTYPE_SIZE_
+  default: return 0;
+  }
 }
 
 static inline int64_t kiln_backend_view_numel(const kiln_view_t *view) {

@@ -429,11 +429,33 @@ static kiln_status_t op_run(kiln_queue_t *queue, kiln_op_t *op, kiln_tensor_t *o
   return KILN_OK;
 }
 
+/* A device gets no op with an operand or result of a dtype it has no
+ * kernels for (its backend's dtype_support; by default f32 and i32 only). */
+static kiln_status_t device_serves(const char *call, kiln_device_t *device, const kiln_op_t *op, kiln_dtype_t dtype,
+                                   const kiln_tensor_t *const *inputs) {
+  kiln_dtype_t bad = dtype;
+  bool ok = kiln__device_dtype_support(device, dtype) != KILN_DTYPE_UNSUPPORTED;
+  /* Without inputs (creation, empty results) op's inputs are not read. */
+  for (int i = 0; ok && inputs && i < op->n_in; i++) {
+    bad = op->in[i].dtype;
+    ok = kiln__device_dtype_support(device, bad) != KILN_DTYPE_UNSUPPORTED;
+  }
+  if (ok) return KILN_OK;
+  return kiln__set_error(KILN_UNSUPPORTED,
+                         "%s: %s has no kernels for %s yet (%s of %s); only storage of %s works there (create, read, "
+                         "copy between devices): compute on cpu:0 (kiln_tensor_to) or cast to f32 or i32 where the "
+                         "data is; devinfo shows what each device serves",
+                         call, device->display_name, kiln_dtype_name(bad), kiln__op_kind_name(op->kind),
+                         kiln_dtype_name(bad), kiln_dtype_name(bad));
+}
+
 kiln_status_t kiln__op_enqueue(const char *call, kiln_device_t *device, kiln_op_t *op, kiln_dtype_t dtype, int ndim,
                                const int64_t *shape, const kiln_tensor_t *const *inputs, kiln_tensor_t **out) {
+  kiln_status_t status = device_serves(call, device, op, dtype, inputs);
+  if (status != KILN_OK) return status;
   kiln_queue_t *queue = kiln_device_current_queue(device);
   kiln_tensor_t *t = NULL;
-  kiln_status_t status = kiln__tensor_alloc(device, queue, dtype, ndim, shape, &t);
+  status = kiln__tensor_alloc(device, queue, dtype, ndim, shape, &t);
   if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
   if (kiln_tensor_numel(t) > 0) {
     status = op_run(queue, op, t, inputs);

@@ -1,4 +1,5 @@
 /* runtime/dlpack.c: DLPack export and import of kiln tensors (0.x DLManagedTensor and 1.x DLManagedTensorVersioned), without copies. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,9 +56,6 @@ kiln_status_t kiln_device_dlpack(const kiln_device_t *device, DLDevice *out_devi
 /* Fill the DLTensor of an export of `tensor` (retained into e). */
 static kiln_status_t export_fill(const char *call, kiln_tensor_t *tensor, export_t *e, DLTensor *t) {
   kiln_device_t *device = tensor->buffer->device;
-  if (tensor->dtype != KILN_F32 && tensor->dtype != KILN_I32)
-    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: dtype %s cannot be exported yet; cast to f32 or i32 first", call,
-                           kiln_dtype_name(tensor->dtype));
   kiln_status_t status = dlpack_device_of(call, device, &t->device);
   if (status != KILN_OK) return status;
   if (!device->iface->buffer_handle)
@@ -68,8 +66,11 @@ static kiln_status_t export_fill(const char *call, kiln_tensor_t *tensor, export
   if (status != KILN_OK) return kiln__wrap_error(status, "%s: finishing the work on the tensor", call);
   t->data = device->iface->buffer_handle(device->ctx, tensor->buffer->impl);
   t->ndim = tensor->ndim;
-  t->dtype.code = tensor->dtype == KILN_F32 ? kDLFloat : kDLInt;
-  t->dtype.bits = 32;
+  /* (code, bits) from the dtype list (include/kiln/tensor.h). */
+  uint8_t code = 0, bits = 0;
+  kiln__dtype_to_dlpack(tensor->dtype, &code, &bits);
+  t->dtype.code = code;
+  t->dtype.bits = bits;
   t->dtype.lanes = 1;
   for (int i = 0; i < tensor->ndim; i++) {
     e->shape[i] = tensor->shape[i];
@@ -142,6 +143,36 @@ static kiln_status_t find_device(const char *call, DLDevice want, kiln_device_t 
                          call, (int)want.device_type, (int)want.device_id);
 }
 
+/* A DLPack (code, bits, lanes) in words, as frameworks name them: "complex64",
+ * "uint16", "float8_e4m3fn", "vectors of 4 lanes of float32". Returns buf. */
+static const char *dlpack_type_words(DLDataType type, char *buf, size_t size) {
+  /* The codes after kDLBfloat (4), from DLPack 1.1's dlpack.h. */
+  static const char *const float8_names[] = {
+      [7] = "float8_e3m4",      [8] = "float8_e4m3",        [9] = "float8_e4m3b11fnuz", [10] = "float8_e4m3fn",
+      [11] = "float8_e4m3fnuz", [12] = "float8_e5m2",       [13] = "float8_e5m2fnuz",   [14] = "float8_e8m0fnu",
+      [15] = "float6_e2m3fn",   [16] = "float6_e3m2fn",     [17] = "float4_e2m1fn",
+  };
+  char base[64];
+  const unsigned code = type.code, bits = type.bits;
+  switch (code) {
+  case 0: snprintf(base, sizeof base, "int%u", bits); break;
+  case 1: snprintf(base, sizeof base, "uint%u", bits); break;
+  case 2: snprintf(base, sizeof base, "float%u", bits); break;
+  case 3: snprintf(base, sizeof base, "an opaque handle of %u bits", bits); break;
+  case 4: snprintf(base, sizeof base, "bfloat%u", bits); break;
+  case 5: snprintf(base, sizeof base, "complex%u", bits); break;
+  case 6: snprintf(base, sizeof base, bits == 8 ? "bool" : "bool of %u bits", bits); break;
+  default:
+    if (code < sizeof float8_names / sizeof float8_names[0] && float8_names[code])
+      snprintf(base, sizeof base, "%s", float8_names[code]);
+    else
+      snprintf(base, sizeof base, "a type DLPack does not name (code %u, %u bits)", code, bits);
+  }
+  if (type.lanes != 1) snprintf(buf, size, "vectors of %u lanes of %s", (unsigned)type.lanes, base);
+  else snprintf(buf, size, "%s", base);
+  return buf;
+}
+
 typedef struct import_t {
   void (*release)(void *managed);
   void *managed;
@@ -165,17 +196,20 @@ static kiln_status_t import_tensor(const char *call, const DLTensor *t, void (*r
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: ndim %d is outside [0, %d]", call, t->ndim, KILN_MAX_DIMS);
   if (t->ndim > 0 && !t->shape) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: shape is NULL for ndim %d", call, t->ndim);
   kiln_dtype_t dtype;
-  if (t->dtype.code == kDLFloat && t->dtype.bits == 32 && t->dtype.lanes == 1) dtype = KILN_F32;
-  else if (t->dtype.code == kDLInt && t->dtype.bits == 32 && t->dtype.lanes == 1) dtype = KILN_I32;
-  else
+  if (t->dtype.lanes != 1 || !kiln__dtype_from_dlpack(t->dtype.code, t->dtype.bits, &dtype)) {
+    char words[96];
     return kiln__set_error(KILN_DTYPE_MISMATCH,
-                           "%s: DLPack dtype (code %u, %u bits, %u lanes) is not one kiln has; kiln takes float32 "
-                           "(code 2, 32 bits) and int32 (code 0, 32 bits), one lane: convert before exchanging",
-                           call, t->dtype.code, t->dtype.bits, t->dtype.lanes);
-  if (t->byte_offset % 4 != 0)
+                           "%s: the DLPack tensor holds %s, which kiln does not have; kiln exchanges bool, int8, "
+                           "uint8, int16, int32, int64, float16, bfloat16, float32 and float64: convert it to one of "
+                           "those before exchanging",
+                           call, dlpack_type_words(t->dtype, words, sizeof words));
+  }
+  const uint64_t item = kiln_dtype_size(dtype);
+  if (t->byte_offset % item != 0)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
-                           "%s: byte_offset %llu is not a whole number of 4-byte elements; kiln cannot view it",
-                           call, (unsigned long long)t->byte_offset);
+                           "%s: byte_offset %llu is not a whole number of %llu-byte %s elements; kiln cannot view it",
+                           call, (unsigned long long)t->byte_offset, (unsigned long long)item,
+                           kiln_dtype_long_name(dtype));
   int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
   int64_t numel = 1, span = 1; /* elements the view reaches, from its first */
   for (int i = 0; i < t->ndim; i++) shape[i] = t->shape[i];
@@ -204,15 +238,15 @@ static kiln_status_t import_tensor(const char *call, const DLTensor *t, void (*r
                            "%s: byte_offset %llu lies beyond any address (kiln views at most 2^57 bytes); pass the "
                            "offset of the first element from data",
                            call, (unsigned long long)t->byte_offset);
-  if (span == INT64_MAX || (uint64_t)span > (limit - t->byte_offset) / 4)
+  if (span == INT64_MAX || (uint64_t)span > (limit - t->byte_offset) / item)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "%s: the shape and strides reach %s%lld elements past byte_offset %llu, more than 2^57 bytes "
                            "in all; kiln cannot view it (check the strides, which count elements, not bytes)",
                            call, span == INT64_MAX ? "more than " : "", (long long)span,
                            (unsigned long long)t->byte_offset);
-  const uint64_t first = t->byte_offset / 4;
+  const uint64_t first = t->byte_offset / item;
   /* The view's bytes, from data: an address must not wrap past the top of memory. */
-  const uint64_t extent = (first + (uint64_t)span) * 4;
+  const uint64_t extent = (first + (uint64_t)span) * item;
   if ((uint64_t)(size_t)extent != extent)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: the view's %llu bytes are more than this machine's size_t holds",
                            call, (unsigned long long)extent);

@@ -473,7 +473,14 @@ kiln_status_t kiln__op_need_out(const char *call, kiln_tensor_t **out);
 /* a and b on one device (KILN_DEVICE_MISMATCH naming both and the fix). */
 kiln_status_t kiln__op_same_device(const char *call, const char *na, const kiln_tensor_t *a, const char *nb,
                                    const kiln_tensor_t *b);
-/* t is f32 (or i32 when i32_ok); KILN_DTYPE_MISMATCH naming `what` otherwise. */
+/* DLPack's (code, bits) of a dtype and back, from the dtype list. */
+bool kiln__dtype_to_dlpack(kiln_dtype_t dtype, uint8_t *out_code, uint8_t *out_bits);
+bool kiln__dtype_from_dlpack(uint8_t code, uint8_t bits, kiln_dtype_t *out_dtype);
+/* kiln_device_dtype_support without the start-up check (device known). */
+kiln_dtype_support_t kiln__device_dtype_support(const kiln_device_t *device, kiln_dtype_t dtype);
+
+/* t is f32 (or i32 when i32_ok); KILN_DTYPE_MISMATCH naming `what`, t's dtype
+ * and the cast that makes it valid otherwise. */
 kiln_status_t kiln__op_need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
                                   bool i32_ok);
 /* A contiguous version of t: itself (retained) when it is. */

@@ -78,8 +78,18 @@ kiln_status_t kiln__op_same_device(const char *call, const char *na, const kiln_
 kiln_status_t kiln__op_need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
                                      bool i32_ok) {
   if (t->dtype == KILN_F32 || (i32_ok && t->dtype == KILN_I32)) return KILN_OK;
-  return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: %s does not support dtype %s (%s); use %s", call, what,
-                         kiln_dtype_name(t->dtype), name, i32_ok ? "f32 or i32" : "f32");
+  /* The cast that makes it valid: integers (and bool) to i32 where the op
+   * has an i32 kernel, everything else to f32. */
+  const bool to_i32 = i32_ok && kiln_dtype_class(t->dtype) != KILN_DTYPE_CLASS_FLOAT;
+  /* The example names the operand when there is one ("a"), a placeholder
+   * when the check covers several ("a and b"). */
+  const char *operand = strchr(name, ' ') ? "x" : name;
+  return kiln__set_error(KILN_DTYPE_MISMATCH,
+                         "%s: %s does not support dtype %s (%s); use %s: %s of %s has no kernel yet, cast to %s first "
+                         "(kiln_tensor_cast(%s, %s, &%s2))",
+                         call, what, kiln_dtype_name(t->dtype), name, i32_ok ? "f32 or i32" : "f32", what,
+                         kiln_dtype_name(t->dtype), to_i32 ? "i32" : "f32", operand, to_i32 ? "KILN_I32" : "KILN_F32",
+                         operand);
 }
 
 /* A contiguous version of t (itself retained when it already is). */
@@ -158,6 +168,36 @@ static kiln_status_t broadcast_shape(const char *call, int count, const char *co
 }
 
 static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_tensor_t *a, const kiln_tensor_t *b,
+                            kiln_tensor_t **out);
+
+/* Operands of two dtypes: both converted to kiln_result_dtype (the one
+ * promotion table) by kiln_tensor_cast, then the op of one dtype. The op's
+ * dtype is checked first, so nothing is enqueued for an op that cannot run. */
+static kiln_status_t binary_promoted(const char *call, kiln_binary_op_t bop, const kiln_tensor_t *a,
+                                     const kiln_tensor_t *b, kiln_tensor_t **out) {
+  kiln_dtype_t dtype;
+  kiln_status_t status = kiln_result_dtype(a->dtype, b->dtype, &dtype);
+  if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
+  if (dtype != KILN_F32 && !(binary_i32[bop] && dtype == KILN_I32)) {
+    const bool to_i32 = binary_i32[bop] && kiln_dtype_class(dtype) != KILN_DTYPE_CLASS_FLOAT;
+    return kiln__set_error(KILN_DTYPE_MISMATCH,
+                           "%s: %s does not support dtype %s: %s of %s and %s promotes to %s, which has no kernel "
+                           "yet; cast both to %s first (kiln_tensor_cast)",
+                           call, binary_names[bop], kiln_dtype_name(dtype), binary_names[bop], kiln_dtype_name(a->dtype),
+                           kiln_dtype_name(b->dtype), kiln_dtype_name(dtype), to_i32 ? "i32" : "f32");
+  }
+  kiln_tensor_t *ca = NULL, *cb = NULL;
+  if (a->dtype != dtype) status = kiln_tensor_cast(a, dtype, &ca);
+  if (status == KILN_OK && b->dtype != dtype) status = kiln_tensor_cast(b, dtype, &cb);
+  if (status == KILN_OK) status = binary(call, bop, ca ? ca : a, cb ? cb : b, out);
+  else status = kiln__wrap_error(status, "%s: promoting %s and %s to %s", call, kiln_dtype_name(a->dtype),
+                                 kiln_dtype_name(b->dtype), kiln_dtype_name(dtype));
+  kiln_tensor_release(ca);
+  kiln_tensor_release(cb);
+  return status;
+}
+
+static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_tensor_t *a, const kiln_tensor_t *b,
                                  kiln_tensor_t **out) {
   kiln_status_t status = kiln__op_need(call, "a", a);
   if (status == KILN_OK) status = kiln__op_need(call, "b", b);
@@ -169,16 +209,14 @@ static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_t
                            (int)bop);
   status = kiln__op_same_device(call, "a", a, "b", b);
   if (status != KILN_OK) return status;
-  if (a->dtype != b->dtype)
-    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: a is %s but b is %s; convert one so both have one dtype", call,
-                           kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
-  status = kiln__op_need_dtype(call, binary_names[bop], "a and b", a, binary_i32[bop]);
-  if (status != KILN_OK) return status;
   const char *const names[2] = {"a", "b"};
   const kiln_tensor_t *const inputs[2] = {a, b};
   int ndim = 0;
   int64_t shape[KILN_MAX_DIMS];
   status = broadcast_shape(call, 2, names, inputs, &ndim, shape);
+  if (status != KILN_OK) return status;
+  if (a->dtype != b->dtype) return binary_promoted(call, bop, a, b, out);
+  status = kiln__op_need_dtype(call, binary_names[bop], "a and b", a, binary_i32[bop]);
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_BINARY;
@@ -227,6 +265,8 @@ kiln_status_t kiln_tensor_where(const kiln_tensor_t *cond, const kiln_tensor_t *
   if (a->dtype != b->dtype)
     return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: a is %s but b is %s; convert one so both have one dtype", call,
                            kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
+  status = kiln__op_need_dtype(call, "where", "a and b", a, true);
+  if (status != KILN_OK) return status;
   const char *const names[3] = {"cond", "a", "b"};
   const kiln_tensor_t *const inputs[3] = {cond, a, b};
   int ndim = 0;
@@ -279,15 +319,9 @@ kiln_status_t kiln_tensor_cast(const kiln_tensor_t *a, kiln_dtype_t dtype, kiln_
   kiln_status_t status = kiln__op_need(call, "a", a);
   if (status == KILN_OK) status = kiln__op_need_out(call, out);
   if (status != KILN_OK) return status;
-  if (dtype != KILN_F32 && dtype != KILN_I32) {
-    if (kiln_dtype_size(dtype) == 0)
-      return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: dtype %d is not a kiln_dtype_t; use KILN_F32 or KILN_I32",
-                             call, (int)dtype);
-    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: casting to %s is not supported yet; use KILN_F32 or KILN_I32",
-                           call, kiln_dtype_name(dtype));
-  }
-  status = kiln__op_need_dtype(call, "cast", "a", a, true);
-  if (status != KILN_OK) return status;
+  if (kiln_dtype_size(dtype) == 0)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: dtype %d is not a kiln_dtype_t; use KILN_F32 ... KILN_BOOL", call,
+                           (int)dtype);
   kiln_op_t op;
   op.kind = a->dtype == dtype ? KILN_OP_COPY : KILN_OP_CAST;
   op.n_in = 1;

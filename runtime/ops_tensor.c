@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/dtype_convert.h"
 #include "runtime/internal.h"
 
 /* Enqueue a creation op (FILL, ARANGE, RANDOM) into a fresh tensor. */
@@ -23,13 +24,9 @@ static kiln_status_t create_check(const char *call, kiln_device_t *device, kiln_
                            "kiln_device_get",
                            call);
   if (!out) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kiln_tensor_t *", call);
-  if (dtype != KILN_F32 && dtype != KILN_I32) {
-    if (kiln_dtype_size(dtype) == 0)
-      return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: dtype %d is not a kiln_dtype_t; use KILN_F32 or KILN_I32",
-                             call, (int)dtype);
-    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: dtype %s is not supported yet; use KILN_F32 or KILN_I32", call,
-                           kiln_dtype_name(dtype));
-  }
+  if (kiln_dtype_size(dtype) == 0)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: dtype %d is not a kiln_dtype_t; use KILN_F32 ... KILN_BOOL", call,
+                           (int)dtype);
   return kiln__shape_check(call, ndim, shape, dtype, NULL, NULL);
 }
 
@@ -74,6 +71,9 @@ kiln_status_t kiln_tensor_arange(kiln_device_t *device, kiln_dtype_t dtype, doub
   static const char call[] = "kiln_tensor_arange";
   kiln_status_t status = create_check(call, device, dtype, 0, NULL, out);
   if (status != KILN_OK) return status;
+  if (dtype == KILN_BOOL)
+    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: arange of bool is not a range; use a numeric dtype (u8, i32, f32, ...) "
+                           "and kiln_tensor_cast the result to bool if needed", call);
   if (!isfinite(start) || !isfinite(stop) || !isfinite(step) || step == 0.0)
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "%s(start %g, stop %g, step %g): start, stop and step must be finite and step non-zero",
@@ -200,13 +200,23 @@ kiln_status_t kiln_tensor_item(const kiln_tensor_t *tensor, double *out_value) {
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "%s: the tensor has %lld elements, not one; read it with kiln_tensor_read instead", call,
                            (long long)numel);
-  if (tensor->dtype != KILN_F32 && tensor->dtype != KILN_I32)
-    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: dtype %s is not supported; use f32 or i32", call,
-                           kiln_dtype_name(tensor->dtype));
-  union { float f; int32_t i; } value;
+  union { uint8_t bytes[8]; kiln_f32 f32; kiln_i32 i32; kiln_u16 u16; kiln_f64 f64; kiln_i64 i64; kiln_i8 i8; kiln_u8 u8; kiln_i16 i16; } value;
   status = kiln_tensor_read(tensor, &value, sizeof value);
   if (status != KILN_OK) return status;
-  *out_value = tensor->dtype == KILN_F32 ? (double)value.f : (double)value.i;
+  switch (tensor->dtype) {
+  case KILN_F32: *out_value = (double)value.f32; break;
+  case KILN_I32: *out_value = (double)value.i32; break;
+  case KILN_F16: *out_value = kiln_dc_load_f16(value.u16); break;
+  case KILN_BF16: *out_value = kiln_dc_load_bf16(value.u16); break;
+  case KILN_F64: *out_value = value.f64; break;
+  case KILN_I64: *out_value = (double)value.i64; break;
+  case KILN_I8: *out_value = (double)value.i8; break;
+  case KILN_U8: *out_value = (double)value.u8; break;
+  case KILN_I16: *out_value = (double)value.i16; break;
+  case KILN_BOOL: *out_value = value.u8 != 0; break;
+  default: *out_value = 0.0; break;
+  }
+  _Static_assert(KILN_DTYPE_COUNT_ == 10, "kiln_tensor_item reads every dtype");
   return KILN_OK;
 }
 

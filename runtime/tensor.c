@@ -5,26 +5,6 @@
 
 #include "runtime/internal.h"
 
-const char *kiln_dtype_name(kiln_dtype_t dtype) {
-  switch (dtype) {
-    case KILN_F32: return "f32";
-    case KILN_I32: return "i32";
-    case KILN_F16: return "f16";
-    case KILN_BF16: return "bf16";
-  }
-  return "?";
-}
-
-size_t kiln_dtype_size(kiln_dtype_t dtype) {
-  switch (dtype) {
-    case KILN_F32:
-    case KILN_I32: return 4;
-    case KILN_F16:
-    case KILN_BF16: return 2;
-  }
-  return 0;
-}
-
 /* ---- the object --------------------------------------------------------------- */
 
 /* Tensor structs are recycled per thread: an operation's result must not

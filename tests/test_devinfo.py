@@ -59,8 +59,13 @@ DEVICE_KEYS = {
     "index": int, "selector": str, "backend": str, "type": str, "name": str, "vendor": str,
     "memory_bytes": int, "memory_free_bytes": int, "memory_free_is_estimate": bool,
     "compute_units": int, "uuid": str, "pci_bus_id": str, "driver_version": str,
-    "compute_capability": str, "is_default": bool, "properties": dict, "providers": dict,
+    "compute_capability": str, "is_default": bool, "properties": dict, "providers": dict, "dtypes": dict,
 }
+
+# Every dtype, in kiln_dtype_t order, and how the CPU backend serves each.
+DTYPES = ["f32", "i32", "f16", "bf16", "f64", "i64", "i8", "u8", "i16", "bool"]
+CPU_DTYPES = {"f32": "native", "i32": "native", "f16": "emulated", "bf16": "emulated", "f64": "native",
+              "i64": "native", "i8": "native", "u8": "native", "i16": "native", "bool": "native"}
 
 
 def check_types(obj, keys, where):
@@ -158,6 +163,14 @@ def test_json(d):
             providers = dev.get("providers", {}).get(op)
             expect(isinstance(providers, str) and providers.split(",")[0] == "native",
                    f"devices[{i}] providers for {op} are {providers!r}; 'native' must come first")
+        dtypes = dev.get("dtypes", {})
+        expect(list(dtypes) == DTYPES, f"devices[{i}] dtypes are {list(dtypes)}, expected {DTYPES}")
+        expect(all(v in ("native", "emulated", "unsupported") for v in dtypes.values()),
+               f"devices[{i}] dtypes hold an unknown support: {dtypes}")
+        expect(dtypes.get("f32") == "native" and dtypes.get("i32") == "native",
+               f"devices[{i}] does not serve f32 and i32 natively: {dtypes}")
+        if dev.get("backend") == "cpu":
+            expect(dtypes == CPU_DTYPES, f"{dev.get('selector')} dtypes are {dtypes}, expected {CPU_DTYPES}")
     default = doc.get("default")
     defaults = [i for i, dev in enumerate(devices) if dev.get("is_default")]
     expect(isinstance(default, int) and not isinstance(default, bool),
@@ -214,9 +227,11 @@ def test_verbose(d, doc):
     headers = [line for line in out.splitlines() if line.startswith("device ")]
     expect(len(headers) == count, f"devinfo -v has {len(headers)} device headers, expected {count}")
     for key in ("selector:", "backend:", "memory:", "memory_free:", "compute_units:", "compute_capability:",
-                "fp16:", "fp64:", "providers.matmul:", "providers.add:"):
+                "fp16:", "fp64:", "dtypes: f32 native, i32 native,", "providers.matmul:", "providers.add:"):
         expect(out.count("  " + key) == count, f"devinfo -v shows '{key}' {out.count('  ' + key)} times, "
                f"expected {count}:\n{out}")
+    cpu_line = "  dtypes: " + ", ".join(f"{k} {v}" for k, v in CPU_DTYPES.items())
+    expect(cpu_line in out.splitlines(), f"devinfo -v lacks the cpu's line '{cpu_line}':\n{out}")
     if doc:
         for dev in doc.get("devices", []):
             if dev.get("memory_free_is_estimate"):

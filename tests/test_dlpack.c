@@ -1,6 +1,7 @@
 /* tests/test_dlpack.c: DLPack export and import: fields, zero copies in both directions, ownership and deleters, refusals. */
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -219,8 +220,10 @@ START_TEST(test_import_refusals) {
   o->managed.dl_tensor.device.device_type = kDLVulkan;
   KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_NOT_FOUND, "device type 7, id 0");
   o->managed.dl_tensor.device.device_type = kDLCPU;
+  o->managed.dl_tensor.dtype.code = 5;
   o->managed.dl_tensor.dtype.bits = 64;
-  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_DTYPE_MISMATCH, "(code 2, 64 bits, 1 lanes)");
+  KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_DTYPE_MISMATCH, "holds complex64, which kiln does not have");
+  o->managed.dl_tensor.dtype.code = kDLFloat;
   o->managed.dl_tensor.dtype.bits = 32;
   o->strides[0] = -2;
   o->strides[1] = 1;
@@ -251,6 +254,181 @@ START_TEST(test_import_refusals) {
   kiln_tensor_release(ones);
   kiln_tensor_release(t);
   ck_assert_int_eq(atomic_load(&kt_deleted), 1);
+  kiln_deinitialize();
+}
+END_TEST
+
+/* ---- every dtype ------------------------------------------------------------------ */
+
+/* Eight valid elements of `dtype` (bool: 0 and 1 only), distinct bytes. */
+static void kt_pattern(kiln_dtype_t dtype, unsigned char *out, size_t bytes) {
+  for (size_t i = 0; i < bytes; i++) out[i] = (unsigned char)(0x11 * (i % 15) + 3 + i / 15);
+  if (dtype == KILN_BOOL)
+    for (size_t i = 0; i < bytes; i++) out[i] = (unsigned char)(i % 3 == 1);
+  if (dtype == KILN_F16 || dtype == KILN_BF16 || dtype == KILN_F32 || dtype == KILN_F64) {
+    /* Keep every element finite and not NaN: clear the top exponent bit. */
+    size_t size = kiln_dtype_size(dtype);
+    for (size_t i = size - 1; i < bytes; i += size) out[i] &= 0x3f;
+  }
+}
+
+/* The (code, bits) DLPack gives each dtype. */
+static const struct {
+  kiln_dtype_t dtype;
+  uint8_t code, bits;
+} kt_dl_codes[] = {
+    {KILN_BOOL, 6, 8},  {KILN_I8, kDLInt, 8},     {KILN_U8, kDLUInt, 8},     {KILN_I16, kDLInt, 16},
+    {KILN_I32, kDLInt, 32}, {KILN_I64, kDLInt, 64}, {KILN_F16, kDLFloat, 16}, {KILN_BF16, kDLBfloat, 16},
+    {KILN_F32, kDLFloat, 32}, {KILN_F64, kDLFloat, 64},
+};
+
+/* Export of every dtype carries its (code, bits) and points at the tensor's
+ * own bytes; importing either form gives the dtype back over those bytes. */
+START_TEST(test_every_dtype_round_trip) {
+  kiln_device_t *cpu = kt_cpu();
+  ck_assert_int_eq(sizeof kt_dl_codes / sizeof kt_dl_codes[0], KILN_DTYPE_COUNT_);
+  for (size_t k = 0; k < sizeof kt_dl_codes / sizeof kt_dl_codes[0]; k++) {
+    const kiln_dtype_t dtype = kt_dl_codes[k].dtype;
+    const size_t size = kiln_dtype_size(dtype);
+    unsigned char host[64], back[64];
+    kt_pattern(dtype, host, 6 * size);
+    kiln_tensor_t *a = NULL, *b = NULL, *c = NULL;
+    KT_OK(kiln_tensor_from_host(cpu, dtype, 2, (const int64_t[]){2, 3}, host, &a));
+    DLManagedTensor *m = NULL;
+    KT_OK(kiln_tensor_to_dlpack(a, &m));
+    ck_assert_int_eq(m->dl_tensor.dtype.code, kt_dl_codes[k].code);
+    ck_assert_int_eq(m->dl_tensor.dtype.bits, kt_dl_codes[k].bits);
+    ck_assert_int_eq(m->dl_tensor.dtype.lanes, 1);
+    ck_assert_int_eq(m->dl_tensor.strides[0], 3);
+    unsigned char *raw = (unsigned char *)m->dl_tensor.data + m->dl_tensor.byte_offset;
+    ck_assert_mem_eq(raw, host, 6 * size);
+    KT_OK(kiln_tensor_from_dlpack(m, &b));
+    ck_assert_int_eq(kiln_tensor_dtype(b), dtype);
+    ck_assert_int_eq(kiln_tensor_ndim(b), 2);
+    ck_assert_int_eq(kiln_tensor_shape(b)[1], 3);
+    memset(back, 0, sizeof back);
+    KT_OK(kiln_tensor_read(b, back, 6 * size));
+    ck_assert_mem_eq(back, host, 6 * size);
+    /* One memory: a write to the exported bytes shows in both tensors. */
+    memcpy(raw, host + 5 * size, size);
+    KT_OK(kiln_tensor_read(a, back, 6 * size));
+    ck_assert_mem_eq(back, host + 5 * size, size);
+    KT_OK(kiln_tensor_read(b, back, 6 * size));
+    ck_assert_mem_eq(back, host + 5 * size, size);
+    /* The versioned form too, of a strided view (a transpose): strides travel. */
+    kiln_tensor_t *tr = NULL;
+    KT_OK(kiln_tensor_transpose(a, 0, 1, &tr));
+    DLManagedTensorVersioned *v = NULL;
+    KT_OK(kiln_tensor_to_dlpack_versioned(tr, &v));
+    ck_assert_int_eq(v->dl_tensor.dtype.code, kt_dl_codes[k].code);
+    ck_assert_int_eq(v->dl_tensor.strides[0], 1);
+    ck_assert_int_eq(v->dl_tensor.strides[1], 3);
+    KT_OK(kiln_tensor_from_dlpack_versioned(v, &c));
+    ck_assert_int_eq(kiln_tensor_dtype(c), dtype);
+    ck_assert_int_eq(kiln_tensor_strides(c)[0], 1);
+    ck_assert_int_eq(kiln_tensor_strides(c)[1], 3);
+    kiln_tensor_release(c);
+    kiln_tensor_release(tr);
+    kiln_tensor_release(b);
+    kiln_tensor_release(a);
+  }
+  kiln_deinitialize();
+}
+END_TEST
+
+typedef struct kt_bytes_t {
+  DLManagedTensor managed;
+  unsigned char data[64];
+  int64_t shape[1];
+} kt_bytes_t;
+
+static void kt_bytes_deleter(DLManagedTensor *self) {
+  atomic_fetch_add(&kt_deleted, 1);
+  free(self->manager_ctx);
+}
+
+/* A producer's memory of every dtype is viewed, not copied: a write to it
+ * shows in the kiln tensor. byte_offset counts whole elements of the dtype. */
+START_TEST(test_every_dtype_import_zero_copy) {
+  kt_cpu();
+  atomic_store(&kt_deleted, 0);
+  for (size_t k = 0; k < sizeof kt_dl_codes / sizeof kt_dl_codes[0]; k++) {
+    const kiln_dtype_t dtype = kt_dl_codes[k].dtype;
+    const size_t size = kiln_dtype_size(dtype);
+    kt_bytes_t *o = calloc(1, sizeof *o);
+    ck_assert_ptr_nonnull(o);
+    kt_pattern(dtype, o->data, 8 * size);
+    o->shape[0] = 4;
+    DLTensor *t = &o->managed.dl_tensor;
+    t->data = o->data;
+    t->device.device_type = kDLCPU;
+    t->ndim = 1;
+    t->dtype.code = kt_dl_codes[k].code;
+    t->dtype.bits = kt_dl_codes[k].bits;
+    t->dtype.lanes = 1;
+    t->shape = o->shape;
+    o->managed.manager_ctx = o;
+    o->managed.deleter = kt_bytes_deleter;
+    kiln_tensor_t *view = NULL;
+    if (size > 1) {
+      t->byte_offset = 1;
+      KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &view), KILN_INVALID_ARGUMENT, "byte_offset 1 is not a whole number");
+    }
+    t->byte_offset = 2 * size; /* elements 2..5 */
+    KT_OK(kiln_tensor_from_dlpack(&o->managed, &view));
+    ck_assert_int_eq(kiln_tensor_dtype(view), dtype);
+    unsigned char back[32];
+    KT_OK(kiln_tensor_read(view, back, 4 * size));
+    ck_assert_mem_eq(back, o->data + 2 * size, 4 * size);
+    memcpy(o->data + 2 * size, o->data + 5 * size, size); /* the producer writes element 2 */
+    KT_OK(kiln_tensor_read(view, back, 4 * size));
+    ck_assert_mem_eq(back, o->data + 5 * size, size);
+    kiln_tensor_release(view);
+    ck_assert_int_eq(atomic_load(&kt_deleted), (int)k + 1);
+  }
+  kiln_deinitialize();
+}
+END_TEST
+
+/* Types kiln lacks are refused in words, not codes, and the tensor stays
+ * with the caller. */
+START_TEST(test_import_refuses_missing_types_in_words) {
+  kt_cpu();
+  atomic_store(&kt_deleted, 0);
+  static const struct {
+    uint8_t code, bits;
+    uint16_t lanes;
+    const char *words;
+  } cases[] = {
+      {5, 64, 1, "holds complex64, which"},
+      {5, 128, 1, "holds complex128, which"},
+      {kDLUInt, 16, 1, "holds uint16, which"},
+      {kDLUInt, 32, 1, "holds uint32, which"},
+      {kDLUInt, 64, 1, "holds uint64, which"},
+      {kDLInt, 4, 1, "holds int4, which"},
+      {kDLFloat, 8, 1, "holds float8, which"},
+      {kDLBfloat, 32, 1, "holds bfloat32, which"},
+      {10, 8, 1, "holds float8_e4m3fn, which"},
+      {12, 8, 1, "holds float8_e5m2, which"},
+      {17, 4, 1, "holds float4_e2m1fn, which"},
+      {6, 16, 1, "holds bool of 16 bits, which"},
+      {3, 64, 1, "holds an opaque handle of 64 bits, which"},
+      {kDLFloat, 32, 4, "holds vectors of 4 lanes of float32, which"},
+      {200, 8, 1, "holds a type DLPack does not name (code 200, 8 bits), which"},
+  };
+  kt_owned_t *o = kt_owned(2, 2);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    kiln_tensor_t *t = NULL;
+    o->managed.dl_tensor.dtype.code = cases[i].code;
+    o->managed.dl_tensor.dtype.bits = cases[i].bits;
+    o->managed.dl_tensor.dtype.lanes = cases[i].lanes;
+    KT_FAILS(kiln_tensor_from_dlpack(&o->managed, &t), KILN_DTYPE_MISMATCH, cases[i].words);
+    ck_assert_ptr_nonnull(strstr(kiln_last_error(), "kiln exchanges bool, int8, uint8, int16, int32, int64, float16, "
+                                                    "bfloat16, float32 and float64"));
+    ck_assert_ptr_null(t);
+  }
+  ck_assert_int_eq(atomic_load(&kt_deleted), 0);
+  o->managed.deleter(&o->managed);
   kiln_deinitialize();
 }
 END_TEST
@@ -432,6 +610,26 @@ START_TEST(test_opencl_round_trip) {
   kiln_tensor_release(b);
   kiln_tensor_release(a);
   kiln_tensor_release(ones);
+  /* Storage of a dtype the device does not compute in travels too; an op on
+   * it is still refused, naming the device and the dtype. */
+  const uint16_t halves[3] = {0x3c00, 0xc000, 0x7bff}; /* 1, -2, 65504 */
+  KT_OK(kiln_tensor_from_host(cl, KILN_F16, 1, (const int64_t[]){3}, halves, &a));
+  KT_OK(kiln_tensor_to_dlpack(a, &m));
+  ck_assert_int_eq(m->dl_tensor.dtype.code, kDLFloat);
+  ck_assert_int_eq(m->dl_tensor.dtype.bits, 16);
+  ck_assert_int_eq(m->dl_tensor.device.device_type, kDLOpenCL);
+  KT_OK(kiln_tensor_from_dlpack(m, &b));
+  ck_assert_int_eq(kiln_tensor_dtype(b), KILN_F16);
+  uint16_t back[3] = {0};
+  KT_OK(kiln_tensor_read(b, back, sizeof back));
+  ck_assert_mem_eq(back, halves, sizeof back);
+  if (kiln_device_dtype_support(cl, KILN_F16) == KILN_DTYPE_UNSUPPORTED) {
+    kiln_tensor_t *wide = NULL;
+    KT_FAILS(kiln_tensor_cast(b, KILN_F32, &wide), KILN_UNSUPPORTED, "f16");
+    ck_assert_ptr_null(wide);
+  }
+  kiln_tensor_release(b);
+  kiln_tensor_release(a);
   kiln_deinitialize();
 }
 END_TEST
@@ -446,6 +644,9 @@ int main(void) {
   tcase_add_test(tc, test_import_zero_copy_and_ownership);
   tcase_add_test(tc, test_round_trip_shares_memory);
   tcase_add_test(tc, test_import_refusals);
+  tcase_add_test(tc, test_every_dtype_round_trip);
+  tcase_add_test(tc, test_every_dtype_import_zero_copy);
+  tcase_add_test(tc, test_import_refuses_missing_types_in_words);
   tcase_add_test(tc, test_read_only_import_every_writer_refuses);
   tcase_add_test(tc, test_import_refuses_unaddressable_extents);
   tcase_add_test(tc, test_device_of);

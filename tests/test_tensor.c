@@ -167,8 +167,7 @@ START_TEST(test_bad_shapes) {
   int64_t tooBig[1] = {INT64_C(1) << 50};
   KT_FAILS(kiln_tensor_empty(d, KILN_F32, 1, tooBig, &t), KILN_OUT_OF_MEMORY, "cannot allocate");
   int64_t ok[1] = {4};
-  KT_FAILS(kiln_tensor_zeros(d, KILN_F16, 1, ok, &t), KILN_DTYPE_MISMATCH, "f16");
-  KT_FAILS(kiln_tensor_zeros(d, (kiln_dtype_t)9, 1, ok, &t), KILN_INVALID_ARGUMENT, "dtype 9");
+  KT_FAILS(kiln_tensor_zeros(d, (kiln_dtype_t)10, 1, ok, &t), KILN_INVALID_ARGUMENT, "dtype 10");
   KT_FAILS(kiln_tensor_zeros(NULL, KILN_F32, 1, ok, &t), KILN_INVALID_ARGUMENT, "device is NULL");
   KT_FAILS(kiln_tensor_zeros(d, KILN_F32, 1, NULL, &t), KILN_INVALID_ARGUMENT, "shape is NULL");
   KT_FAILS(kiln_tensor_from_host(d, KILN_F32, 1, ok, NULL, &t), KILN_INVALID_ARGUMENT, "data is NULL");
@@ -328,7 +327,7 @@ START_TEST(test_elementwise_ops) {
   KT_FAILS(kiln_tensor_add(a, bad, &r), KILN_SHAPE_MISMATCH, "shapes [2, 3] and [2] do not broadcast");
   kiln_tensor_t *ints = NULL;
   KT_OK(kiln_tensor_from_host(d, KILN_I32, 1, (const int64_t[]){4}, (const int32_t[]){7, -7, 0, 9}, &ints));
-  KT_FAILS(kiln_tensor_add(bad, ints, &r), KILN_DTYPE_MISMATCH, "a is f32 but b is i32");
+  KT_FAILS(kiln_tensor_add(bad, ints, &r), KILN_SHAPE_MISMATCH, "shapes [2] and [4] do not broadcast");
   KT_FAILS(kiln_tensor_exp(ints, &r), KILN_DTYPE_MISMATCH, "exp does not support dtype i32");
   KT_OK(kiln_tensor_abs(ints, &r));
   int32_t got[4];

@@ -424,6 +424,12 @@ static int devinfo_verbose(devinfo_entry_t *entries, size_t count) {
     devinfo_kv("compute_capability", devinfo_str(d->compute_capability));
     devinfo_kv_bool("fp16", d->fp16);
     devinfo_kv_bool("fp64", d->fp64);
+    /* How the device serves each dtype: native, emulated, unsupported. */
+    printf("  dtypes:");
+    for (int t = 0; t < KILN_DTYPE_COUNT_; t++)
+      printf("%s %s %s", t ? "," : "", kiln_dtype_name((kiln_dtype_t)t),
+             kiln_dtype_support_name(kiln_device_dtype_support(e->device, (kiln_dtype_t)t)));
+    printf("\n");
     devinfo_kv_bool("default", d->is_default);
     size_t props = kiln_device_property_count(e->device);
     bool provider_shown[DEVINFO_MAX_OPS] = {false};
@@ -681,7 +687,13 @@ static int devinfo_json(devinfo_entry_t *entries, size_t count) {
             d->max_alloc_bytes, d->local_memory_bytes, d->compute_units, d->max_work_group_size,
             d->fp16 ? "true" : "false", d->fp64 ? "true" : "false", d->is_default ? "true" : "false");
     devinfo_json_properties(out, e->device);
-    fputs(",\n     \"providers\": {", out);
+    fputs(",\n     \"dtypes\": {", out);
+    for (int t = 0; t < KILN_DTYPE_COUNT_; t++) {
+      if (t) fputs(", ", out);
+      devinfo_json_key(out, kiln_dtype_name((kiln_dtype_t)t));
+      devinfo_json_string(out, kiln_dtype_support_name(kiln_device_dtype_support(e->device, (kiln_dtype_t)t)));
+    }
+    fputs("},\n     \"providers\": {", out);
     for (size_t o = 0; kiln_op_name(o); o++) {
       const char *providers = kiln_device_providers(e->device, kiln_op_name(o));
       if (o) fputs(", ", out);

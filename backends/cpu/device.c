@@ -334,6 +334,19 @@ static kiln_status_t cpu_buffer_wrap(kiln_backend_context_t *ctx, kiln_backend_d
 #define KILN_CPU_VERSION_TEXT \
   "kiln " KILN_CPU_STR(KILN_VERSION_MAJOR) "." KILN_CPU_STR(KILN_VERSION_MINOR) "." KILN_CPU_STR(KILN_VERSION_PATCH)
 
+/* Every dtype is stored and converted (kernels/dtype_convert.h); f64, the
+ * integers and bool are the CPU's own arithmetic, f16 and bf16 compute
+ * through conversions to f32 (F16C where present; bf16 by bit shifts). */
+static int32_t cpu_dtype_support(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_dtype_t dtype) {
+  (void)ctx;
+  (void)device;
+  switch (dtype) {
+  case KILN_F16:
+  case KILN_BF16: return KILN_DTYPE_EMULATED;
+  default: return (unsigned)dtype < KILN_DTYPE_COUNT_ ? KILN_DTYPE_NATIVE : KILN_DTYPE_UNSUPPORTED;
+  }
+}
+
 static const kiln_backend_iface_t cpu_iface = {
     .abi_version = KILN_BACKEND_ABI_VERSION,
     .size = sizeof(kiln_backend_iface_t),
@@ -364,6 +377,7 @@ static const kiln_backend_iface_t cpu_iface = {
     .dlpack_device = cpu_dlpack_device,
     .buffer_handle = cpu_buffer_handle,
     .buffer_wrap = cpu_buffer_wrap,
+    .dtype_support = cpu_dtype_support,
 };
 
 const kiln_backend_iface_t *kiln_cpu_backend_entry(void) { return &cpu_iface; }

@@ -18,35 +18,19 @@
 #pragma weak cuEventElapsedTime_v2
 
 #include "runtime/backend.h"
-#include "kernels/cuda/kiln_cuda_args.cuh"
+#include "kernels/cuda/launch.h"
 
-_Static_assert(KILN_MAX_DIMS <= KILN_CUDA_MAX_DIMS, "the kernels' argument structs hold fewer dims than a view");
-
-/* The kernels of the embedded fatbin, looked up once per device. The
- * elementwise ones are expanded from kernels/ops.def, like the kernels. */
-#define KILN_CUDA_FIXED_KERNELS(X)                                                               \
-  X(fill32) X(arange_f32) X(arange_i32) X(random_uniform) X(random_normal) X(copy32_strided)      \
-  X(cast_f32_to_i32) X(cast_i32_to_f32)                                                           \
-  X(reduce_rows_f32) X(reduce_rows_i32) X(reduce_parts_f32) X(reduce_parts_i32)                   \
-  X(reduce_cols_f32) X(reduce_cols_i32) X(softmax_f32) X(xent_rows) X(xent_mean)                  \
-  X(im2col_f32) X(bias_nchw_f32) X(max_pool2d_f32)                                                \
-  X(softmax_backward_f32) X(xent_backward_f32) X(col2im_f32) X(im2col_rows_f32) X(pack_dy_f32)     \
-  X(max_pool2d_argmax_f32) X(max_pool2d_backward_f32) X(accumulate_f32) X(sgd_f32) X(adam_f32)    \
-  X(sgemm_nn) X(sgemm_nt) X(sgemm_tn) X(sgemm_tt)                                                  \
-  X(sgemm_nn_vec) X(sgemm_nt_vec) X(sgemm_tn_vec) X(sgemm_tt_vec)
-
-typedef enum kiln_cuda_kernel_t {
-#define KILN_CUDA_K_(name) KILN_CUDA_K_##name,
-  KILN_CUDA_FIXED_KERNELS(KILN_CUDA_K_)
-#undef KILN_CUDA_K_
-#define KILN_UNARY_F32(NAME, expr) KILN_CUDA_K_unary_f32_##NAME,
-#define KILN_UNARY_I32(NAME, expr) KILN_CUDA_K_unary_i32_##NAME,
-#define KILN_BINARY_F32(NAME, expr) KILN_CUDA_K_binary_f32_##NAME, KILN_CUDA_K_binary_scalar_f32_##NAME,
-#define KILN_BINARY_I32(NAME, expr) KILN_CUDA_K_binary_i32_##NAME, KILN_CUDA_K_binary_scalar_i32_##NAME,
-#define KILN_UNARY_GRAD_F32(NAME, expr) KILN_CUDA_K_unary_grad_f32_##NAME,
-#include "kernels/ops.def"
-  KILN_CUDA_KERNEL_COUNT
-} kiln_cuda_kernel_t;
+/* A kernel of the embedded fatbin, looked up by name at its first use on a
+ * device and kept in the device's table (module.c): a kind's kernel keyed
+ * by (kind, formula, dtypes), a planner's by its name. Entries never move,
+ * so a pointer to one stays valid while the device is open. */
+typedef struct kiln_cuda_function_t {
+  uint64_t key;
+  CUfunction fn; /* NULL: a free slot */
+  char name[64];
+} kiln_cuda_function_t;
+/* Slots per device: twice the kernels the fatbin holds, about. */
+#define KILN_CUDA_KERNEL_SLOTS 256
 
 /* The function-pointer tables of the libraries loaded at run time
  * (cublas.c, cudnn.c). */
@@ -134,7 +118,8 @@ struct kiln_backend_device_t {
   size_t live_events;
   CUmodule module;            /* NULL when the fatbin has no code for it */
   char module_error[384];     /* why not */
-  CUfunction kernels[KILN_CUDA_KERNEL_COUNT];
+  pthread_mutex_t kernel_lock;  /* guards kernels */
+  kiln_cuda_function_t kernels[KILN_CUDA_KERNEL_SLOTS];
   int max_grid;               /* blocks launched at most per grid-stride kernel */
   kiln_backend_device_desc_t desc;
   /* cuDNN's per-shape plans and refusals (cudnn.c), with their own lock. */
@@ -213,9 +198,21 @@ void kiln_cuda_module_load(kiln_backend_device_t *device);
 void kiln_cuda_module_unload(kiln_backend_device_t *device);
 /* "" when SASS covers the device, else a warning sentence. */
 void kiln_cuda_coverage_warning(const kiln_backend_context_t *ctx, int major, int minor, char *out, size_t out_size);
-/* Launch a kernel on the queue's stream; args points at its argument struct. */
-kiln_status_t kiln_cuda_launch(kiln_backend_queue_t *queue, kiln_cuda_kernel_t kernel, unsigned grid_x,
-                               unsigned grid_y, unsigned grid_z, unsigned block, void *args);
+/* The kernel named `name` on the device (loaded at first use), and the
+ * kernel of op's kind: kiln_<kind>[_<FORMULA>]_<in[0] dtype>_<out dtype>,
+ * or kiln_<kind>_<out dtype> without inputs. KILN_UNSUPPORTED, naming the
+ * kernel, when the fatbin has none of that name. */
+kiln_status_t kiln_cuda_kernel(kiln_backend_device_t *device, const char *name, const kiln_cuda_function_t **out);
+kiln_status_t kiln_cuda_kind_kernel(kiln_backend_device_t *device, const kiln_op_t *op,
+                                    const kiln_cuda_function_t **out);
+/* Launch a kernel on the queue's stream with the record `k` (copied by the
+ * launch); _named looks the kernel up first; _flat is a grid-stride launch
+ * over n items. */
+kiln_status_t kiln_cuda_launch(kiln_backend_queue_t *queue, const kiln_cuda_function_t *kernel, unsigned grid_x,
+                               unsigned grid_y, unsigned grid_z, unsigned block, const kiln_kop_t *k);
+kiln_status_t kiln_cuda_launch_named(kiln_backend_queue_t *queue, const char *name, unsigned grid_x,
+                                     unsigned grid_y, unsigned grid_z, unsigned block, const kiln_kop_t *k);
+kiln_status_t kiln_cuda_launch_flat(kiln_backend_queue_t *queue, const char *name, int64_t n, const kiln_kop_t *k);
 /* Blocks for a grid-stride kernel over n items (>= 1, capped). */
 unsigned kiln_cuda_grid_for(const kiln_backend_device_t *device, int64_t n);
 
@@ -292,70 +289,55 @@ int kiln_cuda_host_class(size_t size);
 
 /* ---- the op table (ops.c) ------------------------------------------------------ */
 
-/* What a row's `impl` points at: the routine its `run` calls once the
- * device's context is current. */
-typedef struct kiln_cuda_op_impl_t {
-  kiln_status_t (*run)(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op);
-} kiln_cuda_op_impl_t;
-
-/* The rows: `native` for every kind, `cublas` for matmul, `cudnn` for
- * conv2d, max_pool2d, conv2d_backward_input, conv2d_backward_weight and
- * softmax_backward; ended by KILN_OP_TABLE_END. */
+/* The rows: `native` for every kind (expanded from KILN_OP_KINDS: FLAT and
+ * ROWS kinds through one generic runner each, PLAN kinds through
+ * kiln_cuda_plan_<name>), `cublas` for matmul, `cudnn` for conv2d,
+ * max_pool2d, conv2d_backward_input, conv2d_backward_weight and
+ * softmax_backward; ended by KILN_OP_TABLE_END. Every row's run makes the
+ * device's context current around its routine (one shared wrapper). */
 extern const kiln_op_entry_t kiln_cuda_ops[];
 
-/* The native SGEMM, shared with conv2d. Pointers are device addresses. */
-kiln_status_t kiln_cuda_gemm_native(kiln_backend_queue_t *queue, const kiln_cuda_gemm_args_t *args, bool trans_a,
-                                    bool trans_b);
-/* Its grid for m x n outputs in `batch` batches: x covers every n tile; y
- * and z stop at 65535 and the kernel loops over the rest.
- * KILN_OUT_OF_RESOURCES when m or n reaches 2^38. */
-kiln_status_t kiln_cuda_gemm_grid(kiln_backend_context_t *ctx, int64_t m, int64_t n, int64_t batch,
+/* op's kernel-facing record: kiln_backend_kop_fill, and each operand's
+ * device address (buffer + offset * dtype size). */
+void kiln_cuda_kop_fill(kiln_kop_t *k, const kiln_op_t *op);
+/* Device address of element 0 of a view. */
+CUdeviceptr kiln_cuda_view_ptr(const kiln_view_t *view);
+/* Blocks for a kernel that gives one block to each of `items` rows. */
+unsigned kiln_cuda_grid_rows(int64_t items);
+
+/* The native SGEMM of k->plan.gemm (a, b, c, sizes, strides, batch,
+ * trans_a, trans_b, filled by the planner); it chooses the float4 variant
+ * and sets plan.gemm.c_vec. Shared by matmul and the convolutions. */
+kiln_status_t kiln_cuda_gemm(kiln_backend_queue_t *queue, kiln_kop_t *k);
+/* Its grid for m x n outputs (over k) in `batch` batches: x covers every n
+ * tile; y and z stop at 65535 and the kernel loops over the rest.
+ * KILN_OUT_OF_RESOURCES when m or n reaches 2^38, k 2^33 or batch 2^30
+ * (the kernel counts tiles, k's steps and batches in ints). */
+kiln_status_t kiln_cuda_gemm_grid(kiln_backend_context_t *ctx, int64_t m, int64_t n, int64_t k, int64_t batch,
                                   unsigned out_grid[3]);
 
 /* How a reduction runs: rows or columns kernel, how many blocks, and the
- * rows of the second pass (0 when there is none). Sets a->chunk, chunks
- * and width. */
+ * rows of the second pass (0 when there is none). From k->u.reduce, sets
+ * k->plan.reduce's chunk, chunks, width and rows (outer). */
 typedef struct kiln_cuda_reduce_plan_t {
   bool cols;
   int64_t blocks;
   int64_t parts_rows;
 } kiln_cuda_reduce_plan_t;
-void kiln_cuda_reduce_plan(kiln_cuda_reduce_args_t *a, int sm_count, kiln_cuda_reduce_plan_t *out);
+void kiln_cuda_reduce_plan(kiln_kop_t *k, int sm_count, kiln_cuda_reduce_plan_t *out);
 /* Add a convolution's bias (when it has one) to its output, in place. */
 kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *op);
-/* Device address of element 0 of a view. */
-CUdeviceptr kiln_cuda_view_ptr(const kiln_view_t *view);
-
-/* The native routines' shared parts (ops.c). ew_setup: the walk of an
- * elementwise kernel over op's merged dimensions (ndim 0 when flat);
- * launch_flat: a grid-stride kernel over n items; grid_rows: blocks for a
- * kernel giving one block to each of `items` rows; conv_args: the sizes of
- * op's convolution (kind CONV2D or one of its gradients); pool_args: the
- * sizes of op's pooling (MAX_POOL2D or its gradient). */
-void kiln_cuda_ew_setup(kiln_cuda_ew_args_t *a, const kiln_op_t *op, const kiln_view_t *in0,
-                        const kiln_view_t *in1);
-kiln_status_t kiln_cuda_launch_flat(kiln_backend_queue_t *queue, kiln_cuda_kernel_t kernel, int64_t n, void *args);
-unsigned kiln_cuda_grid_rows(int64_t items);
-void kiln_cuda_conv_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op);
-void kiln_cuda_pooling_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op);
 /* Scratch for the columns of a convolution's images per GEMM: images are
  * taken in rounds whose columns fit (at least one image a round). */
 #define KILN_CUDA_IM2COL_BYTES ((size_t)256 << 20)
 
-/* The native routines of the training kinds (ops_train.c). */
-kiln_status_t kiln_cuda_run_unary_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                           const kiln_op_t *op);
-kiln_status_t kiln_cuda_run_softmax_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                             const kiln_op_t *op);
-kiln_status_t kiln_cuda_run_cross_entropy_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+/* The planners of the training kinds (ops_train.c). */
+kiln_status_t kiln_cuda_plan_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                                    const kiln_op_t *op);
-kiln_status_t kiln_cuda_run_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                                  const kiln_op_t *op);
-kiln_status_t kiln_cuda_run_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                                   const kiln_op_t *op);
-kiln_status_t kiln_cuda_run_max_pool2d_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                                const kiln_op_t *op);
-kiln_status_t kiln_cuda_run_update(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op);
+kiln_status_t kiln_cuda_plan_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                    const kiln_op_t *op);
+kiln_status_t kiln_cuda_plan_max_pool2d_backward(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                 const kiln_op_t *op);
 
 /* ---- providers (cublas.c, cudnn.c) -------------------------------------------- */
 

@@ -203,6 +203,7 @@ static kiln_status_t open_device(kiln_backend_context_t *ctx, kiln_backend_devic
   d->ctx = ctx;
   d->ordinal = ordinal;
   pthread_mutex_init(&d->event_lock, NULL);
+  pthread_mutex_init(&d->kernel_lock, NULL);
   atomic_init(&d->cublas_failed, false);
   atomic_init(&d->cudnn_failed, false);
   kiln_status_t status = kiln_cuda_check(ctx, cuDeviceGet(&d->device, ordinal), "cuDeviceGet(%d)", ordinal);
@@ -245,6 +246,7 @@ static void close_device(kiln_backend_device_t *d) {
   if (d->context) (void)cuDevicePrimaryCtxRelease(d->device);
   d->context = NULL;
   pthread_mutex_destroy(&d->event_lock);
+  pthread_mutex_destroy(&d->kernel_lock);
 }
 
 static void cuda_deinitialize(kiln_backend_context_t *ctx) {

@@ -11,22 +11,6 @@
 #error "KILN_CUDA_ARCHS must be defined by the build (the nvcc_archs option)"
 #endif
 
-static const char *const kernel_names[KILN_CUDA_KERNEL_COUNT] = {
-#define KILN_CUDA_NAME_(name) [KILN_CUDA_K_##name] = "kiln_" #name,
-  KILN_CUDA_FIXED_KERNELS(KILN_CUDA_NAME_)
-#undef KILN_CUDA_NAME_
-#define KILN_UNARY_F32(NAME, expr) [KILN_CUDA_K_unary_f32_##NAME] = "kiln_unary_f32_" #NAME,
-#define KILN_UNARY_I32(NAME, expr) [KILN_CUDA_K_unary_i32_##NAME] = "kiln_unary_i32_" #NAME,
-#define KILN_BINARY_F32(NAME, expr)                                                                   \
-  [KILN_CUDA_K_binary_f32_##NAME] = "kiln_binary_f32_" #NAME,                                          \
-  [KILN_CUDA_K_binary_scalar_f32_##NAME] = "kiln_binary_scalar_f32_" #NAME,
-#define KILN_BINARY_I32(NAME, expr)                                                                   \
-  [KILN_CUDA_K_binary_i32_##NAME] = "kiln_binary_i32_" #NAME,                                          \
-  [KILN_CUDA_K_binary_scalar_i32_##NAME] = "kiln_binary_scalar_i32_" #NAME,
-#define KILN_UNARY_GRAD_F32(NAME, expr) [KILN_CUDA_K_unary_grad_f32_##NAME] = "kiln_unary_grad_f32_" #NAME,
-#include "kernels/ops.def"
-};
-
 void kiln_cuda_archs_parse(kiln_backend_context_t *ctx) {
   const char *s = KILN_CUDA_ARCHS;
   ctx->arch_count = 0;
@@ -80,21 +64,13 @@ void kiln_cuda_module_load(kiln_backend_device_t *device) {
     snprintf(device->module_error, sizeof device->module_error, "%s", ctx->host.last_error());
     return;
   }
-  for (int k = 0; k < KILN_CUDA_KERNEL_COUNT; k++) {
-    r = cuModuleGetFunction(&device->kernels[k], device->module, kernel_names[k]);
-    if (r != CUDA_SUCCESS) {
-      kiln_cuda_check(ctx, r, "cuModuleGetFunction(%s) on cuda:%d", kernel_names[k], device->ordinal);
-      snprintf(device->module_error, sizeof device->module_error, "%s", ctx->host.last_error());
-      (void)cuModuleUnload(device->module);
-      device->module = NULL;
-      return;
-    }
-  }
+  /* Kernels are looked up by name at their first use (kiln_cuda_kernel). */
 }
 
 void kiln_cuda_module_unload(kiln_backend_device_t *device) {
   if (device->module) (void)cuModuleUnload(device->module);
   device->module = NULL;
+  memset(device->kernels, 0, sizeof device->kernels); /* their handles died with the module */
 }
 
 unsigned kiln_cuda_grid_for(const kiln_backend_device_t *device, int64_t n) {
@@ -104,14 +80,130 @@ unsigned kiln_cuda_grid_for(const kiln_backend_device_t *device, int64_t n) {
   return (unsigned)blocks;
 }
 
-kiln_status_t kiln_cuda_launch(kiln_backend_queue_t *queue, kiln_cuda_kernel_t kernel, unsigned grid_x,
-                               unsigned grid_y, unsigned grid_z, unsigned block, void *args) {
-  /* One pointer to the argument struct: nothing is allocated per launch. */
-  void *params[1] = {args};
-  CUresult r = cuLaunchKernel(queue->device->kernels[kernel], grid_x, grid_y, grid_z, block, 1, 1, 0, queue->stream,
-                              params, NULL);
+/* ---- kernels by name, cached per device ------------------------------------------ */
+
+/* Keys: a kind's kernel is (kind, formula, dtypes) with the top bit set; a
+ * planner's kernel is its name's FNV-1a hash without it, the name compared
+ * too. */
+#define KIND_KEY_ ((uint64_t)1 << 63)
+
+static uint64_t name_key(const char *name) {
+  uint64_t h = 14695981039346656037ull;
+  for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  return h & ~KIND_KEY_;
+}
+
+/* The slot holding key (and name, for a planner's kernel), or the empty
+ * slot where it belongs; NULL when the table is full. The lock is held. */
+static kiln_cuda_function_t *probe(kiln_backend_device_t *device, uint64_t key, const char *name) {
+  for (size_t i = 0; i < KILN_CUDA_KERNEL_SLOTS; i++) {
+    kiln_cuda_function_t *slot = &device->kernels[(key + i) % KILN_CUDA_KERNEL_SLOTS];
+    if (!slot->fn) return slot;
+    if (slot->key == key && (!name || strcmp(slot->name, name) == 0)) return slot;
+  }
+  return NULL;
+}
+
+static kiln_status_t find(kiln_backend_device_t *device, uint64_t key, const char *name,
+                          const kiln_cuda_function_t **out) {
+  kiln_backend_context_t *ctx = device->ctx;
+  kiln_status_t status = KILN_OK;
+  pthread_mutex_lock(&device->kernel_lock);
+  kiln_cuda_function_t *slot = probe(device, key, (key & KIND_KEY_) ? NULL : name);
+  if (!slot) {
+    status = kiln_cuda_error(ctx, KILN_OUT_OF_RESOURCES,
+                             "cuda:%d holds %d kernels, no room for %s; raise KILN_CUDA_KERNEL_SLOTS",
+                             device->ordinal, KILN_CUDA_KERNEL_SLOTS, name);
+  } else if (!slot->fn) {
+    CUfunction fn = NULL;
+    const CUresult r = cuModuleGetFunction(&fn, device->module, name);
+    if (r == CUDA_ERROR_NOT_FOUND)
+      status = kiln_cuda_error(ctx, KILN_UNSUPPORTED,
+                               "kiln's CUDA kernels have no %s (the op's kind for these dtypes): cuda:%d cannot "
+                               "run it natively; use another dtype or backend",
+                               name, device->ordinal);
+    else
+      status = kiln_cuda_check(ctx, r, "cuModuleGetFunction(%s) on cuda:%d", name, device->ordinal);
+    if (status == KILN_OK) {
+      snprintf(slot->name, sizeof slot->name, "%s", name);
+      slot->key = key;
+      slot->fn = fn;
+    }
+  }
+  pthread_mutex_unlock(&device->kernel_lock);
+  *out = status == KILN_OK ? slot : NULL;
+  return status;
+}
+
+kiln_status_t kiln_cuda_kernel(kiln_backend_device_t *device, const char *name, const kiln_cuda_function_t **out) {
+  return find(device, name_key(name), name, out);
+}
+
+/* The FORMULA of the kinds that have one: the kernels/ops.def row. */
+static const char *formula_name(const kiln_op_t *op, int *out_index) {
+  static const char *const unary[] = {
+#define KILN_CUDA_NAME_(NAME, name) #NAME,
+      KILN_UNARY_OPS(KILN_CUDA_NAME_)};
+  static const char *const binary[] = {KILN_BINARY_OPS(KILN_CUDA_NAME_)};
+#undef KILN_CUDA_NAME_
+  switch (op->kind) {
+  case KILN_OP_UNARY:
+  case KILN_OP_UNARY_BACKWARD:
+    *out_index = op->u.unary.op + 1;
+    return (size_t)op->u.unary.op < sizeof unary / sizeof unary[0] ? unary[op->u.unary.op] : "?";
+  case KILN_OP_BINARY:
+  case KILN_OP_BINARY_SCALAR:
+    *out_index = op->u.binary.op + 1;
+    return (size_t)op->u.binary.op < sizeof binary / sizeof binary[0] ? binary[op->u.binary.op] : "?";
+  default: *out_index = 0; return NULL;
+  }
+}
+
+kiln_status_t kiln_cuda_kind_kernel(kiln_backend_device_t *device, const kiln_op_t *op,
+                                    const kiln_cuda_function_t **out) {
+  int formula;
+  const char *fname = formula_name(op, &formula);
+  const uint64_t in_dtype = op->n_in > 0 ? (uint64_t)op->in[0].dtype + 1 : 0;
+  const uint64_t key = KIND_KEY_ | (uint64_t)op->kind | (uint64_t)formula << 8 | in_dtype << 16 |
+                       (uint64_t)op->out.dtype << 24;
+  /* The common case, a kernel met before, builds no name. */
+  pthread_mutex_lock(&device->kernel_lock);
+  const kiln_cuda_function_t *known = probe(device, key, NULL);
+  pthread_mutex_unlock(&device->kernel_lock);
+  if (known && known->fn) {
+    *out = known;
+    return KILN_OK;
+  }
+  char name[sizeof known->name];
+  const char *kind = kiln_backend_op_kind_name(op->kind);
+  const char *out_dtype = kiln_backend_dtype_name(op->out.dtype);
+  if (op->n_in == 0)
+    snprintf(name, sizeof name, "kiln_%s_%s", kind, out_dtype);
+  else
+    snprintf(name, sizeof name, "kiln_%s%s%s_%s_%s", kind, fname ? "_" : "", fname ? fname : "",
+             kiln_backend_dtype_name(op->in[0].dtype), out_dtype);
+  return find(device, key, name, out);
+}
+
+kiln_status_t kiln_cuda_launch(kiln_backend_queue_t *queue, const kiln_cuda_function_t *kernel, unsigned grid_x,
+                               unsigned grid_y, unsigned grid_z, unsigned block, const kiln_kop_t *k) {
+  /* One pointer to the record: nothing is allocated per launch. */
+  void *params[1] = {(void *)k};
+  CUresult r = cuLaunchKernel(kernel->fn, grid_x, grid_y, grid_z, block, 1, 1, 0, queue->stream, params, NULL);
   if (r != CUDA_SUCCESS)
     return kiln_cuda_check(queue->device->ctx, r, "cuLaunchKernel(%s, grid %ux%ux%u, block %u) on cuda:%d",
-                           kernel_names[kernel], grid_x, grid_y, grid_z, block, queue->device->ordinal);
+                           kernel->name, grid_x, grid_y, grid_z, block, queue->device->ordinal);
   return KILN_OK;
+}
+
+kiln_status_t kiln_cuda_launch_named(kiln_backend_queue_t *queue, const char *name, unsigned grid_x,
+                                     unsigned grid_y, unsigned grid_z, unsigned block, const kiln_kop_t *k) {
+  const kiln_cuda_function_t *kernel;
+  kiln_status_t status = kiln_cuda_kernel(queue->device, name, &kernel);
+  if (status == KILN_OK) status = kiln_cuda_launch(queue, kernel, grid_x, grid_y, grid_z, block, k);
+  return status;
+}
+
+kiln_status_t kiln_cuda_launch_flat(kiln_backend_queue_t *queue, const char *name, int64_t n, const kiln_kop_t *k) {
+  return kiln_cuda_launch_named(queue, name, kiln_cuda_grid_for(queue->device, n), 1, 1, KILN_CUDA_BLOCK, k);
 }

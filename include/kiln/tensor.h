@@ -25,17 +25,80 @@ typedef struct kiln_tensor_t kiln_tensor_t;
 /* Reduce over every axis (argument `axis` of the reductions). */
 #define KILN_ALL_AXES 0x7fffffff
 
+/* The dtypes, one row each, in the order of their enum values (the values
+ * are ABI: new rows go at the end):
+ * X(ENUM, short name, Array API / NumPy name, bytes, DLPack code, DLPack bits, class)
+ * The short name appears in messages and GPU kernel names; DLPack codes are
+ * kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6. Adding a dtype is
+ * a row here and its conversions in kernels/dtype_convert.h. */
+#define KILN_DTYPES(X)                                   \
+  X(F32, "f32", "float32", 4, 2, 32, FLOAT)              \
+  X(I32, "i32", "int32", 4, 0, 32, INT)                  \
+  X(F16, "f16", "float16", 2, 2, 16, FLOAT)              \
+  X(BF16, "bf16", "bfloat16", 2, 4, 16, FLOAT)           \
+  X(F64, "f64", "float64", 8, 2, 64, FLOAT)              \
+  X(I64, "i64", "int64", 8, 0, 64, INT)                  \
+  X(I8, "i8", "int8", 1, 0, 8, INT)                      \
+  X(U8, "u8", "uint8", 1, 1, 8, UINT)                    \
+  X(I16, "i16", "int16", 2, 0, 16, INT)                  \
+  X(BOOL, "bool", "bool", 1, 6, 8, BOOL)
+
 typedef enum kiln_dtype_t {
-  KILN_F32 = 0,
-  KILN_I32 = 1,
-  KILN_F16 = 2,  /* reserved: operations return KILN_DTYPE_MISMATCH for now */
-  KILN_BF16 = 3, /* reserved likewise */
+#define KILN_DTYPE_ENUM_(E, name, long_name, size, dl_code, dl_bits, cls) KILN_##E,
+  KILN_DTYPES(KILN_DTYPE_ENUM_)
+#undef KILN_DTYPE_ENUM_
+  KILN_DTYPE_COUNT_
 } kiln_dtype_t;
 
-/* "f32", "i32", "f16", "bf16"; "?" for an unknown value. Static storage. */
+/* What kind of number a dtype holds (the promotion lattice's categories). */
+typedef enum kiln_dtype_class_t {
+  KILN_DTYPE_CLASS_BOOL = 0,
+  KILN_DTYPE_CLASS_INT = 1,  /* signed integers */
+  KILN_DTYPE_CLASS_UINT = 2, /* unsigned integers */
+  KILN_DTYPE_CLASS_FLOAT = 3,
+} kiln_dtype_class_t;
+
+/* "f32", "i32", "f16", "bf16", "f64", "i64", "i8", "u8", "i16", "bool"; "?"
+ * for an unknown value. Static storage. */
 const char *kiln_dtype_name(kiln_dtype_t dtype);
+/* The Array API / NumPy name: "float32", "int64", "bfloat16", "bool", ...;
+ * "?" for an unknown value. Static storage. */
+const char *kiln_dtype_long_name(kiln_dtype_t dtype);
 /* Bytes per element, 0 for an unknown value. */
 size_t kiln_dtype_size(kiln_dtype_t dtype);
+/* The class of a dtype; KILN_DTYPE_CLASS_BOOL for an unknown value. */
+kiln_dtype_class_t kiln_dtype_class(kiln_dtype_t dtype);
+/* The dtype named `name`, in either form ("f32" or "float32", "bool").
+ * KILN_INVALID_ARGUMENT naming it and listing the names otherwise. */
+kiln_status_t kiln_dtype_from_name(const char *name, kiln_dtype_t *out_dtype);
+
+/* The dtype two operands of a binary operation are promoted to (the one
+ * table of docs/dtypes.md): the Array API standard's type-promotion lattice,
+ * bool < i8 < i16 < i32 < i64, u8 < i16 (so u8 with i8 is i16), f16 < f32 <
+ * f64 and bf16 < f32 (so f16 with bf16 is f32), and where the standard
+ * leaves mixed kinds undefined, PyTorch's choice: bool with anything is the
+ * other, an integer with a float is that float. A C scalar operand
+ * (kiln_tensor_*_scalar) never takes part: it is converted to the tensor's
+ * dtype, so it never widens it. KILN_INVALID_ARGUMENT for a value that is
+ * not a kiln_dtype_t. Never blocks. */
+kiln_status_t kiln_result_dtype(kiln_dtype_t a, kiln_dtype_t b, kiln_dtype_t *out_dtype);
+
+/* How a device serves a dtype: NATIVE, its own arithmetic; EMULATED, stored
+ * in the dtype and computed through conversions to a wider one (f16 through
+ * F16C on the CPU); UNSUPPORTED, storage only (empty, from_host, read,
+ * copies between devices): every op of that dtype on that device fails with
+ * KILN_UNSUPPORTED naming the device and the dtype. */
+typedef enum kiln_dtype_support_t {
+  KILN_DTYPE_UNSUPPORTED = 0,
+  KILN_DTYPE_EMULATED = 1,
+  KILN_DTYPE_NATIVE = 2,
+} kiln_dtype_support_t;
+
+/* How `device` serves `dtype` (what devinfo shows per device and dtype).
+ * KILN_DTYPE_UNSUPPORTED for a NULL device or an unknown dtype. Never blocks. */
+kiln_dtype_support_t kiln_device_dtype_support(const kiln_device_t *device, kiln_dtype_t dtype);
+/* "native", "emulated", "unsupported". Static storage. */
+const char *kiln_dtype_support_name(kiln_dtype_support_t support);
 
 /* The operation lists, once. Names match the kernels' op table
  * (kernels/ops.def) and the op names of KILN_PROVIDER. */
@@ -143,7 +206,8 @@ kiln_status_t kiln_tensor_normal(kiln_device_t *device, int ndim, const int64_t 
  * (must be at least numel * dtype size, else KILN_INVALID_ARGUMENT). Blocks
  * until the data arrived: this is where the caller waits for the device. */
 kiln_status_t kiln_tensor_read(const kiln_tensor_t *tensor, void *host, size_t size);
-/* The one value of a one-element tensor, as a double. Blocks. */
+/* The one value of a one-element tensor of any dtype, as a double (exact
+ * except i64 beyond 2^53, rounded to nearest even). Blocks. */
 kiln_status_t kiln_tensor_item(const kiln_tensor_t *tensor, double *out_value);
 
 /* A new tensor on `device` holding the same values; always a new copy, even on
@@ -166,10 +230,13 @@ kiln_status_t kiln_tensor_contiguous(kiln_tensor_t *tensor, kiln_tensor_t **out)
 
 /* ---- elementwise ------------------------------------------------------- */
 
-/* Unary ops on f32; neg, abs and relu on i32 too (others on i32 are
- * KILN_DTYPE_MISMATCH). */
+/* Unary ops on f32; neg, abs and relu on i32 too. Every compute op refuses
+ * a dtype it has no kernel for (today anything but f32 and i32) before
+ * dispatch with KILN_DTYPE_MISMATCH naming the op, the dtype and the cast
+ * that makes it valid ("sqrt of i64: cast to f32 first"). */
 kiln_status_t kiln_tensor_unary(kiln_unary_op_t op, const kiln_tensor_t *a, kiln_tensor_t **out);
-/* Binary ops with NumPy broadcasting; both operands of one dtype. i32 division
+/* Binary ops with NumPy broadcasting. Operands of two dtypes are first
+ * converted to kiln_result_dtype(a, b) (kiln_tensor_cast's rule). i32 division
  * truncates toward zero, and x / 0 is 0 for i32. eq is 1 where a == b and 0
  * elsewhere, in the operands' dtype (NaN equals nothing): with kiln_tensor_sum
  * it counts matches, as an accuracy needs. */
@@ -180,7 +247,9 @@ kiln_status_t kiln_tensor_binary(kiln_binary_op_t op, const kiln_tensor_t *a, co
  * b of one dtype, the result's. */
 kiln_status_t kiln_tensor_where(const kiln_tensor_t *cond, const kiln_tensor_t *a, const kiln_tensor_t *b,
                                 kiln_tensor_t **out);
-/* a (op) scalar, the scalar converted to a's dtype. */
+/* a (op) scalar, the scalar converted to a's dtype (a scalar never widens
+ * the tensor's dtype; for an integer tensor a fraction is truncated, unlike
+ * PyTorch, which would give a float result). */
 kiln_status_t kiln_tensor_binary_scalar(kiln_binary_op_t op, const kiln_tensor_t *a, double scalar,
                                         kiln_tensor_t **out);
 
@@ -196,10 +265,25 @@ KILN_UNARY_OPS(KILN_UNARY_DECL_)
 KILN_BINARY_OPS(KILN_BINARY_DECL_)
 #undef KILN_BINARY_DECL_
 
-/* The values of `a` converted to `dtype` (KILN_F32 or KILN_I32): f32 -> i32
- * truncates toward zero, NaN becomes 0 and values beyond the i32 range the
- * nearest limit; i32 -> f32 rounds to the nearest float (ties to even). To
- * the same dtype it is a copy. Always a new contiguous tensor. */
+/* The values of `a` converted to `dtype`, any dtype to any dtype, by one
+ * rule on every device (bit-exact; kernels/dtype_convert.h):
+ * - into f16 and bf16: round to nearest, ties to even, from the exact value
+ *   (f64 and i64 are rounded once, never through f32); NaN stays a quiet
+ *   NaN (sign and top payload bits kept), +-inf and -0 stay, subnormals are
+ *   kept (and made where the value is that small); past the largest finite
+ *   value (f16 65504) the result is +-inf;
+ * - float into f32 / f64, and integer into any float: round to nearest,
+ *   ties to even (i64 -> f32 rounds once);
+ * - float into an integer: truncation toward zero; NaN becomes 0; a value
+ *   beyond the integer's range becomes the nearest limit (-inf -> INT_MIN,
+ *   300.0 -> u8 255, -1.5 -> u8 0);
+ * - integer into a narrower integer: wraps modulo 2^bits (two's complement,
+ *   as NumPy's astype and PyTorch's to: i32 300 -> u8 44, i16 -1 -> u8 255);
+ * - anything into bool: value != 0 (NaN -> true, -0.0 -> false); bool into
+ *   a number: 0 or 1.
+ * To the same dtype it is a copy. Always a new contiguous tensor. Devices
+ * without kernels for a dtype refuse it with KILN_UNSUPPORTED
+ * (kiln_device_dtype_support). */
 kiln_status_t kiln_tensor_cast(const kiln_tensor_t *a, kiln_dtype_t dtype, kiln_tensor_t **out);
 
 /* ---- linear algebra ---------------------------------------------------- */

@@ -62,6 +62,14 @@ typedef struct copy_job_t {
   size_t esize;
 } copy_job_t;
 
+/* A strided run gathered by element size (1, 2, 4 or 8 bytes: every dtype). */
+#define KILN_CPU_GATHER_(T)                                                    \
+  do {                                                                         \
+    const T *restrict src = (const T *)j->in + off0;                           \
+    T *restrict dst = (T *)j->out + pos;                                       \
+    for (int64_t i = 0; i < count; i++) dst[i] = src[i * s];                   \
+  } while (0)
+
 static void copy_row(void *ctx, int64_t pos, int64_t off0, int64_t off1, int64_t count) {
   const copy_job_t *j = ctx;
   const int64_t s = j->walk.stride[0][j->walk.ndim - 1];
@@ -69,15 +77,14 @@ static void copy_row(void *ctx, int64_t pos, int64_t off0, int64_t off1, int64_t
     memcpy(j->out + (size_t)pos * j->esize, j->in + (size_t)off0 * j->esize, (size_t)count * j->esize);
     return;
   }
-  if (j->esize == 4) {
-    const uint32_t *restrict src = (const uint32_t *)j->in + off0;
-    uint32_t *restrict dst = (uint32_t *)j->out + pos;
-    for (int64_t i = 0; i < count; i++) dst[i] = src[i * s];
-  } else {
-    for (int64_t i = 0; i < count; i++)
-      memcpy(j->out + (size_t)(pos + i) * j->esize, j->in + (size_t)(off0 + i * s) * j->esize, j->esize);
+  switch (j->esize) {
+  case 1: KILN_CPU_GATHER_(uint8_t); break;
+  case 2: KILN_CPU_GATHER_(uint16_t); break;
+  case 4: KILN_CPU_GATHER_(uint32_t); break;
+  default: KILN_CPU_GATHER_(uint64_t); break;
   }
 }
+#undef KILN_CPU_GATHER_
 
 static void copy_task(void *ctx, int64_t begin, int64_t end, int thread) {
   copy_job_t *j = ctx;
@@ -95,34 +102,55 @@ void kiln_cpu_copy(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, co
 
 /* ---- CAST ------------------------------------------------------------------------ */
 
+/* One row function per (source, destination) pair, each
+ * store(load(x)) of kernels/dtype_convert.h: the one rule, bit-exact. */
+typedef void (*cast_row_fn)(const void *in, int64_t s, void *out, int64_t n);
+
+#define KILN_CPU_CAST_ROW_(SE, sname, ST, scarrier, DE, dname, DT, dcarrier)                 \
+  static void cast_##sname##_##dname(const void *in_, int64_t s, void *out_, int64_t n) {   \
+    const ST *restrict in = in_;                                                            \
+    DT *restrict out = out_;                                                                \
+    if (s == 1) {                                                                           \
+      for (int64_t i = 0; i < n; i++) out[i] = kiln_dc_##scarrier##_to_##dname(kiln_dc_load_##sname(in[i])); \
+    } else {                                                                                \
+      for (int64_t i = 0; i < n; i++) out[i] = kiln_dc_##scarrier##_to_##dname(kiln_dc_load_##sname(in[i * s])); \
+    }                                                                                       \
+  }
+/* Expand the rows of one source over every destination. */
+#define KILN_CPU_CAST_FROM_(SE, sname, ST, scarrier)                                        \
+  KILN_CPU_CAST_TO_(SE, sname, ST, scarrier, F32, f32, kiln_f32, f64)                      \
+  KILN_CPU_CAST_TO_(SE, sname, ST, scarrier, I32, i32, kiln_i32, i64)                      \
+  KILN_CPU_CAST_TO_(SE, sname, ST, scarrier, F16, f16, kiln_u16, f64)                      \
+  KILN_CPU_CAST_TO_(SE, sname, ST, scarrier, BF16, bf16, kiln_u16, f64)                    \
+  KILN_CPU_CAST_TO_(SE, sname, ST, scarrier, F64, f64, kiln_f64, f64)                      \
+  KILN_CPU_CAST_TO_(SE, sname, ST, scarrier, I64, i64, kiln_i64, i64)                      \
+  KILN_CPU_CAST_TO_(SE, sname, ST, scarrier, I8, i8, kiln_i8, i64)                         \
+  KILN_CPU_CAST_TO_(SE, sname, ST, scarrier, U8, u8, kiln_u8, i64)                         \
+  KILN_CPU_CAST_TO_(SE, sname, ST, scarrier, I16, i16, kiln_i16, i64)                      \
+  KILN_CPU_CAST_TO_(SE, sname, ST, scarrier, BOOL, b8, kiln_u8, i64)
+#define KILN_CPU_CAST_TO_ KILN_CPU_CAST_ROW_
+KILN_DC_DTYPES(KILN_CPU_CAST_FROM_)
+#undef KILN_CPU_CAST_TO_
+
+static const cast_row_fn cast_rows[KILN_DTYPE_COUNT_][KILN_DTYPE_COUNT_] = {
+#define KILN_CPU_CAST_TO_(SE, sname, ST, scarrier, DE, dname, DT, dcarrier) [KILN_##SE][KILN_##DE] = cast_##sname##_##dname,
+    KILN_DC_DTYPES(KILN_CPU_CAST_FROM_)
+#undef KILN_CPU_CAST_TO_
+};
+_Static_assert(KILN_DTYPE_COUNT_ == 10, "a new dtype needs its column in KILN_CPU_CAST_FROM_ and its conversions");
+
 typedef struct cast_job_t {
   kiln_cpu_walk_t walk;
-  const void *in;
-  void *out;
-  bool to_i32;
+  const char *in;
+  char *out;
+  size_t in_size, out_size;
+  cast_row_fn row;
 } cast_job_t;
-
-/* f32 -> i32: toward zero, NaN -> 0, saturating (every backend's rule). */
-static inline int32_t f32_to_i32(float x) {
-  if (x != x) return 0;
-  if (x >= 2147483648.0f) return INT32_MAX;
-  if (x <= -2147483648.0f) return INT32_MIN;
-  return (int32_t)x;
-}
 
 static void cast_row(void *ctx, int64_t pos, int64_t off0, int64_t off1, int64_t count) {
   const cast_job_t *j = ctx;
-  const int64_t s = j->walk.stride[0][j->walk.ndim - 1];
-  if (j->to_i32) {
-    const float *restrict src = (const float *)j->in + off0;
-    int32_t *restrict dst = (int32_t *)j->out + pos;
-    for (int64_t i = 0; i < count; i++) dst[i] = f32_to_i32(src[i * s]);
-  } else {
-    /* i32 -> f32 rounds to nearest, ties to even (the default rounding mode). */
-    const int32_t *restrict src = (const int32_t *)j->in + off0;
-    float *restrict dst = (float *)j->out + pos;
-    for (int64_t i = 0; i < count; i++) dst[i] = (float)src[i * s];
-  }
+  j->row(j->in + (size_t)off0 * j->in_size, j->walk.stride[0][j->walk.ndim - 1], j->out + (size_t)pos * j->out_size,
+         count);
 }
 
 static void cast_task(void *ctx, int64_t begin, int64_t end, int thread) {
@@ -135,6 +163,8 @@ void kiln_cpu_cast(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, co
   kiln_cpu_walk_init(&op->out, op->in, 1, &j.walk);
   j.in = in[0];
   j.out = out;
-  j.to_i32 = op->out.dtype == KILN_I32;
+  j.in_size = kiln_cpu_dtype_size(op->in[0].dtype);
+  j.out_size = kiln_cpu_dtype_size(op->out.dtype);
+  j.row = cast_rows[op->in[0].dtype][op->out.dtype];
   kiln_cpu_parallel_for(par, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, cast_task, &j);
 }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/dtype_convert.h"
 
 /* Items each thread takes at least, for memory-bound elementwise work: below
  * it, waking helpers costs more than it saves. */
@@ -26,11 +27,8 @@ void kiln_cpu_softmax_backward_row_avx2(const float *y, const float *dy, float *
 double kiln_cpu_dot_f64(const float *a, const float *b, int64_t n);
 double kiln_cpu_sum_f64(const float *a, int64_t n);
 
-/* Bytes per element (the core's kiln_dtype_size, kept here so the kernels
- * need nothing from the core). */
-static inline size_t kiln_cpu_dtype_size(kiln_dtype_t dtype) {
-  return (dtype == KILN_F16 || dtype == KILN_BF16) ? 2u : 4u;
-}
+/* Bytes per element (the core's kiln_dtype_size, from the same list). */
+static inline size_t kiln_cpu_dtype_size(kiln_dtype_t dtype) { return kiln_backend_dtype_size(dtype); }
 
 /* Convert a double to i32 the way every kiln backend does: NaN -> 0, out of
  * range -> the nearest limit, else truncation toward zero. */

@@ -1,5 +1,6 @@
 /* kernels/cpu/random.c: the generating ops: FILL, ARANGE and RANDOM (Philox4x32-10, the same numbers as every backend). */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu_native.h"
 
@@ -14,22 +15,8 @@
 typedef struct gen_job_t {
   const kiln_op_t *op;
   void *out;
-  float f;
-  int32_t i;
+  uint64_t bits; /* FILL: the value's bits in out's dtype */
 } gen_job_t;
-
-static void fill_task(void *ctx, int64_t begin, int64_t end, int thread) {
-  const gen_job_t *j = ctx;
-  if (j->op->out.dtype == KILN_F32) {
-    float *restrict y = j->out;
-    const float v = j->f;
-    for (int64_t e = begin; e < end; e++) y[e] = v;
-  } else {
-    int32_t *restrict y = j->out;
-    const int32_t v = j->i;
-    for (int64_t e = begin; e < end; e++) y[e] = v;
-  }
-}
 
 static int64_t numel_of(const kiln_view_t *v) {
   int64_t n = 1;
@@ -37,8 +24,43 @@ static int64_t numel_of(const kiln_view_t *v) {
   return n;
 }
 
+/* A value of a double in `dtype` (kernels/dtype_convert.h's rule), as the
+ * low bytes of a uint64 in the machine's order. */
+static uint64_t value_bits(kiln_dtype_t dtype, double v) {
+  union { uint64_t u; float f32; double f64; int32_t i32; int64_t i64; int16_t i16; uint16_t u16; int8_t i8; uint8_t u8; } b;
+  b.u = 0;
+  switch (dtype) {
+#define KILN_CPU_VALUE_BITS_(E, name, T, carrier) \
+  case KILN_##E: { const T x = kiln_dc_f64_to_##name(v); memcpy(&b, &x, sizeof x); break; }
+    KILN_DC_DTYPES(KILN_CPU_VALUE_BITS_)
+#undef KILN_CPU_VALUE_BITS_
+  default: break;
+  }
+  return b.u;
+}
+
+#define KILN_CPU_FILL_(T)                                      \
+  do {                                                         \
+    T v;                                                       \
+    memcpy(&v, &j->bits, sizeof v);                            \
+    T *restrict y = j->out;                                    \
+    for (int64_t e = begin; e < end; e++) y[e] = v;            \
+  } while (0)
+
+static void fill_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const gen_job_t *j = ctx;
+  switch (kiln_cpu_dtype_size(j->op->out.dtype)) {
+  case 1: KILN_CPU_FILL_(uint8_t); break;
+  case 2: KILN_CPU_FILL_(uint16_t); break;
+  case 4: KILN_CPU_FILL_(uint32_t); break;
+  default: KILN_CPU_FILL_(uint64_t); break;
+  }
+}
+#undef KILN_CPU_FILL_
+
 void kiln_cpu_fill(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
-  gen_job_t j = {op, out, op->u.fill.value.f32, op->u.fill.value.i32};
+  /* f32 and i32 take the core's converted scalar (the same rule). */
+  gen_job_t j = {op, out, value_bits(op->out.dtype, op->u.fill.value.value)};
   kiln_cpu_parallel_for(par, numel_of(&op->out), KILN_CPU_GRAIN_ELEMENTWISE, fill_task, &j);
 }
 
@@ -46,17 +68,21 @@ void kiln_cpu_fill(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, co
 static void arange_task(void *ctx, int64_t begin, int64_t end, int thread) {
   const gen_job_t *j = ctx;
   const double start = j->op->u.arange.start, step = j->op->u.arange.step;
-  if (j->op->out.dtype == KILN_F32) {
-    float *restrict y = j->out;
-    for (int64_t e = begin; e < end; e++) y[e] = (float)(start + (double)e * step);
-  } else {
-    int32_t *restrict y = j->out;
-    for (int64_t e = begin; e < end; e++) y[e] = kiln_cpu_double_to_i32(start + (double)e * step);
+  switch (j->op->out.dtype) {
+#define KILN_CPU_ARANGE_(E, name, T, carrier)                                                        \
+  case KILN_##E: {                                                                                   \
+    T *restrict y = j->out;                                                                          \
+    for (int64_t e = begin; e < end; e++) y[e] = kiln_dc_f64_to_##name(start + (double)e * step);    \
+    break;                                                                                           \
+  }
+    KILN_DC_DTYPES(KILN_CPU_ARANGE_)
+#undef KILN_CPU_ARANGE_
+  default: break;
   }
 }
 
 void kiln_cpu_arange(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
-  gen_job_t j = {op, out, 0.0f, 0};
+  gen_job_t j = {op, out, 0};
   kiln_cpu_parallel_for(par, numel_of(&op->out), KILN_CPU_GRAIN_ELEMENTWISE, arange_task, &j);
 }
 
@@ -73,7 +99,7 @@ static void random_task(void *ctx, int64_t begin, int64_t end, int thread) {
 }
 
 void kiln_cpu_random(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
-  gen_job_t j = {op, out, 0.0f, 0};
+  gen_job_t j = {op, out, 0};
   /* Ten Philox rounds per element: worth splitting early. */
   kiln_cpu_parallel_for(par, numel_of(&op->out), KILN_CPU_GRAIN_ELEMENTWISE / 16, random_task, &j);
 }

@@ -1,10 +1,14 @@
 /* kernels/cuda/gemm.cuh: kiln's native SGEMM: 128x128 block tiles, 8x8 outputs per thread, double-buffered shared memory, float4 loads. */
 /*
- * Included once, by kiln.cu. Row-major C = op(A) @ op(B), every transpose
+ * Included once, by kiln.cu. Row-major C = op(A) @ op(B) as the planner
+ * wrote it into the record's plan.gemm (a, b, c, sizes, leading dimensions,
+ * batch strides; c_vec), every transpose
  * combination through strides, edges by bounds checks on the loads and
- * stores only. Sizes and offsets are 64-bit: m, n and k may exceed 2^31
- * (k's steps are counted in 64 bits, so K near INT_MAX does not overflow
- * into an empty loop). The grid is tiled: x covers the n tiles, and each
+ * stores only. Sizes and offsets are 64-bit: m, n and k may exceed 2^31.
+ * Counters are ints where the host bounds them (kiln_cuda_gemm_grid: m and
+ * n below 2^38, k below 2^33, batch below 2^30): tile indices, batch index,
+ * and k's steps of 8 (so K near INT_MAX does not overflow into an empty
+ * loop). The grid is tiled: x covers the n tiles, and each
  * block loops over the m tiles (y) and batches (z) its grid leaves, so m
  * and the batch count are not bounded by the grid's 65535 in y and z.
  *
@@ -20,13 +24,18 @@
  * Registers: at two blocks per SM (__launch_bounds__(256, 2)) a thread has
  * 128. The 64 accumulators, two sets of fragments (the k-step being
  * multiplied and the next, 16 + 16) and the 8 prefetched elements leave
- * about 24 for addresses and bounds. So the fragments are double-buffered by
- * hand; A's address is computed from the tile's base and k (no 64-bit step
- * held in registers), B's is a running pointer where its step is the
- * constant 8 (TB) and computed like A's otherwise; the outer loops are not
- * unrolled. With these choices ptxas allocates every variant without
- * spilling on sm_90 (the report is in backends/cuda/README.md; each change
- * here wants `ptxas -v` run again).
+ * about 24 for addresses and bounds, and the record's parameter (plan.gemm
+ * starts 544 bytes in) leaves ptxas less slack than a small argument struct
+ * did. So the fragments are double-buffered by hand; the k loop counts
+ * steps in an int, and a step's bounds are 32-bit: every step but the last
+ * is full, the last holds k_last elements; an operand whose k axis is
+ * contiguous is a running pointer (step the constant 8), the other's
+ * address is its tile base plus step * 8 * ld (no 64-bit step held in
+ * registers); the batch index is an int; the outer loops are not unrolled.
+ * With these choices ptxas allocates every variant without spilling on
+ * sm_90, at 127-128 registers: at the edge, so each change here wants
+ * `ptxas -v` run again (tests/cuda/kernel_checks.py, cuda-kernel-checks;
+ * the report is in backends/cuda/README.md).
  */
 
 #define KILN_GEMM_BM 128
@@ -53,7 +62,8 @@ __device__ __forceinline__ void kiln_gemm_load4(const float *__restrict__ ptr, i
 __device__ __forceinline__ int kiln_gemm_avail(int64_t v) { return v >= 4 ? 4 : (int)v; }
 
 template <bool TA, bool TB, bool VEC>
-__device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
+__device__ __forceinline__ void kiln_gemm_body(const kiln_kop_t &op) {
+  const auto &p = op.plan.gemm; /* what the planner wrote; nothing else of the record is read */
   __shared__ __align__(16) float As[2][KILN_GEMM_BK][KILN_GEMM_BM];
   __shared__ __align__(16) float Bs[2][KILN_GEMM_BK][KILN_GEMM_BN];
 
@@ -63,6 +73,10 @@ __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
   /* The host keeps m and n below 2^38 (a terabyte of floats), so tile
    * indices fit in an int. */
   const int tiles_m = (int)((M + KILN_GEMM_BM - 1) / KILN_GEMM_BM);
+  /* k in steps of KILN_GEMM_BK, counted in an int (k < 2^33): every step
+   * but the last is full, the last holds k_last (1..8) elements. */
+  const int steps = (int)((K + KILN_GEMM_BK - 1) / KILN_GEMM_BK);
+  const int k_last = (int)(K - (int64_t)(steps - 1) * KILN_GEMM_BK);
 
   /* Which four elements this thread loads per tile, by layout:
    * "row-wise" (the tile's k axis is contiguous in memory): row tid/2 of the
@@ -73,7 +87,7 @@ __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
 
   const int64_t bn = (int64_t)blockIdx.x * KILN_GEMM_BN;
 #pragma unroll 1
-  for (int64_t z = blockIdx.z; z < p.batch; z += gridDim.z)
+  for (int z = blockIdx.z; z < p.batch; z += gridDim.z)
 #pragma unroll 1
     for (int tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
         const int64_t bm = (int64_t)tm * KILN_GEMM_BM;
@@ -82,9 +96,11 @@ __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
          * contiguous), TA a[l*lda + i]; B(l, j) is !TB b[l*ldb + j], TB
          * b[j*ldb + l]. */
         const float *__restrict__ A =
-            (const float *)p.a + z * p.stride_a + (!TA ? (bm + rw_row) * p.lda + rw_k : cw_k * p.lda + bm + cw_col);
+            (const float *)p.a + (int64_t)z * p.stride_a +
+            (!TA ? (bm + rw_row) * p.lda + rw_k : cw_k * p.lda + bm + cw_col);
         const float *__restrict__ B =
-            (const float *)p.b + z * p.stride_b + (!TB ? cw_k * p.ldb + bn + cw_col : (bn + rw_row) * p.ldb + rw_k);
+            (const float *)p.b + (int64_t)z * p.stride_b +
+            (!TB ? cw_k * p.ldb + bn + cw_col : (bn + rw_row) * p.ldb + rw_k);
         /* !TA: the row is inside (4) or not (0); TA: how many of the four
          * columns are. Likewise for B. */
         const int a_fixed = !TA ? (bm + rw_row < M ? 4 : 0)
@@ -99,16 +115,18 @@ __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
           for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
 
         float ra[4], rb[4];
-        /* The elements of the k-step at k0 that lie inside both bounds. */
-#define KILN_GEMM_LOAD(k0)                                                                                \
+        /* The elements of k-step `step` that lie inside both bounds (left_ of
+         * the step's k lie before K). */
+#define KILN_GEMM_LOAD(step)                                                                              \
   do {                                                                                                    \
-    const int64_t left_ = K - (k0);                                                                       \
-    const int a_avail_ = !TA ? (a_fixed ? kiln_gemm_avail(left_ - rw_k > 0 ? left_ - rw_k : 0) : 0)       \
+    const int left_ = (step) + 1 < steps ? KILN_GEMM_BK : k_last;                                         \
+    const int a_avail_ = !TA ? (a_fixed ? min(max(left_ - rw_k, 0), 4) : 0)                              \
                              : (cw_k < left_ ? a_fixed : 0);                                              \
     const int b_avail_ = !TB ? (cw_k < left_ ? b_fixed : 0)                                               \
-                             : (b_fixed ? kiln_gemm_avail(left_ - rw_k > 0 ? left_ - rw_k : 0) : 0);      \
-    kiln_gemm_load4<VEC>(A + (!TA ? (k0) : (k0) * p.lda), a_avail_, ra);                                  \
-    kiln_gemm_load4<VEC>(TB ? B : B + (k0) * p.ldb, b_avail_, rb);                                        \
+                             : (b_fixed ? min(max(left_ - rw_k, 0), 4) : 0);                              \
+    const int64_t k0_ = (int64_t)(step) * KILN_GEMM_BK;                                                   \
+    kiln_gemm_load4<VEC>(!TA ? A : A + k0_ * p.lda, a_avail_, ra);                                        \
+    kiln_gemm_load4<VEC>(B + (TB ? k0_ : k0_ * p.ldb), b_avail_, rb);                                     \
   } while (0)
 #define KILN_GEMM_STORE(buf)                                                                              \
   do {                                                                                                    \
@@ -124,7 +142,7 @@ __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
     }                                                                                                     \
   } while (0)
 
-        if (K > 0) {
+        if (steps > 0) {
           KILN_GEMM_LOAD(0);
           KILN_GEMM_STORE(0);
         }
@@ -132,11 +150,11 @@ __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
 
         int cur = 0;
 #pragma unroll 1
-        for (int64_t k0 = 0; k0 < K; k0 += KILN_GEMM_BK) {
-          const bool more = k0 + KILN_GEMM_BK < K;
+        for (int step = 0; step < steps; step++) {
+          const bool more = step + 1 < steps;
           if (more) {
-            if (TB) B += KILN_GEMM_BK;
-            KILN_GEMM_LOAD(k0 + KILN_GEMM_BK);
+            if (!TA) A += KILN_GEMM_BK;
+            KILN_GEMM_LOAD(step + 1);
           }
           /* Fragments double-buffered by hand: those of kk+1 load while kk's
            * 64 products run. */
@@ -173,7 +191,7 @@ __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
 #undef KILN_GEMM_LOAD
 #undef KILN_GEMM_STORE
 
-        float *__restrict__ C = (float *)p.c + z * p.stride_c;
+        float *__restrict__ C = (float *)p.c + (int64_t)z * p.stride_c;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
           const int64_t row = bm + (i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4));
@@ -197,8 +215,8 @@ __device__ __forceinline__ void kiln_gemm_body(const kiln_cuda_gemm_args_t &p) {
 
 #define KILN_GEMM_KERNEL_(NAME, TA, TB, VEC)                                                      \
   extern "C" __global__ void __launch_bounds__(KILN_CUDA_GEMM_THREADS, 2)                           \
-      kiln_sgemm_##NAME(const kiln_cuda_gemm_args_t p) {                                           \
-    kiln_gemm_body<TA, TB, VEC>(p);                                                                \
+      kiln_sgemm_##NAME(const kiln_kop_t op) {                                                     \
+    kiln_gemm_body<TA, TB, VEC>(op);                                                               \
   }
 KILN_GEMM_KERNEL_(nn, false, false, false)
 KILN_GEMM_KERNEL_(nt, false, true, false)

@@ -2,14 +2,24 @@
 /*
  * One translation unit on purpose: nvcc then parses the headers once per
  * architecture, which keeps the build short on small machines. Every kernel
- * is extern "C" and takes one argument struct from kiln_cuda_args.cuh.
+ * is extern "C" and takes the op's record (kernels/kop.h) by value, its only
+ * parameter: operands at op.out.addr and op.in[i].addr, out's shape and the
+ * inputs' strides, the kind's parameters in op.u, and what a planner added
+ * in op.plan. Bodies are templates over the element type T (and the
+ * accumulate type where one is needed); KILN_INSTANCE makes each kernel one
+ * of them, named as the plugin looks it up:
+ * kiln_<kind>[_<FORMULA>]_<dtype of in[0]>_<dtype of out> (kinds without an
+ * input: kiln_<kind>_<dtype of out>); the planners' own kernels (SGEMM,
+ * im2col, reduction passes, ...) by descriptive names. Adding a dtype is a
+ * line of instantiations and its conversions below.
  * Build without --use_fast_math: the formulas must match the CPU backend's
  * within a few ulps.
  */
 #include <math.h>
 #include <stdint.h>
 
-#include "kiln_cuda_args.cuh"
+#include "kop.h"
+#include "launch.h"
 
 /* ---- the shared op table and Philox ---------------------------------------- */
 
@@ -25,7 +35,10 @@
 #define KILN_PHILOX_FN __device__ __forceinline__
 #include "philox.h"
 
-#define KILN_KERNEL extern "C" __global__ void __launch_bounds__(KILN_CUDA_BLOCK)
+/* A kernel: extern "C", the record by value, the body a template
+ * instantiation (the rest of the arguments, commas and all). */
+#define KILN_INSTANCE(NAME, ...)                                                                    \
+  extern "C" __global__ void __launch_bounds__(KILN_CUDA_BLOCK) NAME(const kiln_kop_t op) { __VA_ARGS__(op); }
 
 /* Grid-stride loop over [0, n): grids are capped on the host, so huge
  * tensors reuse threads instead of overflowing gridDim.x. */
@@ -33,108 +46,12 @@
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                          \
        i += (int64_t)gridDim.x * blockDim.x)
 
-/* Offsets of element i of a contiguous output in two strided inputs. */
-__device__ __forceinline__ void kiln_offsets(const kiln_cuda_ew_args_t &p, int64_t i, int64_t *o0,
-                                             int64_t *o1) {
-  int64_t a = 0, b = 0;
-  for (int d = p.ndim - 1; d >= 0; d--) {
-    const int64_t extent = p.shape[d];
-    const int64_t coord = i % extent;
-    i /= extent;
-    a += coord * p.stride0[d];
-    b += coord * p.stride1[d];
-  }
-  *o0 = a;
-  *o1 = b;
-}
+/* ---- the dtypes: C types and conversions ------------------------------------ */
 
-/* ---- elementwise, expanded from kernels/ops.def ------------------------------ */
-
-#define KILN_UNARY_KERNEL_(T, TNAME, NAME, expr)                                                   \
-  KILN_KERNEL kiln_unary_##TNAME##_##NAME(const kiln_cuda_ew_args_t p) {                            \
-    const T *__restrict__ in = (const T *)p.in0;                                                   \
-    T *__restrict__ out = (T *)p.out;                                                              \
-    if (p.ndim == 0) {                                                                             \
-      KILN_FOR_EACH(i, p.n) {                                                                      \
-        const T x = in[i];                                                                         \
-        out[i] = (expr);                                                                           \
-      }                                                                                            \
-    } else {                                                                                       \
-      KILN_FOR_EACH(i, p.n) {                                                                      \
-        int64_t o0, o1;                                                                            \
-        kiln_offsets(p, i, &o0, &o1);                                                              \
-        const T x = in[o0];                                                                        \
-        out[i] = (expr);                                                                           \
-      }                                                                                            \
-    }                                                                                              \
-  }
-
-#define KILN_BINARY_KERNEL_(T, TNAME, NAME, expr)                                                  \
-  KILN_KERNEL kiln_binary_##TNAME##_##NAME(const kiln_cuda_ew_args_t p) {                           \
-    const T *__restrict__ in0 = (const T *)p.in0;                                                  \
-    const T *__restrict__ in1 = (const T *)p.in1;                                                  \
-    T *__restrict__ out = (T *)p.out;                                                              \
-    if (p.ndim == 0) {                                                                             \
-      KILN_FOR_EACH(i, p.n) {                                                                      \
-        const T a = in0[i], b = in1[i];                                                            \
-        out[i] = (expr);                                                                           \
-      }                                                                                            \
-    } else {                                                                                       \
-      KILN_FOR_EACH(i, p.n) {                                                                      \
-        int64_t o0, o1;                                                                            \
-        kiln_offsets(p, i, &o0, &o1);                                                              \
-        const T a = in0[o0], b = in1[o1];                                                          \
-        out[i] = (expr);                                                                           \
-      }                                                                                            \
-    }                                                                                              \
-  }                                                                                                \
-  KILN_KERNEL kiln_binary_scalar_##TNAME##_##NAME(const kiln_cuda_ew_args_t p) {                    \
-    const T *__restrict__ in0 = (const T *)p.in0;                                                  \
-    T *__restrict__ out = (T *)p.out;                                                              \
-    const T b = kiln_scalar_of<T>(p);                                                              \
-    if (p.ndim == 0) {                                                                             \
-      KILN_FOR_EACH(i, p.n) {                                                                      \
-        const T a = in0[i];                                                                        \
-        out[i] = (expr);                                                                           \
-      }                                                                                            \
-    } else {                                                                                       \
-      KILN_FOR_EACH(i, p.n) {                                                                      \
-        int64_t o0, o1;                                                                            \
-        kiln_offsets(p, i, &o0, &o1);                                                              \
-        const T a = in0[o0];                                                                       \
-        out[i] = (expr);                                                                           \
-      }                                                                                            \
-    }                                                                                              \
-  }
-
-template <typename T> __device__ __forceinline__ T kiln_scalar_of(const kiln_cuda_ew_args_t &p);
-template <> __device__ __forceinline__ float kiln_scalar_of<float>(const kiln_cuda_ew_args_t &p) {
-  return p.scalar_f;
-}
-template <> __device__ __forceinline__ int kiln_scalar_of<int>(const kiln_cuda_ew_args_t &p) {
-  return p.scalar_i;
-}
-
-#define KILN_UNARY_F32(NAME, expr) KILN_UNARY_KERNEL_(float, f32, NAME, expr)
-#define KILN_UNARY_I32(NAME, expr) KILN_UNARY_KERNEL_(int, i32, NAME, expr)
-#define KILN_BINARY_F32(NAME, expr) KILN_BINARY_KERNEL_(float, f32, NAME, expr)
-#define KILN_BINARY_I32(NAME, expr) KILN_BINARY_KERNEL_(int, i32, NAME, expr)
-#include "ops.def"
-
-/* ---- generators, COPY and CAST ----------------------------------------------- */
-
-/* FILL: f32 and i32 are both one 32-bit pattern. */
-KILN_KERNEL kiln_fill32(const kiln_cuda_ew_args_t p) {
-  uint32_t *__restrict__ out = (uint32_t *)p.out;
-  const uint32_t v = (uint32_t)p.scalar_i;
-  KILN_FOR_EACH(i, p.n) out[i] = v;
-}
-
-/* ARANGE in double, rounded once, as the CPU backend does. */
-KILN_KERNEL kiln_arange_f32(const kiln_cuda_ew_args_t p) {
-  float *__restrict__ out = (float *)p.out;
-  KILN_FOR_EACH(i, p.n) out[i] = (float)(p.start + (double)i * p.step);
-}
+/* The core's scalar, converted once to each dtype. */
+template <typename T> __device__ __forceinline__ T kiln_scalar(const kiln_scalar_t &s);
+template <> __device__ __forceinline__ float kiln_scalar<float>(const kiln_scalar_t &s) { return s.f32; }
+template <> __device__ __forceinline__ int kiln_scalar<int>(const kiln_scalar_t &s) { return s.i32; }
 
 __device__ __forceinline__ int kiln_double_to_i32(double v) {
   if (v != v) return 0;
@@ -143,73 +60,174 @@ __device__ __forceinline__ int kiln_double_to_i32(double v) {
   return (int)v;
 }
 
-KILN_KERNEL kiln_arange_i32(const kiln_cuda_ew_args_t p) {
-  int *__restrict__ out = (int *)p.out;
-  KILN_FOR_EACH(i, p.n) out[i] = kiln_double_to_i32(p.start + (double)i * p.step);
-}
+/* A double rounded once to the dtype (ARANGE, as the CPU backend does). */
+template <typename T> __device__ __forceinline__ T kiln_from_f64(double v);
+template <> __device__ __forceinline__ float kiln_from_f64<float>(double v) { return (float)v; }
+template <> __device__ __forceinline__ int kiln_from_f64<int>(double v) { return kiln_double_to_i32(v); }
 
-KILN_KERNEL kiln_random_uniform(const kiln_cuda_ew_args_t p) {
-  float *__restrict__ out = (float *)p.out;
-  KILN_FOR_EACH(i, p.n) out[i] = kiln_philox_uniform((unsigned long long)i, p.seed, p.scalar_f, p.scalar_f2);
-}
+/* CAST (and COPY, the identity): f32 -> i32 toward zero, NaN -> 0,
+ * saturating at the i32 limits (the rule of every kiln backend, as for
+ * scalars); i32 -> f32 to the nearest float, ties to even. */
+template <typename TIN, typename TOUT> struct kiln_convert {
+  static __device__ __forceinline__ TOUT f(TIN v) { return v; }
+};
+template <> struct kiln_convert<float, int> {
+  static __device__ __forceinline__ int f(float v) {
+    if (v != v) return 0;
+    if (v >= 2147483648.0f) return 2147483647;
+    if (v <= -2147483648.0f) return (-2147483647 - 1);
+    return (int)v; /* C's conversion truncates toward zero */
+  }
+};
+template <> struct kiln_convert<int, float> {
+  static __device__ __forceinline__ float f(int v) { return __int2float_rn(v); }
+};
 
-KILN_KERNEL kiln_random_normal(const kiln_cuda_ew_args_t p) {
-  float *__restrict__ out = (float *)p.out;
-  KILN_FOR_EACH(i, p.n) out[i] = kiln_philox_normal((unsigned long long)i, p.seed, p.scalar_f, p.scalar_f2);
-}
+/* ---- elementwise --------------------------------------------------------------- */
 
-/* COPY of a strided view into a contiguous output; f32 and i32 alike. */
-KILN_KERNEL kiln_copy32_strided(const kiln_cuda_ew_args_t p) {
-  const uint32_t *__restrict__ in = (const uint32_t *)p.in0;
-  uint32_t *__restrict__ out = (uint32_t *)p.out;
-  KILN_FOR_EACH(i, p.n) {
-    int64_t o0, o1;
-    kiln_offsets(p, i, &o0, &o1);
-    out[i] = in[o0];
+/* Offsets of element i of out (contiguous, of op.shape) in the first N
+ * inputs, walked by their strides (0 where broadcast). */
+template <int N> __device__ __forceinline__ void kiln_offsets(const kiln_kop_t &op, int64_t i, int64_t (&o)[N]) {
+#pragma unroll
+  for (int j = 0; j < N; j++) o[j] = 0;
+  for (int d = op.ndim - 1; d >= 0; d--) {
+    const int64_t extent = op.shape[d];
+    const int64_t coord = i % extent;
+    i /= extent;
+#pragma unroll
+    for (int j = 0; j < N; j++) o[j] += coord * op.in[j].strides[d];
   }
 }
 
-/* CAST f32 -> i32: toward zero, NaN -> 0, saturating at the i32 limits (the
- * rule of every kiln backend, as for scalars). */
-__device__ __forceinline__ int kiln_f32_to_i32(float v) {
-  if (v != v) return 0;
-  if (v >= 2147483648.0f) return 2147483647;
-  if (v <= -2147483648.0f) return (-2147483647 - 1);
-  return (int)v; /* C's conversion truncates toward zero */
-}
-
-/* CAST: a strided view (or, ndim 0, a contiguous run) into a contiguous
- * output of the other dtype. */
-KILN_KERNEL kiln_cast_f32_to_i32(const kiln_cuda_ew_args_t p) {
-  const float *__restrict__ in = (const float *)p.in0;
-  int *__restrict__ out = (int *)p.out;
-  if (p.ndim == 0) {
-    KILN_FOR_EACH(i, p.n) out[i] = kiln_f32_to_i32(in[i]);
+/* The walk of every elementwise kernel: out[i] = F::f(the elements of the
+ * N inputs for i), one contiguous run when ndim is 0 (the fast path). */
+template <typename TIN, typename TOUT, int N, typename F> __device__ __forceinline__ void kiln_map(const kiln_kop_t &op) {
+  const TIN *__restrict__ in0 = (const TIN *)op.in[0].addr;
+  const TIN *__restrict__ in1 = (const TIN *)op.in[N > 1 ? 1 : 0].addr;
+  TOUT *__restrict__ out = (TOUT *)op.out.addr;
+  if (op.ndim == 0) {
+    KILN_FOR_EACH(i, op.n) out[i] = F::f(op, in0[i], N > 1 ? in1[i] : in0[i]);
   } else {
-    KILN_FOR_EACH(i, p.n) {
-      int64_t o0, o1;
-      kiln_offsets(p, i, &o0, &o1);
-      out[i] = kiln_f32_to_i32(in[o0]);
+    KILN_FOR_EACH(i, op.n) {
+      int64_t o[N];
+      kiln_offsets<N>(op, i, o);
+      out[i] = F::f(op, in0[o[0]], N > 1 ? in1[o[N - 1]] : in0[o[0]]);
     }
   }
 }
 
-/* i32 -> f32 rounds to the nearest float, ties to even. */
-KILN_KERNEL kiln_cast_i32_to_f32(const kiln_cuda_ew_args_t p) {
-  const int *__restrict__ in = (const int *)p.in0;
-  float *__restrict__ out = (float *)p.out;
-  if (p.ndim == 0) {
-    KILN_FOR_EACH(i, p.n) out[i] = __int2float_rn(in[i]);
+/* The formulas of kernels/ops.def as functors of (op, first, second). */
+#define KILN_UNARY_FN_(T, TNAME, NAME, expr)                                                       \
+  struct kiln_unary_##NAME##_##TNAME {                                                             \
+    static __device__ __forceinline__ T f(const kiln_kop_t &, const T x, const T) { return (expr); } \
+  };                                                                                               \
+  KILN_INSTANCE(kiln_unary_##NAME##_##TNAME##_##TNAME, kiln_map<T, T, 1, kiln_unary_##NAME##_##TNAME>)
+#define KILN_BINARY_FN_(T, TNAME, NAME, expr)                                                      \
+  struct kiln_binary_##NAME##_##TNAME {                                                            \
+    static __device__ __forceinline__ T f(const kiln_kop_t &, const T a, const T b) { return (expr); } \
+  };                                                                                               \
+  struct kiln_binary_scalar_##NAME##_##TNAME {                                                     \
+    static __device__ __forceinline__ T f(const kiln_kop_t &op, const T a, const T) {              \
+      const T b = kiln_scalar<T>(op.u.binary.scalar);                                              \
+      return (expr);                                                                               \
+    }                                                                                              \
+  };                                                                                               \
+  KILN_INSTANCE(kiln_binary_##NAME##_##TNAME##_##TNAME, kiln_map<T, T, 2, kiln_binary_##NAME##_##TNAME>) \
+  KILN_INSTANCE(kiln_binary_scalar_##NAME##_##TNAME##_##TNAME,                                      \
+                kiln_map<T, T, 1, kiln_binary_scalar_##NAME##_##TNAME>)
+/* UNARY_BACKWARD: dx = dy * f'(x), x (in[0]) and dy (in[1]) walked as a
+ * binary op's inputs. */
+#define KILN_UNARY_GRAD_FN_(T, TNAME, NAME, expr)                                                  \
+  struct kiln_unary_backward_##NAME##_##TNAME {                                                    \
+    static __device__ __forceinline__ T f(const kiln_kop_t &, const T x, const T dy) {             \
+      (void)x; /* NEG's derivative does not read it */                                             \
+      return (expr);                                                                               \
+    }                                                                                              \
+  };                                                                                               \
+  KILN_INSTANCE(kiln_unary_backward_##NAME##_##TNAME##_##TNAME,                                     \
+                kiln_map<T, T, 2, kiln_unary_backward_##NAME##_##TNAME>)
+
+#define KILN_UNARY_F32(NAME, expr) KILN_UNARY_FN_(float, f32, NAME, expr)
+#define KILN_UNARY_I32(NAME, expr) KILN_UNARY_FN_(int, i32, NAME, expr)
+#define KILN_BINARY_F32(NAME, expr) KILN_BINARY_FN_(float, f32, NAME, expr)
+#define KILN_BINARY_I32(NAME, expr) KILN_BINARY_FN_(int, i32, NAME, expr)
+#define KILN_UNARY_GRAD_F32(NAME, expr) KILN_UNARY_GRAD_FN_(float, f32, NAME, expr)
+#include "ops.def"
+
+/* COPY and CAST: a strided view (or, ndim 0, a contiguous run) into a
+ * contiguous output, converted. */
+template <typename TIN, typename TOUT> struct kiln_cast_fn {
+  static __device__ __forceinline__ TOUT f(const kiln_kop_t &, const TIN x, const TIN) {
+    return kiln_convert<TIN, TOUT>::f(x);
+  }
+};
+template <typename TIN, typename TOUT> __device__ __forceinline__ void kiln_cast(const kiln_kop_t &op) {
+  kiln_map<TIN, TOUT, 1, kiln_cast_fn<TIN, TOUT> >(op);
+}
+
+/* ---- generators ------------------------------------------------------------------ */
+
+template <typename T> __device__ __forceinline__ void kiln_fill(const kiln_kop_t &op) {
+  T *__restrict__ out = (T *)op.out.addr;
+  const T v = kiln_scalar<T>(op.u.fill.value);
+  KILN_FOR_EACH(i, op.n) out[i] = v;
+}
+
+/* ARANGE in double, rounded once, as the CPU backend does. */
+template <typename T> __device__ __forceinline__ void kiln_arange(const kiln_kop_t &op) {
+  T *__restrict__ out = (T *)op.out.addr;
+  KILN_FOR_EACH(i, op.n) out[i] = kiln_from_f64<T>(op.u.arange.start + (double)i * op.u.arange.step);
+}
+
+/* The uniform transform on its own (not inlined), so that the build's
+ * check (tests/cuda/kernel_checks.py) can see that it holds no fused
+ * multiply-add: uniform numbers are bit-identical on every backend. */
+extern "C" __device__ __noinline__ float kiln_random_uniform_f32(unsigned long long i, unsigned long long seed,
+                                                                 float low, float high) {
+  return kiln_philox_uniform(i, seed, low, high);
+}
+
+/* RANDOM: uniform [a, b), or normal(a, b) when op.u.random.normal. */
+__device__ __forceinline__ void kiln_random(const kiln_kop_t &op) {
+  float *__restrict__ out = (float *)op.out.addr;
+  const unsigned long long seed = op.u.random.seed;
+  const float a = op.u.random.a, b = op.u.random.b;
+  if (op.u.random.normal) {
+    KILN_FOR_EACH(i, op.n) out[i] = kiln_philox_normal((unsigned long long)i, seed, a, b);
   } else {
-    KILN_FOR_EACH(i, p.n) {
-      int64_t o0, o1;
-      kiln_offsets(p, i, &o0, &o1);
-      out[i] = __int2float_rn(in[o0]);
-    }
+    KILN_FOR_EACH(i, op.n) out[i] = kiln_random_uniform_f32((unsigned long long)i, seed, a, b);
   }
 }
+
+/* ---- the instances of the dtype-generic kinds --------------------------------------- */
+
+KILN_INSTANCE(kiln_fill_f32, kiln_fill<float>)
+KILN_INSTANCE(kiln_fill_i32, kiln_fill<int>)
+KILN_INSTANCE(kiln_arange_f32, kiln_arange<float>)
+KILN_INSTANCE(kiln_arange_i32, kiln_arange<int>)
+KILN_INSTANCE(kiln_random_f32, kiln_random)
+KILN_INSTANCE(kiln_copy_f32_f32, kiln_cast<float, float>)
+KILN_INSTANCE(kiln_copy_i32_i32, kiln_cast<int, int>)
+KILN_INSTANCE(kiln_cast_f32_i32, kiln_cast<float, int>)
+KILN_INSTANCE(kiln_cast_i32_f32, kiln_cast<int, float>)
 
 /* ---- reductions ------------------------------------------------------------ */
+
+/* REDUCE over the middle axis of [outer, len, inner] (op.u.reduce), the axis
+ * split by the planner into plan.reduce.chunks chunks of plan.reduce.chunk
+ * elements when there are too few outputs to fill the GPU; with chunks > 1
+ * each block writes partial results to plan.reduce.parts and the parts
+ * kernel finishes each output, merging its chunks in order (deterministic).
+ * plan.reduce.rows is the rows a pass covers (outer; the parts pass: the
+ * outputs). rows kernel (inner == 1): block b handles chunk (b % chunks) of
+ * row (b / chunks), parts[b]. cols kernel (inner > 1, or len == 0): a block
+ * is plan.reduce.width neighbouring columns (a power of two up to 32) times
+ * KILN_CUDA_BLOCK / width lanes walking the axis, so a warp reads whole
+ * lines of memory; block b handles chunk (b % chunks) of column tile
+ * (b / chunks) % ceil(inner / width) of outer row b / chunks / tiles, and
+ * writes parts[(row * inner + col) * chunks + chunk], so the parts kernel
+ * finishes the outputs as outer * inner rows. Partial sums accumulate in
+ * double (f32) or wrap in 32 bits (i32): kiln_cuda_reduce_part_t. */
 
 typedef kiln_cuda_reduce_part_t part_t;
 
@@ -291,85 +309,85 @@ __device__ part_t kiln_block_reduce(part_t v) {
 /* Write one finished output; the same rules as the CPU backend (sum of
  * nothing 0, mean of nothing NaN, max of nothing -inf / INT_MIN, argmax 0). */
 template <typename T>
-__device__ __forceinline__ void kiln_reduce_finish(const kiln_cuda_reduce_args_t &p, int64_t at, const part_t &r) {
-  if (p.op == 3) { /* ARGMAX */
-    ((int *)p.out)[at] = r.index < 0 ? 0 : (int)r.index;
+__device__ __forceinline__ void kiln_reduce_finish(const kiln_kop_t &p, int64_t at, const part_t &r) {
+  if (p.u.reduce.op == 3) { /* ARGMAX */
+    ((int *)p.out.addr)[at] = r.index < 0 ? 0 : (int)r.index;
     return;
   }
   if (!kiln_is_f32<T>::value) {
-    ((int *)p.out)[at] = p.op == 2 ? (r.index < 0 ? (-2147483647 - 1) : (int)r.best) : (int)r.isum;
+    ((int *)p.out.addr)[at] = p.u.reduce.op == 2 ? (r.index < 0 ? (-2147483647 - 1) : (int)r.best) : (int)r.isum;
     return;
   }
-  float *out = (float *)p.out;
-  switch (p.op) {
+  float *out = (float *)p.out.addr;
+  switch (p.u.reduce.op) {
   case 0: out[at] = (float)r.sum; break;                                  /* SUM */
-  case 1: out[at] = (float)(r.sum / (double)p.len); break;                /* MEAN: 0/0 is NaN */
+  case 1: out[at] = (float)(r.sum / (double)p.u.reduce.len); break;                /* MEAN: 0/0 is NaN */
   case 2: out[at] = r.index < 0 ? -INFINITY : (float)r.best; break;       /* MAX */
   default: out[at] = (float)sqrt(r.sum); break;                           /* NORM */
   }
 }
 
-template <typename T> __device__ void kiln_reduce_rows(const kiln_cuda_reduce_args_t &p) {
-  const T *__restrict__ in = (const T *)p.in;
-  const bool squares = p.op == 4;
-  for (int64_t b = blockIdx.x; b < p.outer * p.chunks; b += gridDim.x) {
-    const int64_t row = b / p.chunks, chunk = b % p.chunks;
-    const int64_t begin = chunk * p.chunk;
-    const int64_t end = begin + p.chunk < p.len ? begin + p.chunk : p.len;
-    const T *x = in + row * p.len;
+template <typename T> __device__ void kiln_reduce_rows(const kiln_kop_t &p) {
+  const T *__restrict__ in = (const T *)p.in[0].addr;
+  const bool squares = p.u.reduce.op == 4;
+  for (int64_t b = blockIdx.x; b < p.plan.reduce.rows * p.plan.reduce.chunks; b += gridDim.x) {
+    const int64_t row = b / p.plan.reduce.chunks, chunk = b % p.plan.reduce.chunks;
+    const int64_t begin = chunk * p.plan.reduce.chunk;
+    const int64_t end = begin + p.plan.reduce.chunk < p.u.reduce.len ? begin + p.plan.reduce.chunk : p.u.reduce.len;
+    const T *x = in + row * p.u.reduce.len;
     part_t acc = kiln_part_empty();
     for (int64_t l = begin + threadIdx.x; l < end; l += blockDim.x) kiln_part_add<T>(acc, x[l], l, squares);
     acc = kiln_block_reduce(acc);
     if (threadIdx.x == 0) {
-      if (p.chunks == 1)
+      if (p.plan.reduce.chunks == 1)
         kiln_reduce_finish<T>(p, row, acc);
       else
-        ((part_t *)p.parts)[b] = acc;
+        ((part_t *)p.plan.reduce.parts)[b] = acc;
     }
     __syncthreads(); /* the shared scratch of kiln_block_reduce is reused */
   }
 }
 
-KILN_KERNEL kiln_reduce_rows_f32(const kiln_cuda_reduce_args_t p) { kiln_reduce_rows<float>(p); }
-KILN_KERNEL kiln_reduce_rows_i32(const kiln_cuda_reduce_args_t p) { kiln_reduce_rows<int>(p); }
+KILN_INSTANCE(kiln_reduce_rows_f32, kiln_reduce_rows<float>)
+KILN_INSTANCE(kiln_reduce_rows_i32, kiln_reduce_rows<int>)
 
-template <typename T> __device__ void kiln_reduce_parts(const kiln_cuda_reduce_args_t &p) {
-  const part_t *parts = (const part_t *)p.parts;
-  for (int64_t row = blockIdx.x; row < p.outer; row += gridDim.x) {
+template <typename T> __device__ void kiln_reduce_parts(const kiln_kop_t &p) {
+  const part_t *parts = (const part_t *)p.plan.reduce.parts;
+  for (int64_t row = blockIdx.x; row < p.plan.reduce.rows; row += gridDim.x) {
     part_t acc = kiln_part_empty();
-    for (int64_t c = threadIdx.x; c < p.chunks; c += blockDim.x) acc = kiln_part_merge(acc, parts[row * p.chunks + c]);
+    for (int64_t c = threadIdx.x; c < p.plan.reduce.chunks; c += blockDim.x) acc = kiln_part_merge(acc, parts[row * p.plan.reduce.chunks + c]);
     acc = kiln_block_reduce(acc);
     if (threadIdx.x == 0) kiln_reduce_finish<T>(p, row, acc);
     __syncthreads();
   }
 }
 
-KILN_KERNEL kiln_reduce_parts_f32(const kiln_cuda_reduce_args_t p) { kiln_reduce_parts<float>(p); }
-KILN_KERNEL kiln_reduce_parts_i32(const kiln_cuda_reduce_args_t p) { kiln_reduce_parts<int>(p); }
+KILN_INSTANCE(kiln_reduce_parts_f32, kiln_reduce_parts<float>)
+KILN_INSTANCE(kiln_reduce_parts_i32, kiln_reduce_parts<int>)
 
-/* inner > 1 (and any len == 0): a block is p.width neighbouring columns by
- * KILN_CUDA_BLOCK / p.width lanes along the axis, so a warp reads whole
+/* inner > 1 (and any len == 0): a block is p.plan.reduce.width neighbouring columns by
+ * KILN_CUDA_BLOCK / p.plan.reduce.width lanes along the axis, so a warp reads whole
  * lines (32 columns of one position, or with 4 columns, 4 of 8 consecutive
- * positions), and a long axis is split over blocks (p.chunks) like a long
+ * positions), and a long axis is split over blocks (p.plan.reduce.chunks) like a long
  * row: reducing axis 0 of [1e6, 4] runs on hundreds of blocks, not 4
  * threads. The lanes of a column meet in a fixed tree, so the result does
  * not depend on timing. */
-template <typename T> __device__ void kiln_reduce_cols(const kiln_cuda_reduce_args_t &p) {
+template <typename T> __device__ void kiln_reduce_cols(const kiln_kop_t &p) {
   __shared__ part_t shared[KILN_CUDA_BLOCK];
-  const T *__restrict__ in = (const T *)p.in;
-  const bool squares = p.op == 4;
-  const int width = p.width, lanes = KILN_CUDA_BLOCK / p.width;
+  const T *__restrict__ in = (const T *)p.in[0].addr;
+  const bool squares = p.u.reduce.op == 4;
+  const int width = p.plan.reduce.width, lanes = KILN_CUDA_BLOCK / p.plan.reduce.width;
   const int tx = (int)threadIdx.x % width, ty = (int)threadIdx.x / width;
-  const int64_t tiles = (p.inner + width - 1) / width;
-  for (int64_t b = blockIdx.x; b < p.outer * tiles * p.chunks; b += gridDim.x) {
-    const int64_t chunk = b % p.chunks, tile = (b / p.chunks) % tiles, row = b / p.chunks / tiles;
+  const int64_t tiles = (p.u.reduce.inner + width - 1) / width;
+  for (int64_t b = blockIdx.x; b < p.plan.reduce.rows * tiles * p.plan.reduce.chunks; b += gridDim.x) {
+    const int64_t chunk = b % p.plan.reduce.chunks, tile = (b / p.plan.reduce.chunks) % tiles, row = b / p.plan.reduce.chunks / tiles;
     const int64_t col = tile * width + tx;
-    const int64_t begin = chunk * p.chunk;
-    const int64_t end = begin + p.chunk < p.len ? begin + p.chunk : p.len;
+    const int64_t begin = chunk * p.plan.reduce.chunk;
+    const int64_t end = begin + p.plan.reduce.chunk < p.u.reduce.len ? begin + p.plan.reduce.chunk : p.u.reduce.len;
     part_t acc = kiln_part_empty();
-    if (col < p.inner) {
-      const T *x = in + row * p.len * p.inner + col;
-      for (int64_t l = begin + ty; l < end; l += lanes) kiln_part_add<T>(acc, x[l * p.inner], l, squares);
+    if (col < p.u.reduce.inner) {
+      const T *x = in + row * p.u.reduce.len * p.u.reduce.inner + col;
+      for (int64_t l = begin + ty; l < end; l += lanes) kiln_part_add<T>(acc, x[l * p.u.reduce.inner], l, squares);
     }
     shared[threadIdx.x] = acc;
     __syncthreads();
@@ -377,19 +395,19 @@ template <typename T> __device__ void kiln_reduce_cols(const kiln_cuda_reduce_ar
       if (ty < half) shared[threadIdx.x] = kiln_part_merge(shared[threadIdx.x], shared[threadIdx.x + half * width]);
       __syncthreads();
     }
-    if (ty == 0 && col < p.inner) {
-      const int64_t o = row * p.inner + col;
-      if (p.chunks == 1)
+    if (ty == 0 && col < p.u.reduce.inner) {
+      const int64_t o = row * p.u.reduce.inner + col;
+      if (p.plan.reduce.chunks == 1)
         kiln_reduce_finish<T>(p, o, shared[tx]);
       else
-        ((part_t *)p.parts)[o * p.chunks + chunk] = shared[tx];
+        ((part_t *)p.plan.reduce.parts)[o * p.plan.reduce.chunks + chunk] = shared[tx];
     }
     __syncthreads(); /* shared is written again by the next block's items */
   }
 }
 
-KILN_KERNEL kiln_reduce_cols_f32(const kiln_cuda_reduce_args_t p) { kiln_reduce_cols<float>(p); }
-KILN_KERNEL kiln_reduce_cols_i32(const kiln_cuda_reduce_args_t p) { kiln_reduce_cols<int>(p); }
+KILN_INSTANCE(kiln_reduce_cols_f32, kiln_reduce_cols<float>)
+KILN_INSTANCE(kiln_reduce_cols_i32, kiln_reduce_cols<int>)
 
 /* ---- softmax and cross-entropy --------------------------------------------- */
 
@@ -420,59 +438,67 @@ __device__ double kiln_block_sum(double v) {
   return v; /* every thread */
 }
 
-/* One block per row; the maximum is subtracted so every exp is in (0, 1]. */
-KILN_KERNEL kiln_softmax_f32(const kiln_cuda_rows_args_t p) {
-  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
-    const float *x = (const float *)p.in + r * p.cols;
-    float *y = (float *)p.out + r * p.cols;
+/* SOFTMAX (ROWS): one block per row of u.softmax; the maximum is subtracted
+ * so every exp is in (0, 1]; the sum in double. */
+__device__ __forceinline__ void kiln_softmax(const kiln_kop_t &op) {
+  const int64_t rows = op.u.softmax.rows, cols = op.u.softmax.cols;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *x = (const float *)op.in[0].addr + r * cols;
+    float *y = (float *)op.out.addr + r * cols;
     float m = -INFINITY;
-    for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) m = kiln_max_nan(m, x[i]);
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) m = kiln_max_nan(m, x[i]);
     m = kiln_block_max(m);
     double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) sum += (double)expf(x[i] - m);
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) sum += (double)expf(x[i] - m);
     sum = kiln_block_sum(sum);
-    if (p.log) {
+    if (op.u.softmax.log) {
       /* (x - max) - log(sum), in that order: see kernels/cpu/nn.c. */
       const float lse = (float)log(sum);
-      for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) y[i] = __fsub_rn(__fsub_rn(x[i], m), lse);
+      for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) y[i] = __fsub_rn(__fsub_rn(x[i], m), lse);
     } else {
       const float inv = (float)(1.0 / sum);
-      for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) y[i] = expf(x[i] - m) * inv;
+      for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) y[i] = expf(x[i] - m) * inv;
     }
   }
 }
+KILN_INSTANCE(kiln_softmax_f32_f32, kiln_softmax)
 
-/* Loss of each row into work[r] (double); a label out of range gives NaN. */
-KILN_KERNEL kiln_xent_rows(const kiln_cuda_rows_args_t p) {
-  const int *labels = (const int *)p.labels;
-  double *work = (double *)p.work;
-  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
-    const float *x = (const float *)p.in + r * p.cols;
+/* CROSS_ENTROPY's first pass: the loss of each row into plan.reduce.parts
+ * (a double per row); a label out of range gives NaN. */
+__device__ __forceinline__ void kiln_xent_rows(const kiln_kop_t &op) {
+  const int *labels = (const int *)op.in[1].addr;
+  double *work = (double *)op.plan.reduce.parts;
+  const int64_t rows = op.u.cross_entropy.n, cols = op.u.cross_entropy.c;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *x = (const float *)op.in[0].addr + r * cols;
     const int label = labels[r];
     float m = -INFINITY;
-    for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) m = kiln_max_nan(m, x[i]);
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) m = kiln_max_nan(m, x[i]);
     m = kiln_block_max(m);
     double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) sum += (double)expf(x[i] - m);
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) sum += (double)expf(x[i] - m);
     sum = kiln_block_sum(sum);
     if (threadIdx.x == 0)
-      work[r] = label < 0 || label >= p.cols ? (double)NAN : -((double)x[label] - (double)m - log(sum));
+      work[r] = label < 0 || label >= cols ? (double)NAN : -((double)x[label] - (double)m - log(sum));
   }
 }
+KILN_INSTANCE(kiln_xent_rows_f32, kiln_xent_rows)
 
-/* One block: the mean of the row losses in a fixed order (deterministic),
- * and the report in `aux` that the core reads at the next synchronisation:
- * {the first row whose label is outside [0, cols), its label} or {-1, 0}. */
-KILN_KERNEL kiln_xent_mean(const kiln_cuda_rows_args_t p) {
+/* Its second pass, one block: the mean of the row losses in a fixed order
+ * (deterministic), and the report in in[2] that the core reads at the next
+ * synchronisation: {the first row whose label is outside [0, cols), its
+ * label} or {-1, 0}. */
+__device__ __forceinline__ void kiln_xent_mean(const kiln_kop_t &op) {
   __shared__ int first;
-  const double *work = (const double *)p.work;
-  const int *labels = (const int *)p.labels;
+  const double *work = (const double *)op.plan.reduce.parts;
+  const int *labels = (const int *)op.in[1].addr;
+  const int64_t rows = op.u.cross_entropy.n, cols = op.u.cross_entropy.c;
   if (threadIdx.x == 0) first = INT32_MAX;
   __syncthreads();
   double sum = 0.0;
-  for (int64_t r = threadIdx.x; r < p.rows; r += blockDim.x) sum += work[r];
-  for (int64_t r = threadIdx.x; r < p.rows && r < INT32_MAX; r += blockDim.x) {
-    if (labels[r] < 0 || labels[r] >= p.cols) {
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) sum += work[r];
+  for (int64_t r = threadIdx.x; r < rows && r < INT32_MAX; r += blockDim.x) {
+    if (labels[r] < 0 || labels[r] >= cols) {
       atomicMin(&first, (int)r);
       break; /* this thread's later rows come after it */
     }
@@ -480,61 +506,85 @@ KILN_KERNEL kiln_xent_mean(const kiln_cuda_rows_args_t p) {
   sum = kiln_block_sum(sum);
   __syncthreads();
   if (threadIdx.x == 0) {
-    int *report = (int *)p.aux;
-    ((float *)p.out)[0] = (float)(sum / (double)p.rows); /* rows 0: NaN */
+    int *report = (int *)op.in[2].addr;
+    ((float *)op.out.addr)[0] = (float)(sum / (double)rows); /* rows 0: NaN */
     report[0] = first == INT32_MAX ? -1 : first;
     report[1] = first == INT32_MAX ? 0 : labels[first];
   }
 }
+KILN_INSTANCE(kiln_xent_mean_f32, kiln_xent_mean)
 
 /* ---- convolution helpers and pooling ---------------------------------------- */
 
-/* [images][c*r*s][p*q] columns of `images` consecutive input images. */
-KILN_KERNEL kiln_im2col_f32(const kiln_cuda_conv_args_t p) {
-  const float *__restrict__ x = (const float *)p.in;
-  float *__restrict__ cols = (float *)p.out;
-  const int64_t pq = p.p * p.q, rs = p.r * p.s, crs = p.c * rs;
-  KILN_FOR_EACH(i, p.images * crs * pq) {
+/* The sizes of u.conv2d (CONV2D and its gradients) as the kernels read them. */
+#define KILN_CONV_SIZES_(op)                                                                         \
+  const int64_t c = op.u.conv2d.c, h = op.u.conv2d.h, w = op.u.conv2d.w, k = op.u.conv2d.k;           \
+  const int64_t r = op.u.conv2d.r, s = op.u.conv2d.s, p = op.u.conv2d.p, q = op.u.conv2d.q;           \
+  const int64_t stride[2] = {op.u.conv2d.stride[0], op.u.conv2d.stride[1]};                          \
+  const int64_t pad[2] = {op.u.conv2d.pad[0], op.u.conv2d.pad[1]};                                   \
+  const int64_t dil[2] = {op.u.conv2d.dil[0], op.u.conv2d.dil[1]};                                   \
+  (void)c, (void)h, (void)w, (void)k, (void)r, (void)s, (void)p, (void)q, (void)stride, (void)pad, (void)dil
+
+/* [images][c*r*s][p*q] columns of plan.round.images consecutive input
+ * images starting at plan.round.in, into plan.round.out. */
+__device__ __forceinline__ void kiln_im2col(const kiln_kop_t &op) {
+  KILN_CONV_SIZES_(op);
+  const float *__restrict__ x = (const float *)op.plan.round.in;
+  float *__restrict__ cols = (float *)op.plan.round.out;
+  const int64_t pq = p * q, rs = r * s, crs = c * rs;
+  KILN_FOR_EACH(i, op.plan.round.images * crs * pq) {
     const int64_t col = i % pq, row = (i / pq) % crs, img = i / (pq * crs);
-    const int64_t ch = row / rs, ri = (row % rs) / p.s, si = row % p.s;
-    const int64_t pp = col / p.q, qq = col % p.q;
-    const int64_t hh = pp * p.stride[0] - p.pad[0] + ri * p.dil[0];
-    const int64_t ww = qq * p.stride[1] - p.pad[1] + si * p.dil[1];
-    cols[i] = hh >= 0 && hh < p.h && ww >= 0 && ww < p.w ? x[((img * p.c + ch) * p.h + hh) * p.w + ww] : 0.0f;
+    const int64_t ch = row / rs, ri = (row % rs) / s, si = row % s;
+    const int64_t pp = col / q, qq = col % q;
+    const int64_t hh = pp * stride[0] - pad[0] + ri * dil[0];
+    const int64_t ww = qq * stride[1] - pad[1] + si * dil[1];
+    cols[i] = hh >= 0 && hh < h && ww >= 0 && ww < w ? x[((img * c + ch) * h + hh) * w + ww] : 0.0f;
   }
 }
+KILN_INSTANCE(kiln_im2col_f32, kiln_im2col)
 
-/* y[img][k][pq] += bias[k] over `images` images. */
-KILN_KERNEL kiln_bias_nchw_f32(const kiln_cuda_conv_args_t p) {
-  float *__restrict__ y = (float *)p.out;
-  const float *__restrict__ bias = (const float *)p.bias;
-  const int64_t pq = p.p * p.q;
-  KILN_FOR_EACH(i, p.images * p.k * pq) y[i] += bias[(i / pq) % p.k];
+/* CONV2D's bias: y[img][k][pq] += bias[k] (in[2]) over every image of out. */
+__device__ __forceinline__ void kiln_conv_bias(const kiln_kop_t &op) {
+  KILN_CONV_SIZES_(op);
+  float *__restrict__ y = (float *)op.out.addr;
+  const float *__restrict__ bias = (const float *)op.in[2].addr;
+  const int64_t pq = p * q;
+  KILN_FOR_EACH(i, op.u.conv2d.n * k * pq) y[i] += bias[(i / pq) % k];
 }
+KILN_INSTANCE(kiln_conv_bias_f32, kiln_conv_bias)
 
-/* Padded cells are never candidates; a window wholly in the padding gives
- * -inf; NaN propagates. */
-KILN_KERNEL kiln_max_pool2d_f32(const kiln_cuda_conv_args_t p) {
-  const float *__restrict__ x = (const float *)p.in;
-  float *__restrict__ y = (float *)p.out;
-  KILN_FOR_EACH(i, p.n * p.c * p.p * p.q) {
-    const int64_t qq = i % p.q, pp = (i / p.q) % p.p, plane = i / (p.p * p.q);
-    int64_t h0 = pp * p.stride[0] - p.pad[0], h1 = h0 + p.kernel[0];
-    int64_t w0 = qq * p.stride[1] - p.pad[1], w1 = w0 + p.kernel[1];
+/* The window of u.pooling as the kernels read it. */
+#define KILN_POOL_WINDOW_(op)                                                                        \
+  const int64_t kernel[2] = {op.u.pooling.window[0], op.u.pooling.window[1]};                        \
+  const int64_t stride[2] = {op.u.pooling.stride[0], op.u.pooling.stride[1]};                        \
+  const int64_t pad[2] = {op.u.pooling.pad[0], op.u.pooling.pad[1]}
+
+/* MAX_POOL2D (FLAT over out): padded cells are never candidates; a window
+ * wholly in the padding gives -inf; NaN propagates. */
+__device__ __forceinline__ void kiln_max_pool2d(const kiln_kop_t &op) {
+  const float *__restrict__ x = (const float *)op.in[0].addr;
+  float *__restrict__ y = (float *)op.out.addr;
+  const int64_t h = op.u.pooling.h, w = op.u.pooling.w, p = op.u.pooling.p, q = op.u.pooling.q;
+  KILN_POOL_WINDOW_(op);
+  KILN_FOR_EACH(i, op.u.pooling.n * op.u.pooling.c * p * q) {
+    const int64_t qq = i % q, pp = (i / q) % p, plane = i / (p * q);
+    int64_t h0 = pp * stride[0] - pad[0], h1 = h0 + kernel[0];
+    int64_t w0 = qq * stride[1] - pad[1], w1 = w0 + kernel[1];
     if (h0 < 0) h0 = 0;
-    if (h1 > p.h) h1 = p.h;
+    if (h1 > h) h1 = h;
     if (w0 < 0) w0 = 0;
-    if (w1 > p.w) w1 = p.w;
-    const float *plane_x = x + plane * p.h * p.w;
+    if (w1 > w) w1 = w;
+    const float *plane_x = x + plane * h * w;
     float best = -INFINITY;
     for (int64_t hh = h0; hh < h1; hh++)
       for (int64_t ww = w0; ww < w1; ww++) {
-        const float v = plane_x[hh * p.w + ww];
+        const float v = plane_x[hh * w + ww];
         if (v > best || v != v) best = v;
       }
     y[i] = best;
   }
 }
+KILN_INSTANCE(kiln_max_pool2d_f32_f32, kiln_max_pool2d)
 
 #include "train.cuh"
 #include "gemm.cuh"

@@ -10,6 +10,11 @@ operands on two devices raise kiln.DeviceMismatchError instead of copying::
 
 np.asarray(t) and t.numpy() copy to host memory; kiln.from_dlpack(a) and
 np.from_dlpack(t) / torch.from_dlpack(t) share memory without a copy.
+
+The dtypes: kiln.bool, int8, uint8, int16, int32, int64, float16, bfloat16,
+float32, float64 (docs/dtypes.md). NumPy has no bfloat16: t.numpy() of one
+raises TypeError; t.astype(kiln.float32).numpy() or np.asarray(t,
+dtype=np.float32) convert it exactly.
 """
 import os as _os
 
@@ -21,12 +26,14 @@ if _os.environ.get("KILN_PYTHON_EXTENSION_DIR"):
 from . import _kiln  # noqa: E402
 from ._kiln import *  # noqa: E402,F401,F403
 from ._kiln import (  # noqa: E402,F401
-    Device, DType, Error, Tensor, float32, int32, from_dlpack, kiln_version, HAS_NN,
+    Device, DType, Error, Tensor, from_dlpack, kiln_version, HAS_NN,
+    bool, int8, uint8, int16, int32, int64, float16, bfloat16, float32, float64,
 )
 
 __version__ = "0.1.0"
 
-__all__ = [name for name in dir(_kiln) if not name.startswith("_") and name not in ("nn", "HAS_NN")]
+# kiln.bool is not star-exported: `from kiln import *` must not hide Python's bool.
+__all__ = [name for name in dir(_kiln) if not name.startswith("_") and name not in ("nn", "HAS_NN", "bool")]
 
 
 def _format_tensor(t):
@@ -35,8 +42,8 @@ def _format_tensor(t):
         import numpy as np
     except ImportError:  # pragma: no cover - numpy is optional
         return f"tensor({t.tolist()}, device='{t.device}')"
-    values = t.numpy()
-    suffix = f", device='{t.device}'" + (", dtype=int32" if t.dtype == int32 else "")
+    values = np.asarray(t, dtype=np.float32) if t.dtype == bfloat16 else t.numpy()
+    suffix = f", device='{t.device}'" + ("" if t.dtype == float32 else f", dtype={t.dtype.name}")
     body = np.array2string(values, separator=", ", prefix="tensor(", suffix=suffix)
     return f"tensor({body}{suffix})"
 
@@ -44,9 +51,9 @@ def _format_tensor(t):
 _kiln._set_repr_hook(_format_tensor)
 
 
-def _rebuild_tensor(array, selector):
-    """Unpickling: a tensor copied from host data onto the device named when it was pickled."""
-    return tensor(array, device=selector)  # noqa: F405
+def _rebuild_tensor(array, selector, dtype=None):
+    """Unpickling: a tensor copied from host data onto the device named when it was pickled, in its dtype."""
+    return tensor(array, dtype=dtype, device=selector)  # noqa: F405
 
 
 # The star import bound `nn` to the extension's C submodule; kiln.nn is the

@@ -15,7 +15,8 @@
  * Devices belong to kiln (they live until the process ends), so a Device
  * object only points at one; there is one Device object per kiln device, so
  * `is` compares them. A Tensor holds one reference to a kiln tensor. A DType
- * is one of the singletons kiln.float32 and kiln.int32. */
+ * is one of the singletons kiln.float32, kiln.bfloat16, kiln.bool, ... (one
+ * per kiln dtype). */
 
 typedef struct kp_device_t {
   PyObject_HEAD
@@ -43,13 +44,12 @@ typedef struct kp_dtype_t {
   kiln_dtype_t dtype;
   const char *name;  /* "float32" */
   const char *short_name; /* "f32" */
-  char format;       /* struct/buffer format character: 'f', 'i' */
 } kp_dtype_t;
 
 extern PyTypeObject kp_device_type;
 extern PyTypeObject kp_tensor_type;
 extern PyTypeObject kp_dtype_type;
-extern kp_dtype_t kp_float32, kp_int32;
+extern kp_dtype_t kp_dtypes[KILN_DTYPE_COUNT_]; /* indexed by kiln_dtype_t */
 
 #define KP_IS_TENSOR(o) Py_IS_TYPE((o), &kp_tensor_type)
 #define KP_TENSOR(o) (((kp_tensor_t *)(o))->tensor)
@@ -89,10 +89,14 @@ static inline PyObject *kp_result(kiln_status_t status, kiln_tensor_t **out) {
 /* The kiln tensor of a Tensor argument (borrowed); NULL with a TypeError
  * naming `what` otherwise. */
 kiln_tensor_t *kp_tensor_arg(PyObject *obj, const char *what);
-/* A dtype argument: a DType, "float32"/"f32"/"int32"/"i32", a NumPy dtype or
- * scalar type, Python's float or int. NULL or None gives `fallback`. */
+/* A dtype argument: a DType, a name ("float64", "f64"), a NumPy dtype or
+ * scalar type, a PyTorch dtype, Python's float (float32), int (int32) or bool.
+ * NULL or None gives `fallback`. */
 int kp_dtype_arg(PyObject *arg, kiln_dtype_t fallback, kiln_dtype_t *out);
 PyObject *kp_dtype_object(kiln_dtype_t dtype); /* borrowed */
+/* The buffer protocol's format character of a dtype ('f', 'q', '?', 'e');
+ * '\0' for bfloat16, which has none. */
+char kp_dtype_format(kiln_dtype_t dtype);
 /* A shape argument: an int or a sequence of ints. Returns ndim or -1. */
 int kp_shape_arg(PyObject *arg, int64_t shape[KILN_MAX_DIMS], const char *what);
 /* The one converter of the int arguments that kiln keeps in 32 bits (axis,
@@ -112,10 +116,15 @@ PyObject *kp_shape_tuple(int ndim, const int64_t *shape);
 /* A Python number (int, float, bool, NumPy scalar) as a double; returns 1
  * when `obj` is one, 0 when it is not (no exception), -1 on error. */
 int kp_scalar(PyObject *obj, double *out);
-/* Copy a tensor to a new NumPy array (blocks, without the GIL). */
+/* Copy a tensor to a new NumPy array of its dtype, or of `dtype` (blocks,
+ * without the GIL). bfloat16, which NumPy lacks, converts only when `dtype`
+ * is given (exactly, through float32); without it, a TypeError naming
+ * astype(kiln.float32). */
 PyObject *kp_tensor_to_numpy(kiln_tensor_t *t, PyObject *dtype);
-/* The values as nested lists (blocks, without the GIL). */
+/* The values as nested lists of bool, int or float (blocks, without the GIL). */
 PyObject *kp_tensor_to_list(kiln_tensor_t *t);
+/* The one value of a one-element tensor: bool, int or float, exact. */
+PyObject *kp_tensor_item_object(kiln_tensor_t *t);
 /* A new tensor on `device` holding a copy of `data` (nested lists, numbers,
  * objects with the buffer protocol, or anything numpy.asarray takes). */
 PyObject *kp_tensor_from_object(PyObject *data, kiln_device_t *device, PyObject *dtype_arg);

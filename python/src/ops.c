@@ -204,6 +204,26 @@ static int kp_value_fits(double v, kiln_dtype_t dtype, const char *call, const c
                  "dtype=kiln.float32", call, what, kp_double_text(v, text));
     return -1;
   }
+  static const struct {
+    kiln_dtype_t dtype;
+    double lo, hi;
+    const char *range;
+  } ints[] = {{KILN_I8, -128.0, 127.0, "-128 to 127"},
+              {KILN_U8, 0.0, 255.0, "0 to 255"},
+              {KILN_I16, -32768.0, 32767.0, "-32768 to 32767"},
+              {KILN_I64, -9223372036854775808.0, 9223372036854775807.0, "-9223372036854775808 to 9223372036854775807"}};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    if (dtype == ints[i].dtype && !(v >= ints[i].lo && (dtype == KILN_I64 ? v < ints[i].hi : v <= ints[i].hi))) {
+      PyErr_Format(PyExc_OverflowError, "%s: %s %s does not fit in %s (%s); use a wider dtype", call, what,
+                   kp_double_text(v, text), kiln_dtype_long_name(dtype), ints[i].range);
+      return -1;
+    }
+  if ((dtype == KILN_F16 && isfinite(v) && fabs(v) >= 65520.0) ||
+      (dtype == KILN_BF16 && isfinite(v) && fabs(v) >= ldexp(511.0, 119))) { /* where rounding reaches inf */
+    PyErr_Format(PyExc_OverflowError, "%s: %s %s does not fit in %s (its largest magnitude is %s)", call, what,
+                 kp_double_text(v, text), kiln_dtype_long_name(dtype), dtype == KILN_F16 ? "65504" : "3.3895314e+38");
+    return -1;
+  }
   if (dtype == KILN_F32 && isfinite(v) && !isfinite((float)v)) {
     PyErr_Format(PyExc_OverflowError, "%s: %s %s does not fit in float32 (its largest magnitude is 3.4028235e+38)",
                  call, what, kp_double_text(v, text));

@@ -7,26 +7,81 @@
 
 /* ---- dtypes -------------------------------------------------------------------------- */
 
-kp_dtype_t kp_float32 = {PyObject_HEAD_INIT(&kp_dtype_type).dtype = KILN_F32, .name = "float32", .short_name = "f32",
-                         .format = 'f'};
-kp_dtype_t kp_int32 = {PyObject_HEAD_INIT(&kp_dtype_type).dtype = KILN_I32, .name = "int32", .short_name = "i32",
-                       .format = 'i'};
+/* One object per kiln dtype, in kiln_dtype_t order; `name` is NumPy's and
+ * the Array API's, `format` the buffer protocol's character ('\0' for
+ * bfloat16, which has none). */
+kp_dtype_t kp_dtypes[KILN_DTYPE_COUNT_] = {
+#define KP_DTYPE_ROW_(E, short_name_, long_name_, size, dl_code, dl_bits, cls)                                         \
+  [KILN_##E] = {PyObject_HEAD_INIT(&kp_dtype_type).dtype = KILN_##E, .name = long_name_, .short_name = short_name_},
+    KILN_DTYPES(KP_DTYPE_ROW_)
+#undef KP_DTYPE_ROW_
+};
+
+static const char kp_dtype_formats[KILN_DTYPE_COUNT_] = {
+    [KILN_F32] = 'f', [KILN_I32] = 'i', [KILN_F16] = 'e', [KILN_BF16] = '\0', [KILN_F64] = 'd',
+    [KILN_I64] = 'q', [KILN_I8] = 'b',  [KILN_U8] = 'B',  [KILN_I16] = 'h',   [KILN_BOOL] = '?',
+};
 
 PyObject *kp_dtype_object(kiln_dtype_t dtype) {
-  return dtype == KILN_I32 ? (PyObject *)&kp_int32 : (PyObject *)&kp_float32;
+  return (unsigned)dtype < KILN_DTYPE_COUNT_ ? (PyObject *)&kp_dtypes[dtype] : (PyObject *)&kp_dtypes[KILN_F32];
 }
 
+/* kiln's names in both forms ("float64", "f64"), NumPy's type strings
+ * ("<f8", "f8", "?", "|b1"), PyTorch's ("torch.float64", "torch.half",
+ * "torch.long"), Python's ("float", "int", "bool"). */
 static int kp_dtype_from_name(const char *name, kiln_dtype_t *out) {
-  if (!strcmp(name, "float32") || !strcmp(name, "f32") || !strcmp(name, "f4") || !strcmp(name, "<f4") ||
-      !strcmp(name, "float")) {
+  if (!strncmp(name, "torch.", 6)) {
+    static const struct {
+      const char *name;
+      kiln_dtype_t dtype;
+    } torch_names[] = {{"half", KILN_F16}, {"float", KILN_F32}, {"double", KILN_F64}, {"short", KILN_I16},
+                       {"int", KILN_I32},  {"long", KILN_I64}};
+    name += 6;
+    for (size_t i = 0; i < sizeof torch_names / sizeof torch_names[0]; i++)
+      if (!strcmp(name, torch_names[i].name)) {
+        *out = torch_names[i].dtype;
+        return 1;
+      }
+  }
+  if (!strcmp(name, "float")) {
     *out = KILN_F32;
     return 1;
   }
-  if (!strcmp(name, "int32") || !strcmp(name, "i32") || !strcmp(name, "i4") || !strcmp(name, "<i4") ||
-      !strcmp(name, "int")) {
+  if (!strcmp(name, "int")) {
     *out = KILN_I32;
     return 1;
   }
+  if (!strcmp(name, "bool_") || !strcmp(name, "b1")) { /* numpy.bool_'s __name__, and its type string */
+    *out = KILN_BOOL;
+    return 1;
+  }
+  if (kiln_dtype_from_name(name, out) == KILN_OK) return 1;
+  kiln_clear_error();
+  /* NumPy's type strings: a byte order of this machine, a kind and a size. */
+  const char *p = name;
+  if (*p == '<' || *p == '=' || *p == '|') p++;
+  if (p[0] && !p[1]) {
+    for (int d = 0; d < KILN_DTYPE_COUNT_; d++)
+      if (kp_dtype_formats[d] && kp_dtype_formats[d] == p[0]) {
+        *out = (kiln_dtype_t)d;
+        return 1;
+      }
+    if (p[0] == 'l' && sizeof(long) == 8) {
+      *out = KILN_I64;
+      return 1;
+    }
+    return 0;
+  }
+  static const struct {
+    const char *code;
+    kiln_dtype_t dtype;
+  } codes[] = {{"f2", KILN_F16}, {"f4", KILN_F32}, {"f8", KILN_F64}, {"i1", KILN_I8},  {"u1", KILN_U8},
+               {"i2", KILN_I16}, {"i4", KILN_I32}, {"i8", KILN_I64}, {"b1", KILN_BOOL}};
+  for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+    if (!strcmp(p, codes[i].code)) {
+      *out = codes[i].dtype;
+      return 1;
+    }
   return 0;
 }
 
@@ -43,25 +98,44 @@ int kp_dtype_arg(PyObject *arg, kiln_dtype_t fallback, kiln_dtype_t *out) {
     *out = KILN_F32;
     return 0;
   }
-  if (arg == (PyObject *)&PyLong_Type || arg == (PyObject *)&PyBool_Type) {
+  if (arg == (PyObject *)&PyLong_Type) {
     *out = KILN_I32;
+    return 0;
+  }
+  if (arg == (PyObject *)&PyBool_Type) {
+    *out = KILN_BOOL;
     return 0;
   }
   PyObject *name = NULL;
   if (PyUnicode_Check(arg)) name = Py_NewRef(arg);
   else if (PyType_Check(arg)) name = PyObject_GetAttrString(arg, "__name__"); /* numpy.float32 */
-  else name = PyObject_GetAttrString(arg, "name");                            /* numpy.dtype('float32') */
+  else {
+    name = PyObject_GetAttrString(arg, "name"); /* numpy.dtype('float32') */
+    if (!name) {
+      PyErr_Clear();
+      name = PyObject_Str(arg); /* torch.float32 */
+    }
+  }
   if (!name) PyErr_Clear();
   const char *text = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+  if (!text) PyErr_Clear();
   int found = text ? kp_dtype_from_name(text, out) : 0;
   if (!found) {
     PyObject *r = PyObject_Repr(arg);
-    kp_raise_msg(KILN_DTYPE_MISMATCH, "dtype %s is not one kiln has: use kiln.float32 or kiln.int32 (or 'float32', "
-                 "'int32', numpy.float32, numpy.int32)", r ? PyUnicode_AsUTF8(r) : "?");
+    if (!r) PyErr_Clear();
+    kp_raise_msg(KILN_DTYPE_MISMATCH,
+                 "dtype %s is not one kiln has: kiln has bool, int8, uint8, int16, int32, int64, float16, bfloat16, "
+                 "float32 and float64 (kiln.float64, 'float64', numpy.float64 or torch.float64 all name one); "
+                 "convert the data to one of them first",
+                 r ? PyUnicode_AsUTF8(r) : "?");
     Py_XDECREF(r);
   }
   Py_XDECREF(name);
   return found ? 0 : -1;
+}
+
+char kp_dtype_format(kiln_dtype_t dtype) {
+  return (unsigned)dtype < KILN_DTYPE_COUNT_ ? kp_dtype_formats[dtype] : '\0';
 }
 
 static PyObject *kp_dtype_repr(kp_dtype_t *d) { return PyUnicode_FromFormat("kiln.%s", d->name); }
@@ -86,8 +160,8 @@ static PyObject *kp_dtype_richcompare(PyObject *a, PyObject *b, int op) {
 static Py_hash_t kp_dtype_hash(kp_dtype_t *d) { return (Py_hash_t)d->dtype + 0x6b696c6e; }
 
 static PyMemberDef kp_dtype_members[] = {
-    {"name", T_STRING, offsetof(kp_dtype_t, name), READONLY, "NumPy's name: 'float32', 'int32'"},
-    {"short_name", T_STRING, offsetof(kp_dtype_t, short_name), READONLY, "kiln's name: 'f32', 'i32'"},
+    {"name", T_STRING, offsetof(kp_dtype_t, name), READONLY, "the Array API's (and NumPy's) name: 'float32', 'bfloat16'"},
+    {"short_name", T_STRING, offsetof(kp_dtype_t, short_name), READONLY, "kiln's name: 'f32', 'bf16'"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -108,7 +182,8 @@ PyTypeObject kp_dtype_type = {
     .tp_hash = (hashfunc)kp_dtype_hash,
     .tp_richcompare = kp_dtype_richcompare,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "An element type: kiln.float32 or kiln.int32. Compares equal to its NumPy name ('float32').",
+    .tp_doc = "An element type: kiln.bool, int8, uint8, int16, int32, int64, float16, bfloat16, float32, float64. "
+              "Compares equal to its name ('float32', 'f32').",
     .tp_members = kp_dtype_members,
     .tp_getset = kp_dtype_getset,
 };
@@ -164,7 +239,12 @@ int kp_shape_arg(PyObject *arg, int64_t shape[KILN_MAX_DIMS], const char *what) 
 
 const char *kp_double_text(double v, char buf[32]) {
   /* The shortest text that reads back as v (as Python's repr), so a message
-   * shows 1099511627776 or 1e+300 rather than %g's 1.09951e+12. */
+   * shows 1099511627776 or 1e+300 rather than %g's 1.09951e+12; a whole
+   * number below 2^63 in full (300, not 3e+02). */
+  if (v > -9.2e18 && v < 9.2e18 && v == (double)(long long)v) {
+    snprintf(buf, 32, "%lld", (long long)v);
+    return buf;
+  }
   for (int precision = 1; precision <= 17; precision++) {
     snprintf(buf, 32, "%.*g", precision, v);
     if (strtod(buf, NULL) == v || v != v) break;
@@ -332,7 +412,7 @@ static PyGetSetDef kp_tensor_getset[] = {
     {"strides", (getter)kp_tensor_get_strides, NULL, "the strides in elements (NumPy's are in bytes)", NULL},
     {"ndim", (getter)kp_tensor_get_ndim, NULL, "the number of dimensions", NULL},
     {"size", (getter)kp_tensor_get_size, NULL, "the number of elements", NULL},
-    {"dtype", (getter)kp_tensor_get_dtype, NULL, "kiln.float32 or kiln.int32", NULL},
+    {"dtype", (getter)kp_tensor_get_dtype, NULL, "the element type: kiln.float32, kiln.bfloat16, kiln.bool, ...", NULL},
     {"device", (getter)kp_tensor_get_device, NULL, "the kiln.Device the tensor lives on", NULL},
     {"itemsize", (getter)kp_tensor_get_itemsize, NULL, "bytes per element", NULL},
     {"nbytes", (getter)kp_tensor_get_nbytes, NULL, "bytes of the elements", NULL},
@@ -362,12 +442,7 @@ static PyObject *kp_tensor_item(kp_tensor_t *o, PyObject *unused) {
   if (kiln_tensor_numel(o->tensor) != 1)
     return kp_raise_msg(KILN_INVALID_ARGUMENT, "item(): the tensor has %lld elements; only a one-element tensor has one "
                         "value (use .tolist() or np.asarray)", (long long)kiln_tensor_numel(o->tensor));
-  double v;
-  kiln_status_t status;
-  KP_NOGIL(status = kiln_tensor_item(o->tensor, &v));
-  if (status != KILN_OK) return kp_raise(status);
-  if (kiln_tensor_dtype(o->tensor) == KILN_I32) return PyLong_FromDouble(v);
-  return PyFloat_FromDouble(v);
+  return kp_tensor_item_object(o->tensor);
 }
 
 static PyObject *kp_nb_float(PyObject *o) {
@@ -713,12 +788,17 @@ static PyObject *kp_tensor_reduce(kp_tensor_t *o, PyObject *unused) {
   PyObject *fn = PyObject_GetAttrString(mod, "_rebuild_tensor");
   Py_DECREF(mod);
   if (!fn) return NULL;
-  PyObject *arr = kp_tensor_to_numpy(o->tensor, NULL);
+  /* bfloat16, which NumPy lacks, travels as float32 (exact) and is cast back. */
+  const kiln_dtype_t dtype = kiln_tensor_dtype(o->tensor);
+  PyObject *as = dtype == KILN_BF16 ? PyUnicode_FromString("float32") : NULL;
+  PyObject *arr = kp_tensor_to_numpy(o->tensor, as);
+  Py_XDECREF(as);
   if (!arr) {
     Py_DECREF(fn);
     return NULL;
   }
-  return Py_BuildValue("(N(Ns))", fn, arr, kiln_device_selector(kiln_tensor_device(o->tensor)));
+  return Py_BuildValue("(N(Nss))", fn, arr, kiln_device_selector(kiln_tensor_device(o->tensor)),
+                       kiln_dtype_long_name(dtype));
 }
 
 /* ---- the type ------------------------------------------------------------------------------------ */
@@ -747,7 +827,8 @@ static PyMethodDef kp_tensor_methods[] = {
     {"contiguous", (PyCFunction)kp_tensor_contiguous, METH_NOARGS,
      "contiguous()\n--\n\nThis tensor when its elements are dense, else a dense copy."},
     {"astype", (PyCFunction)kp_tensor_astype, METH_O,
-     "astype(dtype)\n--\n\nThe values converted to kiln.float32 or kiln.int32 (always a new tensor)."},
+     "astype(dtype)\n--\n\nThe values converted to another dtype by kiln's one cast rule (docs/dtypes.md; always a new "
+     "tensor). Every pair on the CPU; GPU devices convert the dtypes they serve."},
     {"sum", (PyCFunction)(void (*)(void))kp_tensor_sum, METH_VARARGS | METH_KEYWORDS,
      "sum(axis=None, keepdims=False)\n--\n\nThe sum along an axis, or of everything when axis is None."},
     {"mean", (PyCFunction)(void (*)(void))kp_tensor_mean, METH_VARARGS | METH_KEYWORDS,
@@ -817,7 +898,7 @@ int kp_module_init_tensor(PyObject *module) {
   PyType_Modified(&kp_tensor_type);
   if (PyModule_AddObjectRef(module, "Tensor", (PyObject *)&kp_tensor_type) < 0) return -1;
   if (PyModule_AddObjectRef(module, "DType", (PyObject *)&kp_dtype_type) < 0) return -1;
-  if (PyModule_AddObjectRef(module, "float32", (PyObject *)&kp_float32) < 0) return -1;
-  if (PyModule_AddObjectRef(module, "int32", (PyObject *)&kp_int32) < 0) return -1;
+  for (int d = 0; d < KILN_DTYPE_COUNT_; d++)
+    if (PyModule_AddObjectRef(module, kp_dtypes[d].name, (PyObject *)&kp_dtypes[d]) < 0) return -1;
   return PyModule_AddFunctions(module, kp_tensor_functions);
 }

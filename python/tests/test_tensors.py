@@ -36,15 +36,18 @@ def test_tensor_from_host_data(cpu1):
     assert kiln.tensor([[1, 2.5], [3, 4]]).dtype == kiln.float32
     assert kiln.tensor(3.0).shape == () and kiln.tensor(3.0).item() == 3.0
     assert kiln.tensor([]).shape == (0,)
+    # Arrays keep their dtype (a float64 array stays float64).
     a = np.arange(12, dtype=np.float64).reshape(3, 4)
     t = kiln.tensor(a, device=cpu1)
-    assert t.dtype == kiln.float32 and t.device is cpu1 and t.shape == (3, 4)
-    np.testing.assert_array_equal(host(t), a.astype(np.float32))
-    # Non-contiguous and other dtypes go through NumPy.
-    np.testing.assert_array_equal(host(kiln.tensor(a.T)), a.T.astype(np.float32))
+    assert t.dtype == kiln.float64 and t.device is cpu1 and t.shape == (3, 4)
+    np.testing.assert_array_equal(host(t), a)
+    # Non-contiguous ones go through NumPy, still in their dtype.
+    np.testing.assert_array_equal(host(kiln.tensor(a.T)), a.T)
+    assert kiln.tensor(a.T).dtype == kiln.float64
     assert kiln.tensor(np.arange(5, dtype=np.int64)).tolist() == [0, 1, 2, 3, 4]
-    assert kiln.tensor(np.array([True, False])).tolist() == [1, 0]
-    assert kiln.tensor(np.arange(3, dtype=np.uint8)).dtype == kiln.int32
+    assert kiln.tensor(np.array([True, False])).tolist() == [True, False]
+    assert kiln.tensor(np.arange(3, dtype=np.uint8)).dtype == kiln.uint8
+    assert kiln.tensor(a, dtype=kiln.float32).dtype == kiln.float32
     assert kiln.tensor([1, 2], dtype="float32").tolist() == [1.0, 2.0]
     assert kiln.asarray(np.float32(2.5)).item() == 2.5
     with pytest.raises(kiln.ShapeMismatchError):
@@ -52,7 +55,7 @@ def test_tensor_from_host_data(cpu1):
     with pytest.raises(TypeError):
         kiln.tensor(["a"])
     with pytest.raises(OverflowError):
-        kiln.tensor(np.array([2**40]))
+        kiln.tensor(np.array([2**40]), dtype=kiln.int32)
 
 
 def test_attributes():
@@ -89,8 +92,9 @@ def test_astype():
     assert f.astype(kiln.int32).tolist() == [1, -1, 2]
     assert f.astype(np.int32).dtype == kiln.int32
     assert kiln.astype(kiln.tensor([1, 2]), float).dtype == kiln.float32
+    assert f.astype("float64").dtype == kiln.float64
     with pytest.raises(kiln.DtypeMismatchError):
-        f.astype("float64")
+        f.astype("uint16")
 
 
 def test_reading_values():

@@ -5,10 +5,12 @@
 
 KILN_PTX is kernels/cuda/kiln.cu compiled to PTX for ARCH (sm_90) as the
 fatbin's kernels are (-O3, no fast math). Checks:
-  - kiln_random_uniform holds no fused multiply-add: its transform is
+  - kiln_random_uniform_f32 (the uniform transform kiln_random_f32 calls)
+    holds no fused multiply-add: its transform is
     low + (high - low) * u rounded twice, as the CPU computes it, so that
     uniform numbers are bit-identical on every backend (kernels/philox.h);
-  - the fused updates (kiln_accumulate_f32, kiln_sgd_f32, kiln_adam_f32)
+  - the fused updates (kiln_accumulate_f32_f32, kiln_sgd_update_f32_f32,
+    kiln_adam_update_f32_f32)
     hold no fused multiply-add either: each operation rounds on its own, as
     on the CPU, so an update gives the same bits on every backend
     (kernels/cuda/train.cuh);
@@ -24,16 +26,19 @@ import sys
 import tempfile
 
 ENTRY = re.compile(r"^\.visible \.entry (\w+)\(", re.M)
-UPDATES = ("kiln_accumulate_f32", "kiln_sgd_f32", "kiln_adam_f32")
+UPDATES = ("kiln_accumulate_f32_f32", "kiln_sgd_update_f32_f32", "kiln_adam_update_f32_f32")
 # The kernels whose registers and spills the report shows.
-SHOWN = ("kiln_sgemm_", "kiln_reduce_", "kiln_softmax_backward", "kiln_xent_backward", "kiln_col2im",
-         "kiln_im2col_rows", "kiln_pack_dy", "kiln_max_pool2d_", "kiln_accumulate", "kiln_sgd", "kiln_adam",
-         "kiln_unary_grad_f32_")
+SHOWN = ("kiln_sgemm_", "kiln_reduce_", "kiln_softmax_backward", "kiln_cross_entropy_backward", "kiln_col2im",
+         "kiln_im2col_rows", "kiln_pack_dy", "kiln_max_pool2d_", "kiln_accumulate", "kiln_sgd_update",
+         "kiln_adam_update", "kiln_unary_backward_")
 
 
-def entry_body(ptx, name):
-    """The text of one .entry, from its name to the closing brace at column 0."""
-    match = re.search(r"^\.visible \.entry " + re.escape(name) + r"\(", ptx, re.M)
+def entry_body(ptx, name, kind="entry"):
+    """The text of one .entry (or .func), from its name to the closing brace at column 0."""
+    if kind == "entry":
+        match = re.search(r"^\.visible \.entry " + re.escape(name) + r"\(", ptx, re.M)
+    else:
+        match = re.search(r"^(?:\.visible |\.weak )?\.func\s*(?:\([^)]*\)\s*)?" + re.escape(name) + r"\(", ptx, re.M)
     if not match:
         return None
     end = ptx.find("\n}\n", match.end())
@@ -72,18 +77,20 @@ def main():
         ptx = f.read()
     failures = []
 
-    body = entry_body(ptx, "kiln_random_uniform")
-    if body is None:
-        failures.append("kiln_random_uniform is not in the PTX")
+    # kiln_random_f32 branches on the record (uniform or normal); the uniform
+    # transform is its own function, kiln_random_uniform_f32, checked alone.
+    body = entry_body(ptx, "kiln_random_uniform_f32", "func")
+    if body is None or not re.search(r"call\.uni[^;]*kiln_random_uniform_f32", entry_body(ptx, "kiln_random_f32") or ""):
+        failures.append("kiln_random_uniform_f32 is not in the PTX, or kiln_random_f32 does not call it")
     else:
         fused = re.findall(r"^\s*(?:fma|mad)\.\S*f32\b.*$", body, re.M)
         if fused:
-            failures.append("kiln_random_uniform fuses a multiply-add (%s): uniform numbers would differ from the "
+            failures.append("kiln_random_uniform_f32 fuses a multiply-add (%s): uniform numbers would differ from the "
                             "CPU's in the last bit" % fused[0].strip())
         if not re.search(r"\bmul\.rn\.f32\b", body) or not re.search(r"\badd\.rn\.f32\b", body):
-            failures.append("kiln_random_uniform lacks the separately rounded mul.rn.f32 and add.rn.f32")
+            failures.append("kiln_random_uniform_f32 lacks the separately rounded mul.rn.f32 and add.rn.f32")
         else:
-            print("kiln_random_uniform: mul.rn.f32 then add.rn.f32, no fma")
+            print("kiln_random_uniform_f32: mul.rn.f32 then add.rn.f32, no fma")
 
     for name in UPDATES:
         body = entry_body(ptx, name)

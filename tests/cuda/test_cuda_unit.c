@@ -419,79 +419,85 @@ START_TEST(test_gemm_grid_is_tiled) {
   kiln_backend_context_t *ctx = context_new();
   unsigned grid[3];
   /* m = 8,388,609 needed 65,537 row tiles: refused before, tiled now. */
-  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 8388609, 1, 1, grid), KILN_OK);
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 8388609, 1, 64, 1, grid), KILN_OK);
   ck_assert_uint_eq(grid[0], 1);
   ck_assert_uint_eq(grid[1], 65535);
   ck_assert_uint_eq(grid[2], 1);
-  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 300, 1000, 100000, grid), KILN_OK);
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 300, 1000, 64, 100000, grid), KILN_OK);
   ck_assert_uint_eq(grid[0], 8);
   ck_assert_uint_eq(grid[1], 3);
   ck_assert_uint_eq(grid[2], 65535);
-  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, (int64_t)1 << 33, (int64_t)1 << 33, 1, grid), KILN_OK);
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, (int64_t)1 << 33, (int64_t)1 << 33, 1, 1, grid), KILN_OK);
   ck_assert_uint_eq(grid[0], 1u << 26);
-  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, (int64_t)1 << 38, 1, 1, grid), KILN_OUT_OF_RESOURCES);
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, (int64_t)1 << 38, 1, 1, 1, grid), KILN_OUT_OF_RESOURCES);
   CONTAINS(message, "below 2^38");
+  /* k near INT_MAX runs; k's steps and the batch index are ints in the kernel. */
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 1, 1, (int64_t)INT32_MAX + 9, 1, grid), KILN_OK);
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 1, 1, (int64_t)1 << 33, 1, grid), KILN_OUT_OF_RESOURCES);
+  CONTAINS(message, "k=8589934592");
+  ck_assert_int_eq(kiln_cuda_gemm_grid(ctx, 1, 1, 1, (int64_t)1 << 30, grid), KILN_OUT_OF_RESOURCES);
+  CONTAINS(message, "batch=1073741824");
   /* The argument struct carries 64-bit sizes: k near INT_MAX and beyond. */
-  kiln_cuda_gemm_args_t a;
-  memset(&a, 0, sizeof a);
-  a.k = (int64_t)INT32_MAX - 3;
-  ck_assert(a.k + 7 > 0);
-  a.m = (int64_t)1 << 32;
-  ck_assert(a.m > INT32_MAX);
+  kiln_kop_t g;
+  memset(&g, 0, sizeof g);
+  g.plan.gemm.k = (int64_t)INT32_MAX - 3;
+  ck_assert(g.plan.gemm.k + 7 > 0);
+  g.plan.gemm.m = (int64_t)1 << 32;
+  ck_assert(g.plan.gemm.m > INT32_MAX);
 }
 END_TEST
 
 START_TEST(test_reduce_plans_split_long_axes) {
   kiln_cuda_reduce_plan_t plan;
-  kiln_cuda_reduce_args_t a;
+  kiln_kop_t a;
   /* Axis 0 of [1e6, 4]: four columns, a long axis. It used to run on four
    * threads; now on hundreds of blocks, merged by a second pass. */
   memset(&a, 0, sizeof a);
-  a.outer = 1, a.len = 1000000, a.inner = 4;
+  a.u.reduce.outer = 1, a.u.reduce.len = 1000000, a.u.reduce.inner = 4;
   kiln_cuda_reduce_plan(&a, 132, &plan);
   ck_assert(plan.cols);
-  ck_assert_int_eq(a.width, 4);
+  ck_assert_int_eq(a.plan.reduce.width, 4);
   ck_assert_int_ge(plan.blocks, 132 * 2);
-  ck_assert_int_eq(plan.blocks, a.chunks);
-  ck_assert_int_ge(a.chunk * a.chunks, a.len);
-  ck_assert_int_lt((a.chunks - 1) * a.chunk, a.len);
+  ck_assert_int_eq(plan.blocks, a.plan.reduce.chunks);
+  ck_assert_int_ge(a.plan.reduce.chunk * a.plan.reduce.chunks, a.u.reduce.len);
+  ck_assert_int_lt((a.plan.reduce.chunks - 1) * a.plan.reduce.chunk, a.u.reduce.len);
   ck_assert_int_eq(plan.parts_rows, 4);
   /* Many columns: whole warps of them, no split needed. */
   memset(&a, 0, sizeof a);
-  a.outer = 64, a.len = 1000, a.inner = 4096;
+  a.u.reduce.outer = 64, a.u.reduce.len = 1000, a.u.reduce.inner = 4096;
   kiln_cuda_reduce_plan(&a, 132, &plan);
   ck_assert(plan.cols);
-  ck_assert_int_eq(a.width, 32);
-  ck_assert_int_eq(a.chunks, 1);
+  ck_assert_int_eq(a.plan.reduce.width, 32);
+  ck_assert_int_eq(a.plan.reduce.chunks, 1);
   ck_assert_int_eq(plan.blocks, 64 * 128);
   ck_assert_int_eq(plan.parts_rows, 0);
   /* Width follows small inner sizes: 3 -> 4, 17 -> 32. */
   memset(&a, 0, sizeof a);
-  a.outer = 2, a.len = 10, a.inner = 3;
+  a.u.reduce.outer = 2, a.u.reduce.len = 10, a.u.reduce.inner = 3;
   kiln_cuda_reduce_plan(&a, 132, &plan);
-  ck_assert_int_eq(a.width, 4);
-  ck_assert_int_eq(a.chunks, 1);
-  a.inner = 17;
+  ck_assert_int_eq(a.plan.reduce.width, 4);
+  ck_assert_int_eq(a.plan.reduce.chunks, 1);
+  a.u.reduce.inner = 17;
   kiln_cuda_reduce_plan(&a, 132, &plan);
-  ck_assert_int_eq(a.width, 32);
+  ck_assert_int_eq(a.plan.reduce.width, 32);
   /* An empty axis: one pass writes the empty results. */
   memset(&a, 0, sizeof a);
-  a.outer = 3, a.len = 0, a.inner = 1;
+  a.u.reduce.outer = 3, a.u.reduce.len = 0, a.u.reduce.inner = 1;
   kiln_cuda_reduce_plan(&a, 132, &plan);
   ck_assert(plan.cols);
-  ck_assert_int_eq(a.chunks, 1);
+  ck_assert_int_eq(a.plan.reduce.chunks, 1);
   ck_assert_int_eq(plan.parts_rows, 0);
   /* Rows: long ones split when few, as before. */
   memset(&a, 0, sizeof a);
-  a.outer = 4, a.len = 1000000, a.inner = 1;
+  a.u.reduce.outer = 4, a.u.reduce.len = 1000000, a.u.reduce.inner = 1;
   kiln_cuda_reduce_plan(&a, 132, &plan);
   ck_assert(!plan.cols);
-  ck_assert_int_gt(a.chunks, 1);
-  ck_assert_int_eq(plan.blocks, 4 * a.chunks);
+  ck_assert_int_gt(a.plan.reduce.chunks, 1);
+  ck_assert_int_eq(plan.blocks, 4 * a.plan.reduce.chunks);
   ck_assert_int_eq(plan.parts_rows, 4);
-  a.outer = 100000, a.len = 100;
+  a.u.reduce.outer = 100000, a.u.reduce.len = 100;
   kiln_cuda_reduce_plan(&a, 132, &plan);
-  ck_assert_int_eq(a.chunks, 1);
+  ck_assert_int_eq(a.plan.reduce.chunks, 1);
 }
 END_TEST
 

@@ -202,17 +202,130 @@ START_TEST(test_pytorch_reference_files) {
   free(ours);
   kiln_nn_safetensors_free(file);
 
-  /* Dtypes kiln lacks: refused by name, as unsupported, not as damage. */
+  /* A checkpoint PyTorch saved in bf16 loads into a bf16 tensor, bits as
+   * saved (ones: 0x3f80), and f64 into f64; kiln writes both files back byte
+   * for byte (the reference writer's order: F32 before BF16). */
+  static const char *const others[] = {"bf16.safetensors", "f64.safetensors"};
+  for (int k = 0; k < 2; k++) {
+    snprintf(path, sizeof path, "%s/%s", kt_data_dir(), others[k]);
+    KT_OK(kiln_nn_safetensors_load(path, kt_nn_cpu(), &file));
+    if (k == 0) {
+      KT_OK(kiln_nn_safetensors_find(file, "half", &t));
+      ck_assert_int_eq(kiln_tensor_dtype(t), KILN_BF16);
+      ck_assert_int_eq(kiln_tensor_shape(t)[0], 2);
+      uint16_t halves[2];
+      KT_OK(kiln_tensor_read(t, halves, sizeof halves));
+      ck_assert_uint_eq(halves[0], 0x3f80);
+      ck_assert_uint_eq(halves[1], 0x3f80);
+      KT_OK(kiln_nn_safetensors_find(file, "ok", &t));
+      kt_expect_f32(t, 1, (const int64_t[]){2}, 1.0f, 0.0f);
+    } else {
+      KT_OK(kiln_nn_safetensors_find(file, "wide", &t));
+      ck_assert_int_eq(kiln_tensor_dtype(t), KILN_F64);
+      double wide[3];
+      KT_OK(kiln_tensor_read(t, wide, sizeof wide));
+      for (int i = 0; i < 3; i++) ck_assert_double_eq(wide[i], 1.0);
+    }
+    size_t count = kiln_nn_safetensors_count(file);
+    kiln_nn_named_tensor_t again[2];
+    for (size_t i = 0; i < count; i++)
+      again[i] = (kiln_nn_named_tensor_t){kiln_nn_safetensors_name(file, i), kiln_nn_safetensors_tensor(file, i)};
+    KT_OK(kiln_nn_safetensors_save(kt_nn_path("again.safetensors"), again, count, NULL, 0));
+    ref = kt_nn_read_file(path, &n1);
+    ours = kt_nn_read_file(kt_nn_path("again.safetensors"), &n2);
+    ck_assert_uint_eq(n1, n2);
+    ck_assert_mem_eq(ours, ref, n1);
+    free(ref);
+    free(ours);
+    kiln_nn_safetensors_free(file);
+  }
+  /* Into an f32 tensor (a model's parameter) nothing converts: the message
+   * names the tensor, both dtypes and the conversion to make. */
   snprintf(path, sizeof path, "%s/bf16.safetensors", kt_data_dir());
+  kiln_tensor_t *param = NULL;
+  KT_OK(kiln_tensor_zeros(kt_nn_cpu(), KILN_F32, 1, (const int64_t[]){2}, &param));
+  kiln_nn_named_tensor_t into[] = {{"half", param}};
   char expect[8192];
   snprintf(expect, sizeof expect,
-           "%s: tensor \"half\" has dtype BF16, which kiln does not support yet (it reads F32 and I32); convert it "
-           "before saving (tensor.float() or tensor.int() in PyTorch)",
+           "%s: tensor \"half\": the file holds BF16 [2], the tensor to load into is f32 [2]; nothing is converted "
+           "on loading: save the checkpoint as F32 (in PyTorch: {k: v.to(torch.float32) for k, v in "
+           "state_dict.items()}), or read it with kiln_nn_safetensors_load and convert with kiln_tensor_cast",
            path);
-  ck_assert_int_eq(kiln_nn_safetensors_load(path, kt_nn_cpu(), &file), KILN_UNSUPPORTED);
+  ck_assert_int_eq(kiln_nn_safetensors_load_into(path, into, 1, false), KILN_DTYPE_MISMATCH);
   ck_assert_str_eq(kiln_last_error(), expect);
-  snprintf(path, sizeof path, "%s/f64.safetensors", kt_data_dir());
-  KT_FAILS(kiln_nn_safetensors_load(path, kt_nn_cpu(), &file), KILN_UNSUPPORTED, "tensor \"wide\" has dtype F64");
+  kiln_tensor_release(param);
+  kt_nn_tmpdir_done();
+}
+END_TEST
+
+/* Every dtype: saved under its safetensors name, in the reference writer's
+ * order (dtype descending in its enum, then name), loaded back with its
+ * dtype, shape and bytes; on each device for the storage that every device
+ * has. */
+START_TEST(test_every_dtype_round_trip) {
+  kt_nn_tmpdir();
+  static const struct {
+    kiln_dtype_t dtype;
+    const char *st, *name;
+  } rows[] = {
+      {KILN_BOOL, "BOOL", "a_bool"}, {KILN_U8, "U8", "b_u8"},     {KILN_I8, "I8", "c_i8"},
+      {KILN_I16, "I16", "d_i16"},    {KILN_F16, "F16", "e_f16"},  {KILN_BF16, "BF16", "f_bf16"},
+      {KILN_I32, "I32", "g_i32"},    {KILN_F32, "F32", "h_f32"},  {KILN_F64, "F64", "i_f64"},
+      {KILN_I64, "I64", "j_i64"},
+  };
+  enum { N = sizeof rows / sizeof rows[0] };
+  ck_assert_int_eq(N, KILN_DTYPE_COUNT_);
+  size_t ndev = 0;
+  KT_OK(kiln_device_count(&ndev));
+  for (size_t dv = 0; dv < ndev; dv++) {
+    kiln_device_t *device = NULL;
+    KT_OK(kiln_device_get(dv, &device));
+    kiln_nn_named_tensor_t named[N];
+    uint8_t bytes[N][24];
+    for (int k = 0; k < N; k++) {
+      const size_t size = kiln_dtype_size(rows[k].dtype);
+      for (size_t i = 0; i < 3 * size; i++) bytes[k][i] = (uint8_t)(0x21 + 7 * i + k);
+      if (rows[k].dtype == KILN_BOOL) bytes[k][0] = 1, bytes[k][1] = 0, bytes[k][2] = 1;
+      named[k].name = rows[k].name;
+      named[k].tensor = NULL;
+      KT_OK(kiln_tensor_from_host(device, rows[k].dtype, 1, (const int64_t[]){3}, bytes[k], &named[k].tensor));
+    }
+    const char *path = kt_nn_path("every.safetensors");
+    KT_OK(kiln_nn_safetensors_save(path, named, N, NULL, 0));
+    size_t n = 0;
+    uint8_t *raw = kt_nn_read_file(path, &n);
+    char *header = strndup((const char *)raw + 8, (size_t)raw[0] | (size_t)raw[1] << 8);
+    /* Descending rank: I64 F64 F32 I32 BF16 F16 I16 I8 U8 BOOL. */
+    const char *prev = header;
+    for (int k = N - 1; k >= 0; k--) {
+      char want[64];
+      snprintf(want, sizeof want, "\"%s\":{\"dtype\":\"%s\",\"shape\":[3]", rows[k].name, rows[k].st);
+      const char *at = strstr(header, want);
+      ck_assert_msg(at != NULL, "%s not in %s", want, header);
+      ck_assert_msg(at >= prev, "%s out of the reference order in %s", want, header);
+      prev = at;
+    }
+    free(header);
+    free(raw);
+    kiln_nn_safetensors_t *file = NULL;
+    KT_OK(kiln_nn_safetensors_load(path, device, &file));
+    ck_assert_uint_eq(kiln_nn_safetensors_count(file), N);
+    for (int k = 0; k < N; k++) {
+      kiln_tensor_t *t = NULL;
+      KT_OK(kiln_nn_safetensors_find(file, rows[k].name, &t));
+      ck_assert_int_eq(kiln_tensor_dtype(t), rows[k].dtype);
+      ck_assert_int_eq(kiln_tensor_shape(t)[0], 3);
+      ck_assert_ptr_eq(kiln_tensor_device(t), device);
+      uint8_t back[24];
+      const size_t size = kiln_dtype_size(rows[k].dtype);
+      KT_OK(kiln_tensor_read(t, back, 3 * size));
+      ck_assert_mem_eq(back, bytes[k], 3 * size);
+    }
+    /* Into existing tensors of each dtype, by name. */
+    KT_OK(kiln_nn_safetensors_load_into(path, named, N, true));
+    kiln_nn_safetensors_free(file);
+    for (int k = 0; k < N; k++) kiln_tensor_release(named[k].tensor);
+  }
   kt_nn_tmpdir_done();
 }
 END_TEST
@@ -240,7 +353,11 @@ START_TEST(test_load_into_mismatches) {
   ck_assert_str_eq(kiln_last_error(), expect);
   kt_expect_f32(b, 1, s4, 0, 0);
   kiln_nn_named_tensor_t bad_dtype[] = {{"b", ints}};
-  snprintf(expect, sizeof expect, "%s: tensor \"b\": the file holds F32 [4], the tensor to load into is i32 [4]", path);
+  snprintf(expect, sizeof expect,
+           "%s: tensor \"b\": the file holds F32 [4], the tensor to load into is i32 [4]; nothing is converted on "
+           "loading: save the checkpoint as I32 (in PyTorch: {k: v.to(torch.int32) for k, v in state_dict.items()}), "
+           "or read it with kiln_nn_safetensors_load and convert with kiln_tensor_cast",
+           path);
   ck_assert_int_eq(kiln_nn_safetensors_load_into(path, bad_dtype, 1, false), KILN_DTYPE_MISMATCH);
   ck_assert_str_eq(kiln_last_error(), expect);
   kiln_nn_named_tensor_t absent[] = {{"fc9", w}};
@@ -436,6 +553,7 @@ int main(void) {
   tcase_add_test(tc, test_round_trip_every_device);
   tcase_add_test(tc, test_exact_bytes);
   tcase_add_test(tc, test_pytorch_reference_files);
+  tcase_add_test(tc, test_every_dtype_round_trip);
   tcase_add_test(tc, test_load_into_mismatches);
   tcase_add_test(tc, test_save_refusals);
   tcase_add_test(tc, test_save_replaces_in_place);

@@ -42,9 +42,15 @@ static const kt_case_t kt_cases[] = {
      "tensor \"a\": \"data_offsets\" is an array of another length, not an array [begin, end]"},
     {"{\"a\":" T("Q7", "[1]", "0", "4") "}", 4, KILN_IO,
      "tensor \"a\" has dtype \"Q7\", which is no safetensors dtype (F32, I32, F16, BF16, F64, I64, U8, BOOL ...)"},
-    {"{\"a\":" T("F16", "[2]", "0", "4") "}", 4, KILN_UNSUPPORTED,
-     "tensor \"a\" has dtype F16, which kiln does not support yet (it reads F32 and I32); convert it before saving "
-     "(tensor.float() or tensor.int() in PyTorch)"},
+    {"{\"a\":" T("U16", "[2]", "0", "4") "}", 4, KILN_UNSUPPORTED,
+     "tensor \"a\" has dtype U16, which kiln does not have (it reads BOOL, U8, I8, I16, I32, I64, F16, BF16, F32 and "
+     "F64); convert it before saving (e.g. tensor.float() or tensor.to(torch.int64) in PyTorch)"},
+    /* Byte counts follow each dtype's size. */
+    {"{\"a\":" T("F16", "[2]", "0", "6") "}", 6, KILN_IO,
+     "tensor \"a\": data_offsets [0, 6] hold 6 bytes, but shape [2] of F16 needs 4"},
+    {"{\"a\":" T("F64", "[1]", "0", "4") "}", 4, KILN_IO,
+     "tensor \"a\": data_offsets [0, 4] hold 4 bytes, but shape [1] of F64 needs 8"},
+    {"{\"a\":" T("BOOL", "[3]", "0", "3") ",\"b\":" T("BF16", "[2]", "3", "7") "}", 7, KILN_OK, ""},
     {"{\"a\":" T("F32", "[-1]", "0", "4") "}", 4, KILN_IO, "tensor \"a\": shape[0] is out of range, not an integer in [0, 2^63)"},
     {"{\"a\":" T("F32", "[1.5]", "0", "4") "}", 4, KILN_IO, "tensor \"a\": shape[0] is double, not an integer in [0, 2^63)"},
     {"{\"a\":" T("F32", "[null]", "0", "4") "}", 4, KILN_IO, "tensor \"a\": shape[0] is null, not an integer in [0, 2^63)"},

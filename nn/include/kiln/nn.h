@@ -181,8 +181,11 @@ kiln_status_t kiln_nn_shuffle_order(uint64_t seed, uint64_t epoch, bool shuffle,
  * The format of Hugging Face's safetensors: an 8-byte little-endian header
  * length N, N bytes of JSON ({"name": {"dtype": "F32", "shape": [2, 3],
  * "data_offsets": [begin, end]}, ..., "__metadata__": {"key": "value"}}),
- * then the tensors' bytes, little-endian, row-major. kiln reads and writes F32
- * and I32; other dtypes in a file are refused by name. Files kiln writes load
+ * then the tensors' bytes, little-endian, row-major. kiln reads and writes
+ * BOOL, U8, I8, I16, I32, I64, F16, BF16, F32 and F64, each as the kiln dtype
+ * of that name (a BF16 checkpoint of PyTorch's loads as bf16 tensors, with
+ * their bits as saved); the format's other dtypes (U16, U32, U64, F8_*, C64,
+ * ...) are refused by name. Files kiln writes load
  * with safetensors.torch.load_file, and the reference library's files load
  * here. A file that is truncated or hostile is an error, never a crash: the
  * header is limited to 100,000,000 bytes as in the reference loader, and every
@@ -192,7 +195,7 @@ typedef struct kiln_nn_safetensors_t kiln_nn_safetensors_t;
 
 typedef struct kiln_nn_named_tensor_t {
   const char *name;      /* UTF-8, unique in a file, not "__metadata__" */
-  kiln_tensor_t *tensor; /* f32 or i32, on any device */
+  kiln_tensor_t *tensor; /* of any dtype, on any device */
 } kiln_nn_named_tensor_t;
 
 typedef struct kiln_nn_metadata_t {
@@ -210,8 +213,7 @@ typedef struct kiln_nn_metadata_t {
  * the reference writer's: tensors ordered by dtype then name, the header padded
  * with spaces to a multiple of 8 bytes. KILN_INVALID_ARGUMENT for a NULL or
  * duplicate name, "__metadata__", invalid UTF-8, a control character in a name
- * or metadata key; KILN_UNSUPPORTED for an f16
- * or bf16 tensor; KILN_IO naming the path when it cannot be written. */
+ * or metadata key; KILN_IO naming the path when it cannot be written. */
 kiln_status_t kiln_nn_safetensors_save(const char *path, const kiln_nn_named_tensor_t *tensors, size_t count,
                                        const kiln_nn_metadata_t *metadata, size_t metadata_count);
 
@@ -222,7 +224,7 @@ kiln_status_t kiln_nn_safetensors_save(const char *path, const kiln_nn_named_ten
  * a truncated or malformed one (header length, JSON, a missing or wrong-typed
  * field, offsets out of range, overlapping or leaving gaps, a shape that does
  * not match its bytes); KILN_UNSUPPORTED naming a dtype kiln does not have
- * yet (BF16, F16, F64, ...) or more than KILN_MAX_DIMS dimensions;
+ * (U16, F8_E4M3, C64, ...) or more than KILN_MAX_DIMS dimensions;
  * KILN_OUT_OF_MEMORY. */
 kiln_status_t kiln_nn_safetensors_load(const char *path, kiln_device_t *device, kiln_nn_safetensors_t **out_file);
 
@@ -251,7 +253,8 @@ const char *kiln_nn_safetensors_metadata_value(const kiln_nn_safetensors_t *file
 /* Read the file's tensors into existing ones, by name (the model's parameters
  * on their devices). Every name must be in the file with the same dtype and
  * shape, else KILN_NOT_FOUND / KILN_DTYPE_MISMATCH / KILN_SHAPE_MISMATCH
- * naming the tensor and both values; with `strict`, a tensor of the file that
+ * naming the tensor and both values (nothing is converted: a BF16 file into
+ * f32 tensors is KILN_DTYPE_MISMATCH, whose message says how to convert); with `strict`, a tensor of the file that
  * was not asked for is KILN_INVALID_ARGUMENT naming it. Every name, dtype
  * and shape is checked before anything is written, so such a failure changes
  * no tensor (a read or device error part-way can leave earlier tensors
@@ -484,7 +487,10 @@ kiln_status_t kiln_nn_model_forward(kiln_nn_model_t *model, kiln_nn_tape_t *tape
 kiln_status_t kiln_nn_model_reset_parameters(kiln_nn_model_t *model, uint64_t seed);
 /* Save or load every parameter by name as safetensors (kiln_nn_safetensors_save
  * and _load_into, strict); the file opens in PyTorch as the state_dict of the
- * same torch.nn.Sequential. Both block. Save refuses a parameter holding a NaN
+ * same torch.nn.Sequential. Both block. Load converts nothing: the file's
+ * tensors must have the parameters' dtype (f32), and a checkpoint of another
+ * dtype (one PyTorch saved in bf16) is KILN_DTYPE_MISMATCH naming the tensor,
+ * its dtype and the conversion to make. Save refuses a parameter holding a NaN
  * or an infinity (KILN_INVALID_ARGUMENT naming it; the file is left as it
  * was). */
 kiln_status_t kiln_nn_model_save(const kiln_nn_model_t *model, const char *path);

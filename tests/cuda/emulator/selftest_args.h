@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-/* Device pointers as uint64_t, as in kernels/cuda/kiln_cuda_args.cuh. */
+/* Device pointers as uint64_t, as in kernels/cuda/kernels/kop.h. */
 typedef struct fakecuda_test_args_t {
   uint64_t in, out, flag;
   int32_t n, pad_;

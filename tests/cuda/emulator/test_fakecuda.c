@@ -20,7 +20,8 @@
 
 #include <cuda.h>
 
-#include "kiln_cuda_args.cuh"
+#include "kop.h"
+#include "launch.h"
 #include "selftest_args.h"
 
 static unsigned char *fatbin;
@@ -145,14 +146,14 @@ END_TEST
 /* ---- launches ------------------------------------------------------------------------------------ */
 
 START_TEST(test_launches_over_the_limits_are_refused) {
-  CUfunction fill = function("kiln_fill32"), gemm = function("kiln_sgemm_nn");
+  CUfunction fill = function("kiln_fill_i32"), gemm = function("kiln_sgemm_nn");
   CUdeviceptr out;
   CU_OK(cuMemAlloc(&out, 4096 * 4));
-  kiln_cuda_ew_args_t a;
+  kiln_kop_t a;
   memset(&a, 0, sizeof a);
-  a.out = out;
+  a.out.addr = out;
   a.n = 4096;
-  a.scalar_i = 7;
+  a.u.fill.value.i32 = 7;
   void *params[1] = {&a};
   /* The device's grid and block limits. */
   CU_IS(CUDA_ERROR_INVALID_VALUE, cuLaunchKernel(fill, 1, 65536, 1, 256, 1, 1, 0, NULL, params, NULL));
@@ -163,7 +164,7 @@ START_TEST(test_launches_over_the_limits_are_refused) {
   CU_IS(CUDA_ERROR_INVALID_VALUE, cuLaunchKernel(fill, 1, 1, 1, 32, 32, 2, 0, NULL, params, NULL));
   /* Shared memory: 48 KiB per block, the kernel's static share included. */
   CU_IS(CUDA_ERROR_INVALID_VALUE, cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 49153, NULL, params, NULL));
-  kiln_cuda_gemm_args_t g;
+  kiln_kop_t g;
   memset(&g, 0, sizeof g); /* batch 0: a launch that touches nothing */
   void *gemm_params[1] = {&g};
   CU_IS(CUDA_ERROR_INVALID_VALUE, cuLaunchKernel(gemm, 1, 1, 1, 256, 1, 1, 32769, NULL, gemm_params, NULL));
@@ -180,10 +181,10 @@ START_TEST(test_launches_over_the_limits_are_refused) {
   for (int i = 0; i < 4096; i++) ck_assert_uint_eq(back[i], 7u);
   CUstream s;
   CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  a.scalar_i = 9;
+  a.u.fill.value.i32 = 9;
   a.n = 1000;
   CU_OK(cuLaunchKernel(fill, 2, 1, 1, 256, 1, 1, 0, s, params, NULL));
-  a.scalar_i = 0; /* the launch copied the arguments */
+  a.u.fill.value.i32 = 0; /* the launch copied the arguments */
   CU_OK(cuMemcpyDtoHAsync(back, out, sizeof back, s));
   for (int i = 0; i < 4096; i++) ck_assert_uint_eq(back[i], i < 1000 ? 9u : 7u);
   CU_OK(cuStreamDestroy(s));
@@ -214,7 +215,7 @@ START_TEST(test_modules) {
   image[16] = 1; /* PTX */
   CU_OK(cuModuleLoadData(&m, image));
   CUfunction stale = NULL;
-  CU_OK(cuModuleGetFunction(&stale, m, "kiln_fill32"));
+  CU_OK(cuModuleGetFunction(&stale, m, "kiln_fill_i32"));
   CU_OK(cuModuleUnload(m));
   CU_IS(CUDA_ERROR_INVALID_HANDLE, cuLaunchKernel(stale, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
 }
@@ -551,9 +552,13 @@ START_TEST(test_kiln_sgemm_variants) {
       CU_OK(cuMemcpyHtoDAsync(da, ha, (size_t)(sa * batch) * 4, NULL));
       CU_OK(cuMemcpyHtoDAsync(db, hb, (size_t)(sb * batch) * 4, NULL));
       CU_OK(cuMemsetD32Async(dc, 0, (size_t)(sc * batch), NULL));
-      kiln_cuda_gemm_args_t g = {.a = da, .b = db, .c = dc, .m = m, .n = n, .k = k, .c_vec = vec,
-                                 .lda = lda, .ldb = ldb, .ldc = ldc,
-                                 .stride_a = sa, .stride_b = sb, .stride_c = sc, .batch = batch};
+      kiln_kop_t g;
+      memset(&g, 0, sizeof g);
+      g.plan.gemm.a = da, g.plan.gemm.b = db, g.plan.gemm.c = dc;
+      g.plan.gemm.m = m, g.plan.gemm.n = n, g.plan.gemm.k = k, g.plan.gemm.c_vec = vec;
+      g.plan.gemm.lda = lda, g.plan.gemm.ldb = ldb, g.plan.gemm.ldc = ldc;
+      g.plan.gemm.stride_a = sa, g.plan.gemm.stride_b = sb, g.plan.gemm.stride_c = sc, g.plan.gemm.batch = batch;
+      g.plan.gemm.trans_a = ta, g.plan.gemm.trans_b = tb;
       void *params[1] = {&g};
       CU_OK(cuLaunchKernel(function(names[vec][variant]), (n + 127) / 128, (m + 127) / 128, batch, 256, 1, 1, 0, NULL,
                            params, NULL));
@@ -589,8 +594,11 @@ START_TEST(test_kiln_chunked_reduction) {
   CU_OK(cuMemcpyHtoDAsync(din, x, sizeof(float) * OUTER * LEN, NULL));
   static const int ops[3] = {0, 2, 3}; /* sum, max, argmax */
   for (int o = 0; o < 3; o++) {
-    kiln_cuda_reduce_args_t a = {.in = din, .out = dout, .parts = dparts, .outer = OUTER, .len = LEN, .inner = 1,
-                                 .chunk = CHUNK, .chunks = CHUNKS, .op = ops[o]};
+    kiln_kop_t a;
+    memset(&a, 0, sizeof a);
+    a.in[0].addr = din, a.out.addr = dout;
+    a.u.reduce.outer = OUTER, a.u.reduce.len = LEN, a.u.reduce.inner = 1, a.u.reduce.op = ops[o];
+    a.plan.reduce.parts = dparts, a.plan.reduce.rows = OUTER, a.plan.reduce.chunk = CHUNK, a.plan.reduce.chunks = CHUNKS;
     void *params[1] = {&a};
     CU_OK(cuLaunchKernel(function("kiln_reduce_rows_f32"), OUTER * CHUNKS, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
     CU_OK(cuLaunchKernel(function("kiln_reduce_parts_f32"), OUTER, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
@@ -641,7 +649,7 @@ START_TEST(test_two_devices) {
   CUstream s1;
   CU_OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
   /* A module of the other context cannot be used here. */
-  CU_IS(CUDA_ERROR_INVALID_CONTEXT, cuModuleGetFunction(&(CUfunction){NULL}, module, "kiln_fill32"));
+  CU_IS(CUDA_ERROR_INVALID_CONTEXT, cuModuleGetFunction(&(CUfunction){NULL}, module, "kiln_fill_i32"));
   CU_OK(cuMemcpyPeerAsync(there, other, here, ctx, 256, s1));
   CU_IS(CUDA_ERROR_INVALID_VALUE, cuMemcpyPeerAsync(there, ctx, here, other, 256, s1));
   uint32_t back[64];
