@@ -175,7 +175,7 @@ kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_cl_gemm_t
   return gemm_use_tiled(queue) ? gemm_tiled(queue, g) : gemm_packed(queue, g);
 }
 
-kiln_status_t kiln_cl_run_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+kiln_status_t kiln_cl_plan_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
                                  const kiln_op_t *op) {
   kiln_cl_gemm_t g = {
       .a = kiln_cl_mem_of(&op->in[0]),
@@ -248,7 +248,7 @@ static kiln_status_t conv_check_sizes(kiln_backend_context_t *ctx, const kiln_op
                        (long long)chw);
 }
 
-kiln_status_t kiln_cl_run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+kiln_status_t kiln_cl_plan_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
                                  const kiln_op_t *op) {
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
@@ -347,7 +347,7 @@ kiln_status_t kiln_cl_run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue
   return status;
 }
 
-kiln_status_t kiln_cl_run_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+kiln_status_t kiln_cl_plan_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                                 const kiln_op_entry_t *entry, const kiln_op_t *op) {
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
@@ -505,7 +505,7 @@ static kiln_status_t conv_backward_weight_packed(kiln_backend_queue_t *queue, co
   return status;
 }
 
-kiln_status_t kiln_cl_run_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+kiln_status_t kiln_cl_plan_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                                  const kiln_op_entry_t *entry, const kiln_op_t *op) {
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;

@@ -1,4 +1,5 @@
 /* kernels/opencl/conv.cl: the parts of CONV2D and its gradients around the GEMM (im2col, col2im, bias, the sum over images) and MAX_POOL2D with its gradient, NCHW. */
+/* kiln-kinds: max_pool2d */
 
 /* Columns of im2col are the output positions (pp, qq) of an image and rows
  * its channel-and-tap triples (ch, ri, si). Both kernels run over the global
@@ -76,11 +77,14 @@ __kernel void bias_nchw_f32(__global float *y, long y_off, __global const float 
 
 /* Padded cells are never candidates; a window wholly in the padding gives
  * -inf; NaN propagates. */
-__kernel void max_pool2d_f32(__global const float *x, long x_off, __global float *y, long y_off, long planes, long h,
-                             long w, long p, long q, int kernel_h, int kernel_w, int stride_h, int stride_w,
-                             int pad_h, int pad_w) {
-  x += x_off;
-  y += y_off;
+KILN_CL_KERNEL(max_pool2d_f32_f32) {
+  __global const float *x = KILN_CL_IN(float, 0);
+  __global float *y = KILN_CL_OUT(float);
+  const long planes = op.u.pooling.n * op.u.pooling.c, h = op.u.pooling.h, w = op.u.pooling.w;
+  const long p = op.u.pooling.p, q = op.u.pooling.q;
+  const int kernel_h = op.u.pooling.window[0], kernel_w = op.u.pooling.window[1];
+  const int stride_h = op.u.pooling.stride[0], stride_w = op.u.pooling.stride[1];
+  const int pad_h = op.u.pooling.pad[0], pad_w = op.u.pooling.pad[1];
   KILN_FOR_EACH(i, planes * p * q) {
     const long qq = i % q, pp = kiln_udiv(i, q) % p, plane = kiln_udiv(i, p * q);
     long h0 = pp * stride_h - pad_h, h1 = h0 + kernel_h;
