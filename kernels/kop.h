@@ -99,7 +99,7 @@ typedef union kiln_kop_params_t {
   } conv2d;
   struct {
     kiln_i64 n, c, h, w, p, q;
-    kiln_i32 kernel[2], stride[2], pad[2];
+    kiln_i32 window[2], stride[2], pad[2]; /* `kernel` is an OpenCL C keyword */
   } pooling;
   struct {
     kiln_f32 alpha;
@@ -181,7 +181,7 @@ typedef struct kiln_kop_t {
   X(u.matmul.batch) X(u.matmul.stride_c) X(u.matmul.trans_a) X(u.matmul.trans_b)                   \
   X(u.reduce.inner) X(u.reduce.op) X(u.softmax.cols) X(u.softmax.log) X(u.cross_entropy.c)         \
   X(u.conv2d.q) X(u.conv2d.stride) X(u.conv2d.pad) X(u.conv2d.dil) X(u.conv2d.has_bias)             \
-  X(u.pooling.q) X(u.pooling.kernel) X(u.pooling.pad) X(u.update.alpha) X(u.update.sqrt_bias2)     \
+  X(u.pooling.q) X(u.pooling.window) X(u.pooling.pad) X(u.update.alpha) X(u.update.sqrt_bias2)     \
   X(u.update.nesterov) X(plan) X(plan.gemm.c_off) X(plan.gemm.batch) X(plan.gemm.trans_b)          \
   X(plan.gemm.c_vec) X(plan.reduce.parts) X(plan.reduce.rows) X(plan.reduce.width)                 \
   X(plan.round.aux_off) X(plan.round.first)

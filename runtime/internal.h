@@ -282,7 +282,8 @@ struct kiln_tensor_t {
   int64_t strides[KILN_MAX_DIMS];
 };
 
-/* ---- runtime.c / registry.c: the process-wide state ------------------------- */
+/* ---- state.c: the process-wide state (a leaf: started and stopped by runtime.c,
+ * filled by registry.c, read everywhere) ------------------------------------- */
 
 typedef struct kiln__runtime_t {
   kiln__config_t config;

@@ -538,7 +538,7 @@ void kiln__pooling_op_sizes(kiln_op_t *op, const kiln_tensor_t *x, int64_t P, in
   op->u.pooling.p = P;
   op->u.pooling.q = Q;
   for (int i = 0; i < 2; i++) {
-    op->u.pooling.kernel[i] = p->kernel[i];
+    op->u.pooling.window[i] = p->kernel[i];
     op->u.pooling.stride[i] = p->stride[i];
     op->u.pooling.pad[i] = p->padding[i];
   }

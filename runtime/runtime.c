@@ -1,13 +1,8 @@
-/* runtime/runtime.c: kiln's process-wide state: one-time start-up, shutdown, version and policy settings. */
+/* runtime/runtime.c: start-up and shutdown of kiln's process-wide state (runtime/state.c), and the policy settings. */
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/internal.h"
-
-#define KILN_STR_(x) #x
-#define KILN_STR(x) KILN_STR_(x)
-
-kiln__runtime_t kiln__rt;
 
 enum { KILN_STATE_STOPPED = 0, KILN_STATE_STARTED = 1, KILN_STATE_FAILED = 2 };
 
@@ -20,10 +15,6 @@ static char start_message[2048];
 /* Set on the thread that is starting kiln: a backend or the compute side
  * calling back into the API during start-up must not wait for itself. */
 static _Thread_local bool starting;
-
-const char *kiln_version(void) {
-  return KILN_STR(KILN_VERSION_MAJOR) "." KILN_STR(KILN_VERSION_MINOR) "." KILN_STR(KILN_VERSION_PATCH);
-}
 
 /* Load settings and backends. Called with start_lock held. */
 static kiln_status_t start_locked(const kiln_config_t *api) {

@@ -286,7 +286,7 @@ static void plan_key(const kiln_op_t *op, int64_t key[KILN_CUDNN_KEY_LEN]) {
     key[3] = op->u.softmax.log;
   } else {
     const int64_t values[12] = {op->u.pooling.n, op->u.pooling.c, op->u.pooling.h, op->u.pooling.w,
-                                op->u.pooling.p, op->u.pooling.q, op->u.pooling.kernel[0], op->u.pooling.kernel[1],
+                                op->u.pooling.p, op->u.pooling.q, op->u.pooling.window[0], op->u.pooling.window[1],
                                 op->u.pooling.stride[0], op->u.pooling.stride[1], op->u.pooling.pad[0],
                                 op->u.pooling.pad[1]};
     memcpy(key + 1, values, sizeof values);
@@ -394,7 +394,7 @@ bool kiln_cuda_cudnn_supports(kiln_backend_context_t *ctx, kiln_backend_device_t
     /* With pad < kernel every window holds a real cell; otherwise kiln's
      * answer for an all-padding window (-inf) is not cuDNN's to give. */
     for (int i = 0; i < 2; i++)
-      if (op->u.pooling.pad[i] >= op->u.pooling.kernel[i]) return false;
+      if (op->u.pooling.pad[i] >= op->u.pooling.window[i]) return false;
   }
   plan_cache_t *cache = device->cudnn_cache;
   if (!cache) return true;
@@ -547,7 +547,7 @@ static kiln_status_t plan_pooling(kiln_backend_context_t *ctx, const kiln_op_t *
   if (status == KILN_OK)
     status = check(ctx,
                    dnn->set_pooling_2d(plan->pooling, KILN_CUDNN_POOLING_MAX, KILN_CUDNN_PROPAGATE_NAN,
-                                    op->u.pooling.kernel[0], op->u.pooling.kernel[1], op->u.pooling.pad[0],
+                                    op->u.pooling.window[0], op->u.pooling.window[1], op->u.pooling.pad[0],
                                     op->u.pooling.pad[1], op->u.pooling.stride[0], op->u.pooling.stride[1]),
                    "%s", "cudnnSetPooling2dDescriptor");
   if (status != KILN_OK) return status;

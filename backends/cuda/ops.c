@@ -341,7 +341,7 @@ void kiln_cuda_pooling_args(kiln_cuda_conv_args_t *a, const kiln_op_t *op) {
   a->p = op->u.pooling.p;
   a->q = op->u.pooling.q;
   for (int i = 0; i < 2; i++) {
-    a->kernel[i] = op->u.pooling.kernel[i];
+    a->kernel[i] = op->u.pooling.window[i];
     a->stride[i] = op->u.pooling.stride[i];
     a->pad[i] = op->u.pooling.pad[i];
   }

@@ -22,8 +22,8 @@ kiln_status_t kiln_cl_plan_max_pool2d_backward(kiln_backend_context_t *ctx, kiln
       KILN_CL_INT(w),
       KILN_CL_INT(p),
       KILN_CL_INT(q),
-      KILN_CL_INT(op->u.pooling.kernel[0]),
-      KILN_CL_INT(op->u.pooling.kernel[1]),
+      KILN_CL_INT(op->u.pooling.window[0]),
+      KILN_CL_INT(op->u.pooling.window[1]),
       KILN_CL_INT(op->u.pooling.stride[0]),
       KILN_CL_INT(op->u.pooling.stride[1]),
       KILN_CL_INT(op->u.pooling.pad[0]),
@@ -31,7 +31,7 @@ kiln_status_t kiln_cl_plan_max_pool2d_backward(kiln_backend_context_t *ctx, kiln
   };
   /* Windows that do not overlap: each cell in one window at most. */
   const bool disjoint =
-      op->u.pooling.stride[0] >= op->u.pooling.kernel[0] && op->u.pooling.stride[1] >= op->u.pooling.kernel[1];
+      op->u.pooling.stride[0] >= op->u.pooling.window[0] && op->u.pooling.stride[1] >= op->u.pooling.window[1];
   cl_mem arg = NULL;
   kiln_status_t status = kiln_cl_scratch_create(queue->device, (size_t)(planes * p * q) * sizeof(cl_int), &arg);
   if (status == KILN_OK) {

@@ -21,7 +21,7 @@ typedef struct pool_job_t {
 static inline float pool_pick(float best, float v) { return ((v > best) | (v != v)) ? v : best; }
 
 static int pool_is_2x2_tiling(const kiln_op_t *op) {
-  return op->u.pooling.kernel[0] == 2 && op->u.pooling.kernel[1] == 2 && op->u.pooling.stride[0] == 2 &&
+  return op->u.pooling.window[0] == 2 && op->u.pooling.window[1] == 2 && op->u.pooling.stride[0] == 2 &&
          op->u.pooling.stride[1] == 2 && op->u.pooling.pad[0] == 0 && op->u.pooling.pad[1] == 0 &&
          2 * op->u.pooling.p <= op->u.pooling.h && 2 * op->u.pooling.q <= op->u.pooling.w;
 }
@@ -89,7 +89,7 @@ static void max_pool_task(void *ctx, int64_t begin, int64_t end, int thread) {
   const pool_job_t *job = ctx;
   const kiln_op_t *op = job->op;
   const int64_t h = op->u.pooling.h, w = op->u.pooling.w, p = op->u.pooling.p, q = op->u.pooling.q;
-  const int64_t kh = op->u.pooling.kernel[0], kw = op->u.pooling.kernel[1];
+  const int64_t kh = op->u.pooling.window[0], kw = op->u.pooling.window[1];
   const int64_t st0 = op->u.pooling.stride[0], st1 = op->u.pooling.stride[1];
   const int64_t pad0 = op->u.pooling.pad[0], pad1 = op->u.pooling.pad[1];
   if (pool_is_2x2_tiling(op)) {
@@ -133,8 +133,8 @@ void kiln_cpu_max_pool2d_native(const kiln_cpu_par_t *par, const kiln_op_t *op, 
   if (planes <= 0 || op->u.pooling.p <= 0 || op->u.pooling.q <= 0) return;
   pool_job_t job = {.op = op, .x = x, .y = y};
   /* Reads per plane, in double: huge windows would overflow an int64. */
-  const double reads = (double)op->u.pooling.p * (double)op->u.pooling.q * op->u.pooling.kernel[0] *
-                       op->u.pooling.kernel[1];
+  const double reads = (double)op->u.pooling.p * (double)op->u.pooling.q * op->u.pooling.window[0] *
+                       op->u.pooling.window[1];
   int64_t grain = reads >= 1 ? (int64_t)(KILN_POOL_MIN_READS_PER_CHUNK / reads) : planes;
   if (grain < 1) grain = 1;
   if (par && planes > grain) {
@@ -153,7 +153,7 @@ static void max_pool_backward_task(void *ctx, int64_t begin, int64_t end, int th
   const pool_job_t *job = ctx;
   const kiln_op_t *op = job->op;
   const int64_t h = op->u.pooling.h, w = op->u.pooling.w, p = op->u.pooling.p, q = op->u.pooling.q;
-  const int64_t kh = op->u.pooling.kernel[0], kw = op->u.pooling.kernel[1];
+  const int64_t kh = op->u.pooling.window[0], kw = op->u.pooling.window[1];
   const int64_t st0 = op->u.pooling.stride[0], st1 = op->u.pooling.stride[1];
   const int64_t pad0 = op->u.pooling.pad[0], pad1 = op->u.pooling.pad[1];
   if (pool_is_2x2_tiling(op)) {
@@ -202,8 +202,8 @@ void kiln_cpu_max_pool2d_backward_native(const kiln_cpu_par_t *par, const kiln_o
   if (planes <= 0) return;
   pool_job_t job = {.op = op, .x = in[0], .dy = in[1], .y = out};
   /* The windows' reads plus the plane's zeroing, per plane, in double. */
-  const double work = (double)op->u.pooling.p * (double)op->u.pooling.q * op->u.pooling.kernel[0] *
-                          op->u.pooling.kernel[1] +
+  const double work = (double)op->u.pooling.p * (double)op->u.pooling.q * op->u.pooling.window[0] *
+                          op->u.pooling.window[1] +
                       (double)op->u.pooling.h * (double)op->u.pooling.w;
   int64_t grain = work >= 1 ? (int64_t)(KILN_POOL_MIN_READS_PER_CHUNK / work) : planes;
   if (grain < 1) grain = 1;

@@ -22,11 +22,7 @@
 #define KILN_CL_HAVE_FP64 1
 #endif
 
-/* kop.h names the pooling window `kernel`, a keyword of OpenCL C: the
- * member is `window` here (the same place in the struct). */
-#define kernel window
 #include "kop.h"
-#undef kernel
 
 /* The parameters of every kernel of an op kind: the operands' buffers, then
  * the record. Named `<name>[_<FORMULA>]_<in[0] dtype>_<out dtype>` (no

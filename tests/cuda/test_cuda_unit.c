@@ -297,7 +297,7 @@ START_TEST(test_cudnn_refusals_are_remembered) {
   pool.n_in = 1;
   pool.u.pooling.n = 1, pool.u.pooling.c = 3, pool.u.pooling.h = 8, pool.u.pooling.w = 8;
   pool.u.pooling.p = 4, pool.u.pooling.q = 4;
-  pool.u.pooling.kernel[0] = pool.u.pooling.kernel[1] = 2;
+  pool.u.pooling.window[0] = pool.u.pooling.window[1] = 2;
   pool.u.pooling.stride[0] = pool.u.pooling.stride[1] = 2;
   pool.in[0].buffer = pool.out.buffer = &f.buffer;
   ck_assert_int_eq(kiln_cuda_cudnn_max_pool2d(f.ctx, &f.queue, &pool), KILN_UNSUPPORTED);
