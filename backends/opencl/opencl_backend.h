@@ -222,42 +222,24 @@ const char *kiln_cl_clblast_status_name(int status);
 
 /* ---- programs and launches (program.c) ------------------------------------------ */
 
-/* A kernel argument. Buffers are passed as the cl_mem of a kiln buffer (NULL
- * for an empty one) plus, by convention of every kernel, a separate `long`
- * element offset argument: sub-buffers would need CL_DEVICE_MEM_BASE_ADDR_ALIGN
- * alignment that views do not have. */
+/* A kernel argument: every kiln kernel takes four buffers (the cl_mem of a
+ * kiln buffer, NULL for an empty one) and then the op's record, which holds
+ * each operand's element offset: sub-buffers would need
+ * CL_DEVICE_MEM_BASE_ADDR_ALIGN alignment that views do not have. */
 typedef enum kiln_cl_arg_kind_t {
-  KILN_CL_ARG_MEM,   /* __global pointer: a cl_mem (may be NULL) */
-  KILN_CL_ARG_INT,   /* int (cl_int) */
-  KILN_CL_ARG_UINT,  /* uint (cl_uint) */
-  KILN_CL_ARG_LONG,  /* long (cl_long) */
-  KILN_CL_ARG_ULONG, /* ulong (cl_ulong) */
-  KILN_CL_ARG_FLOAT, /* float (cl_float) */
-  KILN_CL_ARG_LOCAL, /* __local memory of `local_bytes` bytes */
-  KILN_CL_ARG_KOP,   /* the op's record, kiln_kop_t, by value */
+  KILN_CL_ARG_MEM, /* __global pointer: a cl_mem (may be NULL) */
+  KILN_CL_ARG_KOP, /* the op's record, kiln_kop_t, by value */
 } kiln_cl_arg_kind_t;
 
 typedef struct kiln_cl_arg_t {
   kiln_cl_arg_kind_t kind;
   union {
     cl_mem mem;
-    cl_int i;
-    cl_uint u;
-    cl_long l;
-    cl_ulong ul;
-    cl_float f;
-    size_t local_bytes;
     const kiln_kop_t *kop;
   } v;
 } kiln_cl_arg_t;
 
 #define KILN_CL_MEM(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_MEM, .v.mem = (x)})
-#define KILN_CL_INT(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_INT, .v.i = (cl_int)(x)})
-#define KILN_CL_UINT(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_UINT, .v.u = (cl_uint)(x)})
-#define KILN_CL_LONG(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_LONG, .v.l = (cl_long)(x)})
-#define KILN_CL_ULONG(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_ULONG, .v.ul = (cl_ulong)(x)})
-#define KILN_CL_FLOAT(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_FLOAT, .v.f = (cl_float)(x)})
-#define KILN_CL_LOCAL(bytes) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_LOCAL, .v.local_bytes = (bytes)})
 #define KILN_CL_KOP(k) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_KOP, .v.kop = (k)})
 
 /* Build `program` for the device if it is not built yet: from the cache when

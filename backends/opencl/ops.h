@@ -111,19 +111,13 @@ kiln_status_t kiln_cl_zero_f32(kiln_backend_queue_t *queue, cl_mem mem, int64_t 
 
 /* ---- the GEMM (gemm.c) ------------------------------------------------------------ */
 
-/* One GEMM on buffers: C[b] = op(A[b]) @ op(B[b]) for b < batch (the
- * conventions of kiln_op_t's matmul: row-major, offsets and strides in
- * elements, a stride of 0 broadcasts). */
-typedef struct kiln_cl_gemm_t {
-  cl_mem a, b, c;
-  int64_t a_off, b_off, c_off;
-  int64_t batch, m, n, k;
-  bool trans_a, trans_b;
-  int64_t lda, ldb, ldc;
-  int64_t stride_a, stride_b, stride_c;
-} kiln_cl_gemm_t;
-
-kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_cl_gemm_t *g);
+/* One GEMM on buffers: C[b] = op(A[b]) @ op(B[b]) for b < batch, as
+ * k->plan.gemm says (the conventions of kiln_op_t's matmul: row-major,
+ * offsets a_off, b_off, c_off and strides in elements, a stride of 0
+ * broadcasts, trans_a and trans_b 0 or 1); k is otherwise the op's record
+ * (kiln_backend_kop_fill), which gemm.cl's kernels take with C in out's
+ * place, A in in[0]'s and B in in[1]'s. */
+kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_kop_t *k, cl_mem c, cl_mem a, cl_mem b);
 
 /* Batches per round for `per_batch` bytes of scratch each, within the
  * scratch budget (and half the device's largest allocation). */

@@ -17,49 +17,37 @@ kiln_status_t kiln_cl_plan_max_pool2d_backward(kiln_backend_context_t *ctx, kiln
         "the native OpenCL max_pool2d_backward takes planes of fewer than 2^31 elements, got %lldx%lld; "
         "split the image",
         (long long)h, (long long)w);
-  const kiln_cl_arg_t window[10] = {
-      KILN_CL_INT(h),
-      KILN_CL_INT(w),
-      KILN_CL_INT(p),
-      KILN_CL_INT(q),
-      KILN_CL_INT(op->u.pooling.window[0]),
-      KILN_CL_INT(op->u.pooling.window[1]),
-      KILN_CL_INT(op->u.pooling.stride[0]),
-      KILN_CL_INT(op->u.pooling.stride[1]),
-      KILN_CL_INT(op->u.pooling.pad[0]),
-      KILN_CL_INT(op->u.pooling.pad[1]),
-  };
   /* Windows that do not overlap: each cell in one window at most. */
   const bool disjoint =
       op->u.pooling.stride[0] >= op->u.pooling.window[0] && op->u.pooling.stride[1] >= op->u.pooling.window[1];
+  kiln_kop_t rec;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  kiln_cl_kop_args(op, &rec, args);
+  const kiln_cl_arg_t dx = args[0];
   cl_mem arg = NULL;
   kiln_status_t status = kiln_cl_scratch_create(queue->device, (size_t)(planes * p * q) * sizeof(cl_int), &arg);
   if (status == KILN_OK) {
-    kiln_cl_arg_t args[4 + 10] = {
-        KILN_CL_MEM(kiln_cl_mem_of(&op->in[0])),
-        KILN_CL_LONG(op->in[0].offset),
-        KILN_CL_MEM(arg),
-        KILN_CL_LONG(planes),
-    };
-    memcpy(args + 4, window, sizeof window);
-    status = kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_conv, "max_pool2d_argmax_f32", planes * p * q,
-                                 sizeof args / sizeof args[0], args);
+    /* x in in[0]'s place, the indices into out's. */
+    args[0] = KILN_CL_MEM(arg);
+    rec.plan.round.in_off = (int64_t)op->in[0].offset;
+    rec.plan.round.out_off = 0;
+    status =
+        kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_conv, "max_pool2d_argmax_f32", planes * p * q, KILN_CL_KOP_ARGS, args);
   }
+  /* The indices in in[0]'s place, dy in in[1]'s (its own), dx in out's. */
+  args[0] = dx;
+  args[1] = KILN_CL_MEM(arg);
   /* The planes in rounds, as some drivers limit the third dimension. */
   for (int64_t first = 0; status == KILN_OK && first < planes; first += KILN_CL_MAX_BATCH_PER_LAUNCH) {
     const int64_t count = planes - first < KILN_CL_MAX_BATCH_PER_LAUNCH ? planes - first : KILN_CL_MAX_BATCH_PER_LAUNCH;
-    kiln_cl_arg_t args[6 + 10] = {
-        KILN_CL_MEM(arg),
-        KILN_CL_LONG(first * p * q),
-        KILN_CL_MEM(kiln_cl_mem_of(&op->in[1])),
-        KILN_CL_LONG((int64_t)op->in[1].offset + first * p * q),
-        KILN_CL_MEM(kiln_cl_mem_of(&op->out)),
-        KILN_CL_LONG((int64_t)op->out.offset + first * h * w),
-    };
-    memcpy(args + 6, window, sizeof window);
+    rec.plan.round.in_off = first * p * q;
+    rec.plan.round.aux_off = (int64_t)op->in[1].offset + first * p * q;
+    rec.plan.round.out_off = (int64_t)op->out.offset + first * h * w;
+    rec.plan.round.images = count;
+    rec.plan.round.first = first;
     status = kiln_cl_launch_tiles(queue, KILN_CL_PROGRAM_conv,
                                   disjoint ? "max_pool2d_backward_disjoint_f32" : "max_pool2d_backward_f32", w, h,
-                                  count, sizeof args / sizeof args[0], args);
+                                  count, KILN_CL_KOP_ARGS, args);
   }
   kiln_cl_scratch_release(arg);
   return status;

@@ -329,12 +329,6 @@ kiln_status_t kiln_cl_kernel_get(kiln_backend_device_t *device, kiln_cl_program_
 static cl_int set_arg(cl_kernel kernel, cl_uint index, const kiln_cl_arg_t *arg) {
   switch (arg->kind) {
   case KILN_CL_ARG_MEM: return clSetKernelArg(kernel, index, sizeof(cl_mem), &arg->v.mem);
-  case KILN_CL_ARG_INT: return clSetKernelArg(kernel, index, sizeof(cl_int), &arg->v.i);
-  case KILN_CL_ARG_UINT: return clSetKernelArg(kernel, index, sizeof(cl_uint), &arg->v.u);
-  case KILN_CL_ARG_LONG: return clSetKernelArg(kernel, index, sizeof(cl_long), &arg->v.l);
-  case KILN_CL_ARG_ULONG: return clSetKernelArg(kernel, index, sizeof(cl_ulong), &arg->v.ul);
-  case KILN_CL_ARG_FLOAT: return clSetKernelArg(kernel, index, sizeof(cl_float), &arg->v.f);
-  case KILN_CL_ARG_LOCAL: return clSetKernelArg(kernel, index, arg->v.local_bytes ? arg->v.local_bytes : 1, NULL);
   case KILN_CL_ARG_KOP: return clSetKernelArg(kernel, index, sizeof(kiln_kop_t), arg->v.kop);
   }
   return CL_INVALID_ARG_VALUE;

@@ -13,8 +13,9 @@
  * the op's record, kiln_kop_t (kernels/kop.h), as one struct argument.
  * Offsets are elements from each buffer's start (op.out.offset,
  * op.in[i].offset): views are not aligned enough for sub-buffers. Kernels
- * internal to a planner (GEMM packing, convolution rounds) keep parameters
- * of their own.
+ * internal to a planner (GEMM packing and products, convolution rounds)
+ * take the same parameters, with scratch buffers in operand places, and
+ * read their offsets and sizes from op.plan (gemm.cl, conv.cl say how).
  */
 
 #if defined(cl_khr_fp64) && (!defined(KILN_CL_FP64) || KILN_CL_FP64)
