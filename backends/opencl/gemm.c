@@ -177,8 +177,8 @@ kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_kop_t *k,
   return gemm_use_tiled(queue) ? gemm_tiled(queue, k, c, a, b) : gemm_packed(queue, k, c, a, b);
 }
 
-kiln_status_t kiln_cl_plan_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
-                                  const kiln_op_t *op) {
+kiln_status_t kiln_cl_plan_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  const kiln_op_entry_t *entry, const kiln_op_t *op) {
   kiln_kop_t k;
   kiln_backend_kop_fill(&k, op); /* buffers: passed below, OpenCL records hold no addresses */
   k.plan.gemm.a_off = (int64_t)op->in[0].offset;
@@ -246,8 +246,8 @@ static kiln_status_t conv_check_sizes(kiln_backend_context_t *ctx, const kiln_op
  * a second input in in[1]'s): `rec` is the op's record filled by
  * kiln_cl_kop_args, `args` its arguments with the record last. */
 
-kiln_status_t kiln_cl_plan_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
-                                  const kiln_op_t *op) {
+kiln_status_t kiln_cl_plan_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  const kiln_op_entry_t *entry, const kiln_op_t *op) {
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t k = op->u.conv2d.k, r = op->u.conv2d.r, s = op->u.conv2d.s, p = op->u.conv2d.p, q = op->u.conv2d.q;

@@ -1,6 +1,4 @@
 /* backends/opencl/ops_train.c: the planner of max_pool2d_backward (the other training kinds are FLAT or ROWS rows, and the convolutions' gradients are in gemm.c). */
-#include <string.h>
-
 #include "backends/opencl/ops.h"
 
 /* Two passes: where each window's maximum is (an index per window, in
@@ -31,8 +29,8 @@ kiln_status_t kiln_cl_plan_max_pool2d_backward(kiln_backend_context_t *ctx, kiln
     args[0] = KILN_CL_MEM(arg);
     rec.plan.round.in_off = (int64_t)op->in[0].offset;
     rec.plan.round.out_off = 0;
-    status =
-        kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_conv, "max_pool2d_argmax_f32", planes * p * q, KILN_CL_KOP_ARGS, args);
+    status = kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_conv, "max_pool2d_argmax_f32", planes * p * q,
+                                 KILN_CL_KOP_ARGS, args);
   }
   /* The indices in in[0]'s place, dy in in[1]'s (its own), dx in out's. */
   args[0] = dx;
