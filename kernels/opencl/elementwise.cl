@@ -1,5 +1,5 @@
-/* kernels/opencl/elementwise.cl: UNARY, BINARY and BINARY_SCALAR for f32 and i32, and UNARY_BACKWARD for f32, expanded from kernels/ops.def. */
-/* kiln-kinds: unary binary binary_scalar unary_backward */
+/* kernels/opencl/elementwise.cl: UNARY, BINARY and BINARY_SCALAR for f32 and i32, and UNARY_BACKWARD for f32, expanded from kernels/ops.def; WHERE. */
+/* kiln-kinds: unary binary binary_scalar unary_backward where */
 /*
  * Kernel names: unary_<NAME>_<T>_<T>, binary_<NAME>_<T>_<T>,
  * binary_scalar_<NAME>_<T>_<T>, unary_backward_<NAME>_f32_f32, T the dtype
@@ -103,3 +103,29 @@
 #define KILN_BINARY_I32(NAME, expr) KILN_CL_BINARY_(int, i32, NAME, expr)
 #define KILN_UNARY_GRAD_F32(NAME, expr) KILN_CL_UNARY_GRAD_(NAME, expr)
 #include "ops.def"
+
+/* WHERE: out = cond != 0 ? a : b (NaN is nonzero, -0.0 is not), the
+ * condition read as TC, the values copied as their 32-bit patterns (so the
+ * value dtype only names the kernel); the three walk out's shape by their
+ * strides. Kernel where_<cond dtype>_<out dtype>. */
+#define KILN_CL_WHERE_(TC, TCN, TN)                                                                \
+  KILN_CL_KERNEL(where_##TCN##_##TN) {                                                             \
+    __global uint *out = KILN_CL_OUT(uint);                                                        \
+    __global const TC *c = KILN_CL_IN(TC, 0);                                                      \
+    __global const uint *a = KILN_CL_IN(uint, 1), *b = KILN_CL_IN(uint, 2);                        \
+    if (op.ndim == 0) {                                                                            \
+      KILN_FOR_EACH(i, op.n) out[i] = c[i] != 0 ? a[i] : b[i];                                     \
+      return;                                                                                      \
+    }                                                                                              \
+    KILN_FOR_EACH(i, op.n) {                                                                       \
+      long oc, oa;                                                                                 \
+      kiln_offset2(i, op.ndim, op.shape, op.in[0].strides, op.in[1].strides, &oc, &oa);            \
+      const long ob = kiln_offset1(i, op.ndim, op.shape, op.in[2].strides);                        \
+      out[i] = c[oc] != 0 ? a[oa] : b[ob];                                                         \
+    }                                                                                              \
+  }
+KILN_CL_WHERE_(float, f32, f32)
+KILN_CL_WHERE_(float, f32, i32)
+KILN_CL_WHERE_(int, i32, f32)
+KILN_CL_WHERE_(int, i32, i32)
+#undef KILN_CL_WHERE_
