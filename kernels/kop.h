@@ -154,6 +154,7 @@ typedef union kiln_kop_plan_t {
     kiln_i64 in_off, out_off, aux_off; /* OpenCL element offsets */
     kiln_i64 images;             /* images in this round */
     kiln_i64 first;              /* the round's first image */
+    kiln_i64 per;                /* images per slice of a round (OpenCL conv2d_backward_weight's packed GEMM) */
   } round;
   kiln_u64 words[18];
 } kiln_kop_plan_t;
@@ -184,6 +185,6 @@ typedef struct kiln_kop_t {
   X(u.pooling.q) X(u.pooling.window) X(u.pooling.pad) X(u.update.alpha) X(u.update.sqrt_bias2)     \
   X(u.update.nesterov) X(plan) X(plan.gemm.c_off) X(plan.gemm.batch) X(plan.gemm.trans_b)          \
   X(plan.gemm.c_vec) X(plan.reduce.parts) X(plan.reduce.rows) X(plan.reduce.width)                 \
-  X(plan.round.aux_off) X(plan.round.first)
+  X(plan.round.aux_off) X(plan.round.first) X(plan.round.per)
 
 #endif /* KILN_KERNELS_KOP_H */

@@ -100,7 +100,7 @@ typedef struct kiln_backend_event_t kiln_backend_event_t;
   X(CONV2D_BACKWARD_INPUT, conv2d_backward_input, PLAN)                                            \
   X(CONV2D_BACKWARD_WEIGHT, conv2d_backward_weight, PLAN)                                          \
   X(MAX_POOL2D_BACKWARD, max_pool2d_backward, PLAN) X(ACCUMULATE, accumulate, FLAT)                \
-  X(SGD_UPDATE, sgd_update, FLAT) X(ADAM_UPDATE, adam_update, FLAT)
+  X(SGD_UPDATE, sgd_update, FLAT) X(ADAM_UPDATE, adam_update, FLAT) X(WHERE, where, FLAT)
 typedef enum kiln_op_kind_t {
 #define KILN_OP_KIND_ENUM_(NAME, name, launch) KILN_OP_##NAME,
   KILN_OP_KINDS(KILN_OP_KIND_ENUM_)
@@ -120,7 +120,8 @@ static inline bool kiln_backend_op_is_elementwise(kiln_op_kind_t kind) {
   case KILN_OP_UNARY_BACKWARD:
   case KILN_OP_ACCUMULATE:
   case KILN_OP_SGD_UPDATE:
-  case KILN_OP_ADAM_UPDATE: return true;
+  case KILN_OP_ADAM_UPDATE:
+  case KILN_OP_WHERE: return true;
   default: return false;
   }
 }
@@ -188,6 +189,8 @@ typedef struct kiln_op_t {
    *   derivative formula of kernels/ops.def.
    * BINARY (binary.op, a kiln_binary_op_t): in[0], in[1] of out's dtype.
    *   BINARY_SCALAR: in[0] (op) binary.scalar.
+   * WHERE: in[0] the condition (f32 or i32), in[1] a and in[2] b of out's
+   *   dtype: out = in[0] != 0 ? a : b (a NaN condition is nonzero).
    * MATMUL: row-major BLAS convention, per batch b (batch >= 1):
    *   C[b] (m x n, ldc) = op(A[b]) (m x k) @ op(B[b]) (k x n); A[b] starts
    *   at in[0].offset + b*stride_a (stride_a 0 broadcasts); !trans_a:

@@ -132,6 +132,41 @@ void kiln__broadcast_view(const kiln_tensor_t *t, int ndim, const int64_t *shape
   view->ndim = ndim;
 }
 
+/* The shape `count` operands broadcast to, NumPy's rule: shapes align at
+ * their last dimension and are compared from there, so the mismatch named
+ * is the last one, in each operand's own numbering. */
+static kiln_status_t broadcast_shape(const char *call, int count, const char *const *names,
+                                     const kiln_tensor_t *const *t, int *out_ndim, int64_t *shape) {
+  int ndim = 0;
+  for (int i = 0; i < count; i++)
+    if (t[i]->ndim > ndim) ndim = t[i]->ndim;
+  for (int d = ndim - 1; d >= 0; d--) {
+    int64_t size = 1;
+    int from = -1; /* the operand that set `size` */
+    for (int i = 0; i < count; i++) {
+      const int j = d - (ndim - t[i]->ndim);
+      const int64_t s = j >= 0 ? t[i]->shape[j] : 1;
+      if (s == 1) continue;
+      if (from >= 0 && s != size) {
+        char ta[128], tb[128];
+        kiln__shape_text(t[from]->ndim, t[from]->shape, ta, sizeof ta);
+        kiln__shape_text(t[i]->ndim, t[i]->shape, tb, sizeof tb);
+        return kiln__set_error(KILN_SHAPE_MISMATCH,
+                               "%s: shapes %s and %s do not broadcast: aligned at their last dimension, %s's "
+                               "dimension %d (size %lld) meets %s's dimension %d (size %lld); sizes must match or "
+                               "be 1",
+                               call, ta, tb, names[from], d - (ndim - t[from]->ndim), (long long)size, names[i], j,
+                               (long long)s);
+      }
+      size = s;
+      from = i;
+    }
+    shape[d] = size;
+  }
+  *out_ndim = ndim;
+  return KILN_OK;
+}
+
 static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_tensor_t *a, const kiln_tensor_t *b,
                             kiln_tensor_t **out);
 
@@ -174,25 +209,12 @@ static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_t
                            (int)bop);
   status = kiln__op_same_device(call, "a", a, "b", b);
   if (status != KILN_OK) return status;
-  int ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
+  const char *const names[2] = {"a", "b"};
+  const kiln_tensor_t *const inputs[2] = {a, b};
+  int ndim = 0;
   int64_t shape[KILN_MAX_DIMS];
-  /* NumPy's rule: shapes align at their last dimension and are compared
-   * from there, so the mismatch named is the last one, in each operand's own
-   * numbering. */
-  for (int i = ndim - 1; i >= 0; i--) {
-    int ia = i - (ndim - a->ndim), ib = i - (ndim - b->ndim);
-    int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
-    if (sa != sb && sa != 1 && sb != 1) {
-      char ta[128], tb[128];
-      kiln__shape_text(a->ndim, a->shape, ta, sizeof ta);
-      kiln__shape_text(b->ndim, b->shape, tb, sizeof tb);
-      return kiln__set_error(KILN_SHAPE_MISMATCH,
-                             "%s: shapes %s and %s do not broadcast: aligned at their last dimension, a's dimension "
-                             "%d (size %lld) meets b's dimension %d (size %lld); sizes must match or be 1",
-                             call, ta, tb, ia, (long long)sa, ib, (long long)sb);
-    }
-    shape[i] = sa == 1 ? sb : sa;
-  }
+  status = broadcast_shape(call, 2, names, inputs, &ndim, shape);
+  if (status != KILN_OK) return status;
   if (a->dtype != b->dtype) return binary_promoted(call, bop, a, b, out);
   status = kiln__op_need_dtype(call, binary_names[bop], "a and b", a, binary_i32[bop]);
   if (status != KILN_OK) return status;
@@ -203,7 +225,6 @@ static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_t
   
   kiln__broadcast_view(a, ndim, shape, &op.in[0]);
   kiln__broadcast_view(b, ndim, shape, &op.in[1]);
-  const kiln_tensor_t *inputs[2] = {a, b};
   return kiln__op_enqueue(call, a->buffer->device, &op, a->dtype, ndim, shape, inputs, out);
 }
 
@@ -226,6 +247,38 @@ static kiln_status_t binary_scalar(const char *call, kiln_binary_op_t bop, const
   kiln__tensor_view(a, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {a};
   return kiln__op_enqueue(call, a->buffer->device, &op, a->dtype, a->ndim, a->shape, inputs, out);
+}
+
+kiln_status_t kiln_tensor_where(const kiln_tensor_t *cond, const kiln_tensor_t *a, const kiln_tensor_t *b,
+                                kiln_tensor_t **out) {
+  const char *call = "kiln_tensor_where";
+  kiln_status_t status = kiln__op_need(call, "cond", cond);
+  if (status == KILN_OK) status = kiln__op_need(call, "a", a);
+  if (status == KILN_OK) status = kiln__op_need(call, "b", b);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
+  if (status == KILN_OK) status = kiln__op_same_device(call, "cond", cond, "a", a);
+  if (status == KILN_OK) status = kiln__op_same_device(call, "a", a, "b", b);
+  if (status != KILN_OK) return status;
+  if (cond->dtype != KILN_F32 && cond->dtype != KILN_I32)
+    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: cond is %s; the condition must be f32 or i32 (nonzero is true)",
+                           call, kiln_dtype_name(cond->dtype));
+  if (a->dtype != b->dtype)
+    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: a is %s but b is %s; convert one so both have one dtype", call,
+                           kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
+  status = kiln__op_need_dtype(call, "where", "a and b", a, true);
+  if (status != KILN_OK) return status;
+  const char *const names[3] = {"cond", "a", "b"};
+  const kiln_tensor_t *const inputs[3] = {cond, a, b};
+  int ndim = 0;
+  int64_t shape[KILN_MAX_DIMS];
+  status = broadcast_shape(call, 3, names, inputs, &ndim, shape);
+  if (status != KILN_OK) return status;
+  kiln_op_t op;
+  memset(&op.u, 0, sizeof op.u);
+  op.kind = KILN_OP_WHERE;
+  op.n_in = 3;
+  for (int i = 0; i < 3; i++) kiln__broadcast_view(inputs[i], ndim, shape, &op.in[i]);
+  return kiln__op_enqueue(call, a->buffer->device, &op, a->dtype, ndim, shape, inputs, out);
 }
 
 kiln_status_t kiln_tensor_unary(kiln_unary_op_t op, const kiln_tensor_t *a, kiln_tensor_t **out) {

@@ -67,5 +67,6 @@ const kiln_op_entry_t kiln_cpu_ops[] = {
     ROW(ACCUMULATE, "native", NULL, accumulate),
     ROW(SGD_UPDATE, "native", NULL, sgd_update),
     ROW(ADAM_UPDATE, "native", NULL, adam_update),
+    ROW(WHERE, "native", NULL, where),
     KILN_OP_TABLE_END,
 };

@@ -20,49 +20,45 @@ static bool gemm_use_tiled(kiln_backend_queue_t *queue) {
   return limit >= 256;
 }
 
-static kiln_status_t gemm_tiled(kiln_backend_queue_t *queue, const kiln_cl_gemm_t *g) {
+/* The arguments of a GEMM kernel: what it writes (C, or a panel) in out's
+ * place, A (or A's panel) in in[0]'s, B (or B's panel) in in[1]'s, then the
+ * record, whose plan.gemm is the GEMM. */
+static void gemm_args(kiln_cl_arg_t args[KILN_CL_KOP_ARGS], cl_mem out, cl_mem a, cl_mem b, const kiln_kop_t *k) {
+  args[0] = KILN_CL_MEM(out);
+  args[1] = KILN_CL_MEM(a);
+  args[2] = KILN_CL_MEM(b);
+  args[3] = KILN_CL_MEM(NULL);
+  args[4] = KILN_CL_KOP(k);
+}
+
+static kiln_status_t gemm_tiled(kiln_backend_queue_t *queue, const kiln_kop_t *k, cl_mem c, cl_mem a, cl_mem b) {
+  kiln_kop_t r = *k;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  gemm_args(args, c, a, b, &r);
+  const int64_t batch = k->plan.gemm.batch, m = k->plan.gemm.m, n = k->plan.gemm.n;
   kiln_status_t status = KILN_OK;
-  for (int64_t first = 0; status == KILN_OK && first < g->batch; first += KILN_CL_MAX_BATCH_PER_LAUNCH) {
-    const int64_t count =
-        g->batch - first < KILN_CL_MAX_BATCH_PER_LAUNCH ? g->batch - first : KILN_CL_MAX_BATCH_PER_LAUNCH;
-    const kiln_cl_arg_t args[] = {
-        KILN_CL_MEM(g->a),
-        KILN_CL_LONG(g->a_off + first * g->stride_a),
-        KILN_CL_MEM(g->b),
-        KILN_CL_LONG(g->b_off + first * g->stride_b),
-        KILN_CL_MEM(g->c),
-        KILN_CL_LONG(g->c_off + first * g->stride_c),
-        KILN_CL_INT(g->m),
-        KILN_CL_INT(g->n),
-        KILN_CL_INT(g->k),
-        KILN_CL_LONG(g->lda),
-        KILN_CL_LONG(g->ldb),
-        KILN_CL_LONG(g->ldc),
-        KILN_CL_INT(g->trans_a ? 1 : 0),
-        KILN_CL_INT(g->trans_b ? 1 : 0),
-        KILN_CL_LONG(g->stride_a),
-        KILN_CL_LONG(g->stride_b),
-        KILN_CL_LONG(g->stride_c),
-    };
-    const size_t global[3] = {(size_t)((g->n + KILN_CL_GEMM_TILE - 1) / KILN_CL_GEMM_TILE) * 16,
-                              (size_t)((g->m + KILN_CL_GEMM_TILE - 1) / KILN_CL_GEMM_TILE) * 16, (size_t)count};
+  for (int64_t first = 0; status == KILN_OK && first < batch; first += KILN_CL_MAX_BATCH_PER_LAUNCH) {
+    const int64_t count = batch - first < KILN_CL_MAX_BATCH_PER_LAUNCH ? batch - first : KILN_CL_MAX_BATCH_PER_LAUNCH;
+    r.plan.gemm.a_off = k->plan.gemm.a_off + first * k->plan.gemm.stride_a;
+    r.plan.gemm.b_off = k->plan.gemm.b_off + first * k->plan.gemm.stride_b;
+    r.plan.gemm.c_off = k->plan.gemm.c_off + first * k->plan.gemm.stride_c;
+    const size_t global[3] = {(size_t)((n + KILN_CL_GEMM_TILE - 1) / KILN_CL_GEMM_TILE) * 16,
+                              (size_t)((m + KILN_CL_GEMM_TILE - 1) / KILN_CL_GEMM_TILE) * 16, (size_t)count};
     const size_t local[3] = {16, 16, 1};
-    status =
-        kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, "gemm_tiled", 3, global, local, sizeof args / sizeof args[0], args);
+    status = kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, "gemm_tiled", 3, global, local, KILN_CL_KOP_ARGS, args);
   }
   return status;
 }
 
-/* Pack `count` batches of one operand (gemm_pack_a or gemm_pack_b) into `dst`. */
-static kiln_status_t gemm_pack(kiln_backend_queue_t *queue, const char *kernel, cl_mem src, int64_t src_off, cl_mem dst,
-                               int64_t rows, int64_t k, int64_t ld, bool trans, int64_t stride, int64_t blocks,
-                               int64_t block_rows, int64_t count) {
-  const kiln_cl_arg_t args[] = {
-      KILN_CL_MEM(src), KILN_CL_LONG(src_off),      KILN_CL_MEM(dst),     KILN_CL_INT(rows),   KILN_CL_INT(k),
-      KILN_CL_LONG(ld), KILN_CL_INT(trans ? 1 : 0), KILN_CL_LONG(stride), KILN_CL_INT(blocks),
-  };
-  return kiln_cl_launch_planes(queue, KILN_CL_PROGRAM_gemm, kernel, blocks * block_rows, k, count,
-                               sizeof args / sizeof args[0], args);
+/* Pack `count` batches of one operand (gemm_pack_a: A from plan.gemm.a_off,
+ * `rows` = m rounded up to RM; gemm_pack_b: B from b_off, n rounded up to
+ * RN) into `dst`. */
+static kiln_status_t gemm_pack(kiln_backend_queue_t *queue, const char *kernel, const kiln_kop_t *k, cl_mem src,
+                               cl_mem dst, int64_t rows, int64_t count) {
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  gemm_args(args, dst, src, src, k);
+  return kiln_cl_launch_planes(queue, KILN_CL_PROGRAM_gemm, kernel, rows, k->plan.gemm.k, count, KILN_CL_KOP_ARGS,
+                               args);
 }
 
 /* The work-group of gemm_packed: two column blocks by up to sixteen row blocks
@@ -81,24 +77,28 @@ static kiln_status_t gemm_packed_local(kiln_backend_queue_t *queue, size_t *out_
   return KILN_OK;
 }
 
-/* The product of packed panels for `count` batches from `first`. */
-static kiln_status_t gemm_packed_compute(kiln_backend_queue_t *queue, const kiln_cl_gemm_t *g, cl_mem pa, cl_mem pb,
-                                         int64_t first, int64_t count, int64_t ap_batch, int64_t bp_batch) {
-  const int64_t mb = (g->m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM,
-                nb = (g->n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
+/* The product of packed panels for `count` batches from `first` (C offset
+ * by first * stride_c here); ap_batch and bp_batch are the panels' batch
+ * strides, ap_batch 0 when every batch shares one A. */
+static kiln_status_t gemm_packed_compute(kiln_backend_queue_t *queue, const kiln_kop_t *k, cl_mem c, cl_mem pa,
+                                         cl_mem pb, int64_t first, int64_t count, int64_t ap_batch,
+                                         int64_t bp_batch) {
+  const int64_t mb = (k->plan.gemm.m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM,
+                nb = (k->plan.gemm.n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
   size_t lx = 1, ly = 1;
   kiln_status_t status = gemm_packed_local(queue, &lx, &ly);
   if (status != KILN_OK) return status;
-  const kiln_cl_arg_t args[] = {
-      KILN_CL_MEM(pa),           KILN_CL_MEM(pb),   KILN_CL_MEM(g->c), KILN_CL_LONG(g->c_off + first * g->stride_c),
-      KILN_CL_INT(g->m),         KILN_CL_INT(g->n), KILN_CL_INT(g->k), KILN_CL_LONG(g->ldc),
-      KILN_CL_LONG(g->stride_c), KILN_CL_INT(mb),   KILN_CL_INT(nb),   KILN_CL_LONG(ap_batch),
-      KILN_CL_LONG(bp_batch),
-  };
+  kiln_kop_t r = *k;
+  r.plan.gemm.a_off = 0;
+  r.plan.gemm.b_off = 0;
+  r.plan.gemm.c_off = k->plan.gemm.c_off + first * k->plan.gemm.stride_c;
+  r.plan.gemm.stride_a = ap_batch;
+  r.plan.gemm.stride_b = bp_batch;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  gemm_args(args, c, pa, pb, &r);
   const size_t global[3] = {((size_t)nb + lx - 1) / lx * lx, ((size_t)mb + ly - 1) / ly * ly, (size_t)count};
   const size_t local[3] = {lx, ly, 1};
-  return kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, "gemm_packed", 3, global, local, sizeof args / sizeof args[0],
-                        args);
+  return kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, "gemm_packed", 3, global, local, KILN_CL_KOP_ARGS, args);
 }
 
 /* Scratch bytes one round of packed panels or columns may take. Where
@@ -131,73 +131,73 @@ int64_t kiln_cl_round_of(const kiln_backend_device_t *device, size_t per_batch, 
   return round;
 }
 
-static kiln_status_t gemm_packed(kiln_backend_queue_t *queue, const kiln_cl_gemm_t *g) {
+static kiln_status_t gemm_packed(kiln_backend_queue_t *queue, const kiln_kop_t *k, cl_mem c, cl_mem a, cl_mem b) {
   kiln_backend_device_t *device = queue->device;
-  const int64_t mb = (g->m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM,
-                nb = (g->n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
-  const int64_t a_elems = mb * KILN_CL_GEMM_RM * g->k, b_elems = nb * KILN_CL_GEMM_RN * g->k;
-  const bool shared_a = g->stride_a == 0; /* every batch multiplies the same A: pack it once */
-  const int64_t round =
-      kiln_cl_round_of(device, (size_t)(b_elems + (shared_a ? 0 : a_elems)) * sizeof(float), g->batch);
+  const int64_t batch = k->plan.gemm.batch, depth = k->plan.gemm.k;
+  const int64_t stride_a = k->plan.gemm.stride_a, stride_b = k->plan.gemm.stride_b;
+  const int64_t mb = (k->plan.gemm.m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM,
+                nb = (k->plan.gemm.n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
+  const int64_t a_elems = mb * KILN_CL_GEMM_RM * depth, b_elems = nb * KILN_CL_GEMM_RN * depth;
+  const bool shared_a = stride_a == 0; /* every batch multiplies the same A: pack it once */
+  const int64_t round = kiln_cl_round_of(device, (size_t)(b_elems + (shared_a ? 0 : a_elems)) * sizeof(float), batch);
   cl_mem pa = NULL, pb = NULL;
   kiln_status_t status = KILN_OK;
-  if (g->k > 0) {
+  if (depth > 0) {
     status = kiln_cl_scratch_create(device, (size_t)(a_elems * (shared_a ? 1 : round)) * sizeof(float), &pa);
     if (status == KILN_OK) status = kiln_cl_scratch_create(device, (size_t)(b_elems * round) * sizeof(float), &pb);
   }
-  for (int64_t first = 0; status == KILN_OK && first < g->batch; first += round) {
-    const int64_t count = g->batch - first < round ? g->batch - first : round;
-    if (g->k > 0) {
+  kiln_kop_t r = *k;
+  for (int64_t first = 0; status == KILN_OK && first < batch; first += round) {
+    const int64_t count = batch - first < round ? batch - first : round;
+    if (depth > 0) {
+      r.plan.gemm.a_off = k->plan.gemm.a_off + first * stride_a;
+      r.plan.gemm.b_off = k->plan.gemm.b_off + first * stride_b;
       if (!shared_a || first == 0)
-        status = gemm_pack(queue, "gemm_pack_a", g->a, g->a_off + first * g->stride_a, pa, g->m, g->k, g->lda,
-                           g->trans_a, g->stride_a, mb, KILN_CL_GEMM_RM, shared_a ? 1 : count);
-      if (status == KILN_OK)
-        status = gemm_pack(queue, "gemm_pack_b", g->b, g->b_off + first * g->stride_b, pb, g->n, g->k, g->ldb,
-                           g->trans_b, g->stride_b, nb, KILN_CL_GEMM_RN, count);
+        status = gemm_pack(queue, "gemm_pack_a", &r, a, pa, mb * KILN_CL_GEMM_RM, shared_a ? 1 : count);
+      if (status == KILN_OK) status = gemm_pack(queue, "gemm_pack_b", &r, b, pb, nb * KILN_CL_GEMM_RN, count);
       if (status != KILN_OK) break;
     }
-    status = gemm_packed_compute(queue, g, pa, pb, first, count, shared_a ? 0 : a_elems, b_elems);
+    status = gemm_packed_compute(queue, k, c, pa, pb, first, count, shared_a ? 0 : a_elems, b_elems);
   }
   kiln_cl_scratch_release(pa);
   kiln_cl_scratch_release(pb);
   return status;
 }
 
-kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_cl_gemm_t *g) {
-  if (g->m == 0 || g->n == 0 || g->batch == 0) return KILN_OK;
-  if (!kiln_cl_fits_i32(g->m) || !kiln_cl_fits_i32(g->n) || !kiln_cl_fits_i32(g->k) ||
-      !kiln_cl_fits_i32((g->m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM * KILN_CL_GEMM_RM) ||
-      !kiln_cl_fits_i32((g->n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN * KILN_CL_GEMM_RN))
+kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_kop_t *k, cl_mem c, cl_mem a, cl_mem b) {
+  const int64_t m = k->plan.gemm.m, n = k->plan.gemm.n, depth = k->plan.gemm.k;
+  if (m == 0 || n == 0 || k->plan.gemm.batch == 0) return KILN_OK;
+  if (!kiln_cl_fits_i32(m) || !kiln_cl_fits_i32(n) || !kiln_cl_fits_i32(depth) ||
+      !kiln_cl_fits_i32((m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM * KILN_CL_GEMM_RM) ||
+      !kiln_cl_fits_i32((n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN * KILN_CL_GEMM_RN))
     return kiln_cl_error(queue->device->ctx, KILN_OUT_OF_RESOURCES,
                          "the native OpenCL matmul takes m, n, k below 2^31, got m=%lld n=%lld k=%lld; split the "
                          "product",
-                         (long long)g->m, (long long)g->n, (long long)g->k);
-  return gemm_use_tiled(queue) ? gemm_tiled(queue, g) : gemm_packed(queue, g);
+                         (long long)m, (long long)n, (long long)depth);
+  return gemm_use_tiled(queue) ? gemm_tiled(queue, k, c, a, b) : gemm_packed(queue, k, c, a, b);
 }
 
-kiln_status_t kiln_cl_run_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
-                                 const kiln_op_t *op) {
-  kiln_cl_gemm_t g = {
-      .a = kiln_cl_mem_of(&op->in[0]),
-      .b = kiln_cl_mem_of(&op->in[1]),
-      .c = kiln_cl_mem_of(&op->out),
-      .a_off = (int64_t)op->in[0].offset,
-      .b_off = (int64_t)op->in[1].offset,
-      .c_off = (int64_t)op->out.offset,
-      .batch = op->u.matmul.batch,
-      .m = op->u.matmul.m,
-      .n = op->u.matmul.n,
-      .k = op->u.matmul.k,
-      .trans_a = op->u.matmul.trans_a,
-      .trans_b = op->u.matmul.trans_b,
-      .lda = op->u.matmul.lda,
-      .ldb = op->u.matmul.ldb,
-      .ldc = op->u.matmul.ldc,
-      .stride_a = op->u.matmul.stride_a,
-      .stride_b = op->u.matmul.stride_b,
-      .stride_c = op->u.matmul.stride_c,
-  };
-  return kiln_cl_gemm_run(queue, &g);
+kiln_status_t kiln_cl_plan_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  const kiln_op_entry_t *entry, const kiln_op_t *op) {
+  kiln_kop_t k;
+  kiln_backend_kop_fill(&k, op); /* buffers: passed below, OpenCL records hold no addresses */
+  k.plan.gemm.a_off = (int64_t)op->in[0].offset;
+  k.plan.gemm.b_off = (int64_t)op->in[1].offset;
+  k.plan.gemm.c_off = (int64_t)op->out.offset;
+  k.plan.gemm.batch = op->u.matmul.batch;
+  k.plan.gemm.m = op->u.matmul.m;
+  k.plan.gemm.n = op->u.matmul.n;
+  k.plan.gemm.k = op->u.matmul.k;
+  k.plan.gemm.trans_a = op->u.matmul.trans_a ? 1 : 0;
+  k.plan.gemm.trans_b = op->u.matmul.trans_b ? 1 : 0;
+  k.plan.gemm.lda = op->u.matmul.lda;
+  k.plan.gemm.ldb = op->u.matmul.ldb;
+  k.plan.gemm.ldc = op->u.matmul.ldc;
+  k.plan.gemm.stride_a = op->u.matmul.stride_a;
+  k.plan.gemm.stride_b = op->u.matmul.stride_b;
+  k.plan.gemm.stride_c = op->u.matmul.stride_c;
+  return kiln_cl_gemm_run(queue, &k, kiln_cl_mem_of(&op->out), kiln_cl_mem_of(&op->in[0]),
+                          kiln_cl_mem_of(&op->in[1]));
 }
 
 /* ---- convolution ----------------------------------------------------------------------
@@ -212,18 +212,11 @@ kiln_status_t kiln_cl_run_matmul(kiln_backend_context_t *ctx, kiln_backend_queue
  * positions (about: whole images are sliced). */
 #define KILN_CL_CONV_DEPTH 4096
 
-/* The sizes every conv.cl kernel of a convolution takes after its buffers:
- * c, h, w, r, s, p, q, then stride, padding and dilation (h, w each). */
-#define KILN_CL_CONV_GEOMETRY_ARGS 13
-static void conv_geometry_args(const kiln_op_t *op, kiln_cl_arg_t *args) {
-  const int64_t sizes[7] = {op->u.conv2d.c, op->u.conv2d.h, op->u.conv2d.w, op->u.conv2d.r,
-                            op->u.conv2d.s, op->u.conv2d.p, op->u.conv2d.q};
-  for (int i = 0; i < 7; i++) args[i] = KILN_CL_INT(sizes[i]);
-  for (int i = 0; i < 2; i++) {
-    args[7 + i] = KILN_CL_INT(op->u.conv2d.stride[i]);
-    args[9 + i] = KILN_CL_INT(op->u.conv2d.pad[i]);
-    args[11 + i] = KILN_CL_INT(op->u.conv2d.dil[i]);
-  }
+/* A copy of the op's record for a GEMM, plan.gemm cleared for the caller. */
+static kiln_kop_t conv_gemm_of(const kiln_kop_t *rec) {
+  kiln_kop_t g = *rec;
+  memset(&g.plan, 0, sizeof g.plan);
+  return g;
 }
 
 /* Whether the convolution is a plain GEMM over each image: 1x1, stride 1,
@@ -248,8 +241,13 @@ static kiln_status_t conv_check_sizes(kiln_backend_context_t *ctx, const kiln_op
                        (long long)chw);
 }
 
-kiln_status_t kiln_cl_run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
-                                 const kiln_op_t *op) {
+/* conv.cl's kernels take the op's record with plan.round set and scratch in
+ * operand places (what a kernel writes in out's, what it reads in in[0]'s,
+ * a second input in in[1]'s): `rec` is the op's record filled by
+ * kiln_cl_kop_args, `args` its arguments with the record last. */
+
+kiln_status_t kiln_cl_plan_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  const kiln_op_entry_t *entry, const kiln_op_t *op) {
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t k = op->u.conv2d.k, r = op->u.conv2d.r, s = op->u.conv2d.s, p = op->u.conv2d.p, q = op->u.conv2d.q;
@@ -257,33 +255,32 @@ kiln_status_t kiln_cl_run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue
   const int64_t nb = (pq + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
   kiln_status_t status = conv_check_sizes(ctx, op);
   if (status != KILN_OK) return status;
-  const cl_mem x = kiln_cl_mem_of(&op->in[0]), y = kiln_cl_mem_of(&op->out);
+  kiln_kop_t rec;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  kiln_cl_kop_args(op, &rec, args);
+  const cl_mem x = kiln_cl_mem_of(&op->in[0]), wt = kiln_cl_mem_of(&op->in[1]), y = kiln_cl_mem_of(&op->out);
   const int64_t x_off = (int64_t)op->in[0].offset, y_off = (int64_t)op->out.offset;
   /* Per image: Y[k, pq] = W[k, crs] @ columns[crs, pq]. */
-  kiln_cl_gemm_t g = {
-      .a = kiln_cl_mem_of(&op->in[1]),
-      .a_off = (int64_t)op->in[1].offset,
-      .c = y,
-      .c_off = y_off,
-      .m = k,
-      .n = pq,
-      .k = crs,
-      .lda = crs,
-      .ldb = pq,
-      .ldc = pq,
-      .stride_a = 0,
-      .stride_b = crs * pq,
-      .stride_c = k * pq,
-  };
+  kiln_kop_t g = conv_gemm_of(&rec);
+  g.plan.gemm.a_off = (int64_t)op->in[1].offset;
+  g.plan.gemm.c_off = y_off;
+  g.plan.gemm.m = k;
+  g.plan.gemm.n = pq;
+  g.plan.gemm.k = crs;
+  g.plan.gemm.lda = crs;
+  g.plan.gemm.ldb = pq;
+  g.plan.gemm.ldc = pq;
+  g.plan.gemm.stride_a = 0;
+  g.plan.gemm.stride_b = crs * pq;
+  g.plan.gemm.stride_c = k * pq;
   const bool pointwise = conv_pointwise(op);
   const bool packed = !gemm_use_tiled(queue);
   if (pointwise || crs == 0) {
     /* A 1x1 convolution is already a GEMM over each image: no columns (and
      * no channels is a GEMM with k = 0: zeros). */
-    g.b = x;
-    g.b_off = x_off;
-    g.batch = n;
-    status = kiln_cl_gemm_run(queue, &g);
+    g.plan.gemm.b_off = x_off;
+    g.plan.gemm.batch = n;
+    status = kiln_cl_gemm_run(queue, &g, y, wt, x);
   } else {
     /* Columns for a round of images, in the packed GEMM's layout for B when
      * that is the GEMM that runs (no packing pass of B then). */
@@ -296,128 +293,127 @@ kiln_status_t kiln_cl_run_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue
     status = kiln_cl_scratch_create(device, per_image * (size_t)step, &cols);
     if (status == KILN_OK && packed) {
       status = kiln_cl_scratch_create(device, (size_t)(mb * KILN_CL_GEMM_RM * crs) * sizeof(float), &pa);
-      if (status == KILN_OK)
-        status = gemm_pack(queue, "gemm_pack_a", g.a, g.a_off, pa, k, crs, crs, false, 0, mb, KILN_CL_GEMM_RM, 1);
+      if (status == KILN_OK) status = gemm_pack(queue, "gemm_pack_a", &g, wt, pa, mb * KILN_CL_GEMM_RM, 1);
     }
+    kiln_cl_arg_t cargs[KILN_CL_KOP_ARGS];
+    memcpy(cargs, args, sizeof cargs);
+    cargs[0] = KILN_CL_MEM(cols); /* x stays in in[0]'s place */
     for (int64_t first = 0; status == KILN_OK && first < n; first += step) {
       const int64_t count = n - first < step ? n - first : step;
-      kiln_cl_arg_t args[3 + KILN_CL_CONV_GEOMETRY_ARGS] = {
-          KILN_CL_MEM(x),
-          KILN_CL_LONG(x_off + first * c * h * w),
-          KILN_CL_MEM(cols),
-      };
-      conv_geometry_args(op, args + 3);
+      rec.plan.round.in_off = x_off + first * c * h * w;
+      rec.plan.round.out_off = 0;
+      rec.plan.round.images = count;
+      rec.plan.round.first = first;
       /* Work-items along q, p rows (one more for the packed layout's zero
        * columns past p*q, fewer than RN of them), a plane per (image, row). */
       const int64_t across = packed && q < KILN_CL_GEMM_RN ? KILN_CL_GEMM_RN : q;
       status = kiln_cl_launch_planes(queue, KILN_CL_PROGRAM_conv, kernel, across, packed ? p + 1 : p, count * crs,
-                                     sizeof args / sizeof args[0], args);
+                                     KILN_CL_KOP_ARGS, cargs);
       if (status != KILN_OK) break;
       if (packed) {
         /* gemm_packed_compute offsets C by first * stride_c itself. */
-        status = gemm_packed_compute(queue, &g, pa, cols, first, count, 0, crs * cols_per_image);
+        status = gemm_packed_compute(queue, &g, y, pa, cols, first, count, 0, crs * cols_per_image);
       } else {
-        kiln_cl_gemm_t gi = g;
-        gi.b = cols;
-        gi.b_off = 0;
-        gi.c_off = y_off + first * k * pq;
-        gi.batch = count;
-        status = kiln_cl_gemm_run(queue, &gi);
+        kiln_kop_t gi = g;
+        gi.plan.gemm.b_off = 0;
+        gi.plan.gemm.c_off = y_off + first * k * pq;
+        gi.plan.gemm.batch = count;
+        status = kiln_cl_gemm_run(queue, &gi, y, wt, cols);
       }
     }
     kiln_cl_scratch_release(cols);
     kiln_cl_scratch_release(pa);
   }
   if (status == KILN_OK && op->u.conv2d.has_bias) {
+    kiln_cl_arg_t bargs[KILN_CL_KOP_ARGS];
+    memcpy(bargs, args, sizeof bargs);
+    bargs[2] = args[3]; /* the bias, in in[1]'s place */
+    rec.plan.round.aux_off = (int64_t)op->in[2].offset;
     /* The batch dimension in rounds, as some drivers limit the third one. */
     for (int64_t first = 0; status == KILN_OK && first < n; first += KILN_CL_MAX_BATCH_PER_LAUNCH) {
       const int64_t count = n - first < KILN_CL_MAX_BATCH_PER_LAUNCH ? n - first : KILN_CL_MAX_BATCH_PER_LAUNCH;
-      const kiln_cl_arg_t bargs[] = {
-          KILN_CL_MEM(y),
-          KILN_CL_LONG(y_off + first * k * pq),
-          KILN_CL_MEM(kiln_cl_mem_of(&op->in[2])),
-          KILN_CL_LONG(op->in[2].offset),
-          KILN_CL_INT(k),
-          KILN_CL_INT(pq),
-      };
-      status = kiln_cl_launch_planes(queue, KILN_CL_PROGRAM_conv, "bias_nchw_f32", pq, k, count,
-                                     sizeof bargs / sizeof bargs[0], bargs);
+      rec.plan.round.out_off = y_off + first * k * pq;
+      rec.plan.round.images = count;
+      rec.plan.round.first = first;
+      status = kiln_cl_launch_planes(queue, KILN_CL_PROGRAM_conv, "bias_nchw_f32", pq, k, count, KILN_CL_KOP_ARGS,
+                                     bargs);
     }
   }
   return status;
 }
 
-kiln_status_t kiln_cl_run_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                                const kiln_op_entry_t *entry, const kiln_op_t *op) {
+kiln_status_t kiln_cl_plan_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                 const kiln_op_entry_t *entry, const kiln_op_t *op) {
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t k = op->u.conv2d.k, crs = c * op->u.conv2d.r * op->u.conv2d.s, pq = op->u.conv2d.p * op->u.conv2d.q;
-  const cl_mem dx = kiln_cl_mem_of(&op->out);
+  const cl_mem dx = kiln_cl_mem_of(&op->out), dy = kiln_cl_mem_of(&op->in[0]), wt = kiln_cl_mem_of(&op->in[1]);
   const int64_t dx_off = (int64_t)op->out.offset;
   /* No filters: nothing flows back (dy is empty). */
   if (k == 0) return kiln_cl_zero_f32(queue, dx, dx_off, n * c * h * w);
   kiln_status_t status = conv_check_sizes(ctx, op);
   if (status != KILN_OK) return status;
+  kiln_kop_t rec;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  kiln_cl_kop_args(op, &rec, args);
   /* Per image: dcols[crs, pq] = W^T @ dy[k, pq], W^T read transposed from
    * W[k, crs] (packed once per GEMM on the packed path). */
-  kiln_cl_gemm_t g = {
-      .a = kiln_cl_mem_of(&op->in[1]),
-      .a_off = (int64_t)op->in[1].offset,
-      .b = kiln_cl_mem_of(&op->in[0]),
-      .b_off = (int64_t)op->in[0].offset,
-      .m = crs,
-      .n = pq,
-      .k = k,
-      .trans_a = true,
-      .lda = crs,
-      .ldb = pq,
-      .ldc = pq,
-      .stride_a = 0,
-      .stride_b = k * pq,
-      .stride_c = crs * pq,
-  };
+  kiln_kop_t g = conv_gemm_of(&rec);
+  g.plan.gemm.a_off = (int64_t)op->in[1].offset;
+  g.plan.gemm.b_off = (int64_t)op->in[0].offset;
+  g.plan.gemm.m = crs;
+  g.plan.gemm.n = pq;
+  g.plan.gemm.k = k;
+  g.plan.gemm.trans_a = 1;
+  g.plan.gemm.lda = crs;
+  g.plan.gemm.ldb = pq;
+  g.plan.gemm.ldc = pq;
+  g.plan.gemm.stride_a = 0;
+  g.plan.gemm.stride_b = k * pq;
+  g.plan.gemm.stride_c = crs * pq;
   if (conv_pointwise(op)) {
     /* dcols is dx itself. */
-    g.c = dx;
-    g.c_off = dx_off;
-    g.batch = n;
-    return kiln_cl_gemm_run(queue, &g);
+    g.plan.gemm.c_off = dx_off;
+    g.plan.gemm.batch = n;
+    return kiln_cl_gemm_run(queue, &g, dx, wt, dy);
   }
   const size_t per_image = (size_t)crs * (size_t)pq * sizeof(float);
   const int64_t step = kiln_cl_round_of(device, per_image, n);
   cl_mem cols = NULL;
   status = kiln_cl_scratch_create(device, per_image * (size_t)step, &cols);
+  args[1] = KILN_CL_MEM(cols); /* col2im reads the columns in in[0]'s place, writes dx in out's */
   for (int64_t first = 0; status == KILN_OK && first < n; first += step) {
     const int64_t count = n - first < step ? n - first : step;
-    kiln_cl_gemm_t gi = g;
-    gi.b_off = g.b_off + first * k * pq;
-    gi.c = cols;
-    gi.c_off = 0;
-    gi.batch = count;
-    status = kiln_cl_gemm_run(queue, &gi);
+    kiln_kop_t gi = g;
+    gi.plan.gemm.b_off = g.plan.gemm.b_off + first * k * pq;
+    gi.plan.gemm.c_off = 0;
+    gi.plan.gemm.batch = count;
+    status = kiln_cl_gemm_run(queue, &gi, cols, wt, dy);
     if (status != KILN_OK) break;
-    kiln_cl_arg_t args[3 + KILN_CL_CONV_GEOMETRY_ARGS] = {
-        KILN_CL_MEM(cols),
-        KILN_CL_MEM(dx),
-        KILN_CL_LONG(dx_off + first * c * h * w),
-    };
-    conv_geometry_args(op, args + 3);
-    status = kiln_cl_launch_tiles(queue, KILN_CL_PROGRAM_conv, "col2im_f32", w, h, count * c,
-                                  sizeof args / sizeof args[0], args);
+    rec.plan.round.in_off = 0;
+    rec.plan.round.out_off = dx_off + first * c * h * w;
+    rec.plan.round.images = count;
+    rec.plan.round.first = first;
+    status = kiln_cl_launch_tiles(queue, KILN_CL_PROGRAM_conv, "col2im_f32", w, h, count * c, KILN_CL_KOP_ARGS, args);
   }
   kiln_cl_scratch_release(cols);
   return status;
 }
 
-/* dW += the parts[count][k][crs] of a round, summed in order (the first
- * round writes, the later ones add). */
-static kiln_status_t conv_sum_parts(kiln_backend_queue_t *queue, cl_mem parts, int64_t len, int64_t count, cl_mem dw,
-                                    int64_t dw_off, bool accumulate) {
-  const kiln_cl_arg_t args[] = {
-      KILN_CL_MEM(parts), KILN_CL_LONG(len),    KILN_CL_INT(count),
-      KILN_CL_MEM(dw),    KILN_CL_LONG(dw_off), KILN_CL_INT(accumulate ? 1 : 0),
-  };
-  return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_conv, "sum_batches_f32", len, sizeof args / sizeof args[0], args);
+/* dW += the `count` parts[count][k][crs] of a round, summed in order (the
+ * round from image `first`: the first round writes, the later ones add). */
+static kiln_status_t conv_sum_parts(kiln_backend_queue_t *queue, const kiln_kop_t *rec, cl_mem parts, cl_mem dw,
+                                    int64_t dw_off, int64_t count, int64_t first) {
+  kiln_kop_t r = *rec;
+  r.plan.round.in_off = 0;
+  r.plan.round.out_off = dw_off;
+  r.plan.round.images = count;
+  r.plan.round.first = first;
+  const kiln_cl_arg_t args[KILN_CL_KOP_ARGS] = {KILN_CL_MEM(dw), KILN_CL_MEM(parts), KILN_CL_MEM(NULL),
+                                                KILN_CL_MEM(NULL), KILN_CL_KOP(&r)};
+  return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_conv, "sum_batches_f32",
+                             rec->u.conv2d.k * rec->u.conv2d.c * rec->u.conv2d.r * rec->u.conv2d.s, KILN_CL_KOP_ARGS,
+                             args);
 }
 
 /* The packed path (CPUs): one GEMM per slice of images whose depth is every
@@ -451,6 +447,10 @@ static kiln_status_t conv_backward_weight_packed(kiln_backend_queue_t *queue, co
   /* A single GEMM over every image writes dW itself; otherwise its parts
    * (one per slice) are summed into dW, round after round. */
   const bool one_gemm = slices == 1 && step >= n;
+  kiln_kop_t rec;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  kiln_cl_kop_args(op, &rec, args);
+  const kiln_cl_arg_t x = args[1], dy = args[2];
   cl_mem pa = NULL, pb = NULL, parts = NULL;
   kiln_status_t status =
       kiln_cl_scratch_create(device, (size_t)(slices * per * pq * mb * KILN_CL_GEMM_RM) * sizeof(float), &pa);
@@ -462,42 +462,34 @@ static kiln_status_t conv_backward_weight_packed(kiln_backend_queue_t *queue, co
     const int64_t count = n - first < step ? n - first : step;
     const int64_t round_per = (count + slices - 1) / slices, round_slices = (count + round_per - 1) / round_per;
     const int64_t depth = round_per * pq;
-    kiln_cl_arg_t args[5 + KILN_CL_CONV_GEOMETRY_ARGS] = {
-        KILN_CL_MEM(kiln_cl_mem_of(&op->in[0])),
-        KILN_CL_LONG((int64_t)op->in[0].offset + first * c * h * w),
-        KILN_CL_MEM(pb),
-        KILN_CL_INT(count),
-        KILN_CL_INT(round_per),
-    };
-    conv_geometry_args(op, args + 5);
+    rec.plan.round.out_off = 0;
+    rec.plan.round.images = count;
+    rec.plan.round.first = first;
+    rec.plan.round.per = round_per;
+    /* The transposed columns of x into pb. */
+    args[0] = KILN_CL_MEM(pb);
+    args[1] = x;
+    rec.plan.round.in_off = (int64_t)op->in[0].offset + first * c * h * w;
     status = kiln_cl_launch_tiles(queue, KILN_CL_PROGRAM_conv, "im2col_packed_t_f32", op->u.conv2d.q, op->u.conv2d.p,
-                                  round_slices * round_per * nbj, sizeof args / sizeof args[0], args);
+                                  round_slices * round_per * nbj, KILN_CL_KOP_ARGS, args);
     if (status != KILN_OK) break;
-    const kiln_cl_arg_t dargs[] = {
-        KILN_CL_MEM(kiln_cl_mem_of(&op->in[1])),
-        KILN_CL_LONG((int64_t)op->in[1].offset + first * k * pq),
-        KILN_CL_MEM(pa),
-        KILN_CL_INT(count),
-        KILN_CL_INT(round_per),
-        KILN_CL_INT(k),
-        KILN_CL_INT(pq),
-    };
+    /* dy into pa, read in in[0]'s place. */
+    args[0] = KILN_CL_MEM(pa);
+    args[1] = dy;
+    rec.plan.round.in_off = (int64_t)op->in[1].offset + first * k * pq;
     status = kiln_cl_launch_planes(queue, KILN_CL_PROGRAM_conv, "pack_dy_f32", pq, 1, round_slices * round_per * mb,
-                                   sizeof dargs / sizeof dargs[0], dargs);
+                                   KILN_CL_KOP_ARGS, args);
     if (status != KILN_OK) break;
-    const kiln_cl_gemm_t g = {
-        .c = one_gemm ? dw : parts,
-        .c_off = one_gemm ? dw_off : 0,
-        .m = k,
-        .n = crs,
-        .k = depth,
-        .ldc = crs,
-        .stride_c = k * crs,
-    };
-    status = gemm_packed_compute(queue, &g, pa, pb, 0, round_slices, mb * KILN_CL_GEMM_RM * depth,
-                                 nbj * KILN_CL_GEMM_RN * depth);
-    if (status == KILN_OK && !one_gemm)
-      status = conv_sum_parts(queue, parts, k * crs, round_slices, dw, dw_off, first > 0);
+    kiln_kop_t g = conv_gemm_of(&rec);
+    g.plan.gemm.c_off = one_gemm ? dw_off : 0;
+    g.plan.gemm.m = k;
+    g.plan.gemm.n = crs;
+    g.plan.gemm.k = depth;
+    g.plan.gemm.ldc = crs;
+    g.plan.gemm.stride_c = k * crs;
+    status = gemm_packed_compute(queue, &g, one_gemm ? dw : parts, pa, pb, 0, round_slices,
+                                 mb * KILN_CL_GEMM_RM * depth, nbj * KILN_CL_GEMM_RN * depth);
+    if (status == KILN_OK && !one_gemm) status = conv_sum_parts(queue, &rec, parts, dw, dw_off, round_slices, first);
   }
   kiln_cl_scratch_release(pa);
   kiln_cl_scratch_release(pb);
@@ -505,36 +497,37 @@ static kiln_status_t conv_backward_weight_packed(kiln_backend_queue_t *queue, co
   return status;
 }
 
-kiln_status_t kiln_cl_run_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                                 const kiln_op_entry_t *entry, const kiln_op_t *op) {
+kiln_status_t kiln_cl_plan_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                                  const kiln_op_entry_t *entry, const kiln_op_t *op) {
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t k = op->u.conv2d.k, crs = c * op->u.conv2d.r * op->u.conv2d.s, pq = op->u.conv2d.p * op->u.conv2d.q;
-  const cl_mem x = kiln_cl_mem_of(&op->in[0]), dw = kiln_cl_mem_of(&op->out);
+  const cl_mem x = kiln_cl_mem_of(&op->in[0]), dy = kiln_cl_mem_of(&op->in[1]), dw = kiln_cl_mem_of(&op->out);
   const int64_t x_off = (int64_t)op->in[0].offset, dw_off = (int64_t)op->out.offset;
   /* No images: the sum over them is zeros. */
   if (n == 0) return kiln_cl_zero_f32(queue, dw, dw_off, k * crs);
   kiln_status_t status = conv_check_sizes(ctx, op);
   if (status != KILN_OK) return status;
   if (!gemm_use_tiled(queue)) return conv_backward_weight_packed(queue, op);
+  kiln_kop_t rec;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  kiln_cl_kop_args(op, &rec, args);
   /* The tiled path (GPUs): per image, part[k, crs] = dy[k, pq] @
    * columns^T (columns[crs, pq] read transposed, x itself for a pointwise
    * convolution), a batch of them per round, summed into dW in image order. */
   const bool pointwise = conv_pointwise(op);
-  kiln_cl_gemm_t g = {
-      .a = kiln_cl_mem_of(&op->in[1]),
-      .a_off = (int64_t)op->in[1].offset,
-      .m = k,
-      .n = crs,
-      .k = pq,
-      .trans_b = true,
-      .lda = pq,
-      .ldb = pq,
-      .ldc = crs,
-      .stride_a = k * pq,
-      .stride_b = crs * pq,
-      .stride_c = k * crs,
-  };
+  kiln_kop_t g = conv_gemm_of(&rec);
+  g.plan.gemm.a_off = (int64_t)op->in[1].offset;
+  g.plan.gemm.m = k;
+  g.plan.gemm.n = crs;
+  g.plan.gemm.k = pq;
+  g.plan.gemm.trans_b = 1;
+  g.plan.gemm.lda = pq;
+  g.plan.gemm.ldb = pq;
+  g.plan.gemm.ldc = crs;
+  g.plan.gemm.stride_a = k * pq;
+  g.plan.gemm.stride_b = crs * pq;
+  g.plan.gemm.stride_c = k * crs;
   const size_t part_bytes = (size_t)k * (size_t)crs * sizeof(float);
   const size_t per_image = part_bytes + (pointwise ? 0 : (size_t)crs * (size_t)pq * sizeof(float));
   const int64_t step = kiln_cl_round_of(device, per_image, n);
@@ -542,30 +535,28 @@ kiln_status_t kiln_cl_run_conv2d_backward_weight(kiln_backend_context_t *ctx, ki
   status = kiln_cl_scratch_create(device, part_bytes * (size_t)step, &parts);
   if (status == KILN_OK && !pointwise)
     status = kiln_cl_scratch_create(device, (size_t)crs * (size_t)pq * sizeof(float) * (size_t)step, &cols);
+  args[0] = KILN_CL_MEM(cols); /* im2col writes the columns in out's place, reads x in in[0]'s */
   for (int64_t first = 0; status == KILN_OK && first < n; first += step) {
     const int64_t count = n - first < step ? n - first : step;
-    kiln_cl_gemm_t gi = g;
-    gi.a_off = g.a_off + first * k * pq;
-    gi.c = parts;
-    gi.c_off = 0;
-    gi.batch = count;
+    kiln_kop_t gi = g;
+    gi.plan.gemm.a_off = g.plan.gemm.a_off + first * k * pq;
+    gi.plan.gemm.c_off = 0;
+    gi.plan.gemm.batch = count;
+    cl_mem b = x;
     if (pointwise) {
-      gi.b = x;
-      gi.b_off = x_off + first * c * h * w;
+      gi.plan.gemm.b_off = x_off + first * c * h * w;
     } else {
-      kiln_cl_arg_t args[3 + KILN_CL_CONV_GEOMETRY_ARGS] = {
-          KILN_CL_MEM(x),
-          KILN_CL_LONG(x_off + first * c * h * w),
-          KILN_CL_MEM(cols),
-      };
-      conv_geometry_args(op, args + 3);
+      rec.plan.round.in_off = x_off + first * c * h * w;
+      rec.plan.round.out_off = 0;
+      rec.plan.round.images = count;
+      rec.plan.round.first = first;
       status = kiln_cl_launch_planes(queue, KILN_CL_PROGRAM_conv, "im2col_f32", op->u.conv2d.q, op->u.conv2d.p,
-                                     count * crs, sizeof args / sizeof args[0], args);
-      gi.b = cols;
-      gi.b_off = 0;
+                                     count * crs, KILN_CL_KOP_ARGS, args);
+      b = cols;
+      gi.plan.gemm.b_off = 0;
     }
-    if (status == KILN_OK) status = kiln_cl_gemm_run(queue, &gi);
-    if (status == KILN_OK) status = conv_sum_parts(queue, parts, k * crs, count, dw, dw_off, first > 0);
+    if (status == KILN_OK) status = kiln_cl_gemm_run(queue, &gi, parts, dy, b);
+    if (status == KILN_OK) status = conv_sum_parts(queue, &rec, parts, dw, dw_off, count, first);
   }
   kiln_cl_scratch_release(cols);
   kiln_cl_scratch_release(parts);

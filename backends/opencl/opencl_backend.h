@@ -61,10 +61,18 @@ KILN_CL_PROGRAMS(KILN_CL_SOURCE_DECL_)
 
 /* A built program of one device, and the kernels created from it so far. */
 typedef struct kiln_cl_kernel_entry_t {
-  const char *name; /* the caller's string (a literal): compared by pointer first */
+  char name[64];
   cl_kernel kernel;
   size_t work_group_size; /* CL_KERNEL_WORK_GROUP_SIZE on this device */
 } kiln_cl_kernel_entry_t;
+
+/* The kernel of an op (kind, formula, dtypes), found by name at first use
+ * (program.c, kiln_cl_op_kernel) and kept per device. */
+typedef struct kiln_cl_op_kernel_t {
+  uint32_t key; /* 0: empty */
+  const kiln_cl_kernel_entry_t *entry;
+} kiln_cl_op_kernel_t;
+#define KILN_CL_OP_KERNEL_SLOTS 256
 
 #define KILN_CL_MAX_KERNELS_PER_PROGRAM 96
 
@@ -118,6 +126,7 @@ struct kiln_backend_device_t {
    * because a cl_kernel's arguments are shared state. */
   pthread_mutex_t program_lock;
   kiln_cl_program_state_t programs[KILN_CL_PROGRAM_COUNT];
+  kiln_cl_op_kernel_t op_kernels[KILN_CL_OP_KERNEL_SLOTS]; /* open addressing, under program_lock */
   pthread_mutex_t launch_lock;
 };
 
@@ -213,40 +222,25 @@ const char *kiln_cl_clblast_status_name(int status);
 
 /* ---- programs and launches (program.c) ------------------------------------------ */
 
-/* A kernel argument. Buffers are passed as the cl_mem of a kiln buffer (NULL
- * for an empty one) plus, by convention of every kernel, a separate `long`
- * element offset argument: sub-buffers would need CL_DEVICE_MEM_BASE_ADDR_ALIGN
- * alignment that views do not have. */
+/* A kernel argument: every kiln kernel takes four buffers (the cl_mem of a
+ * kiln buffer, NULL for an empty one) and then the op's record, which holds
+ * each operand's element offset: sub-buffers would need
+ * CL_DEVICE_MEM_BASE_ADDR_ALIGN alignment that views do not have. */
 typedef enum kiln_cl_arg_kind_t {
-  KILN_CL_ARG_MEM,   /* __global pointer: a cl_mem (may be NULL) */
-  KILN_CL_ARG_INT,   /* int (cl_int) */
-  KILN_CL_ARG_UINT,  /* uint (cl_uint) */
-  KILN_CL_ARG_LONG,  /* long (cl_long) */
-  KILN_CL_ARG_ULONG, /* ulong (cl_ulong) */
-  KILN_CL_ARG_FLOAT, /* float (cl_float) */
-  KILN_CL_ARG_LOCAL, /* __local memory of `local_bytes` bytes */
+  KILN_CL_ARG_MEM, /* __global pointer: a cl_mem (may be NULL) */
+  KILN_CL_ARG_KOP, /* the op's record, kiln_kop_t, by value */
 } kiln_cl_arg_kind_t;
 
 typedef struct kiln_cl_arg_t {
   kiln_cl_arg_kind_t kind;
   union {
     cl_mem mem;
-    cl_int i;
-    cl_uint u;
-    cl_long l;
-    cl_ulong ul;
-    cl_float f;
-    size_t local_bytes;
+    const kiln_kop_t *kop;
   } v;
 } kiln_cl_arg_t;
 
 #define KILN_CL_MEM(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_MEM, .v.mem = (x)})
-#define KILN_CL_INT(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_INT, .v.i = (cl_int)(x)})
-#define KILN_CL_UINT(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_UINT, .v.u = (cl_uint)(x)})
-#define KILN_CL_LONG(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_LONG, .v.l = (cl_long)(x)})
-#define KILN_CL_ULONG(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_ULONG, .v.ul = (cl_ulong)(x)})
-#define KILN_CL_FLOAT(x) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_FLOAT, .v.f = (cl_float)(x)})
-#define KILN_CL_LOCAL(bytes) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_LOCAL, .v.local_bytes = (bytes)})
+#define KILN_CL_KOP(k) ((kiln_cl_arg_t){.kind = KILN_CL_ARG_KOP, .v.kop = (k)})
 
 /* Build `program` for the device if it is not built yet: from the cache when
  * an entry matches (platform, device, driver version, source hash, options),
@@ -255,10 +249,24 @@ typedef struct kiln_cl_arg_t {
  * message; the failure is kept, so later launches fail the same way at once. */
 kiln_status_t kiln_cl_program_get(kiln_backend_device_t *device, kiln_cl_program_t program, cl_program *out_program);
 
-/* The kernel `name` (a string literal) of `program` on the device, created
- * once and kept; *out_entry stays valid until the plugin is unloaded. */
+/* The kernel `name` of `program` on the device, created once and kept;
+ * *out_entry stays valid until the plugin is unloaded. A kernel the program
+ * lacks: KILN_UNSUPPORTED naming it. */
 kiln_status_t kiln_cl_kernel_get(kiln_backend_device_t *device, kiln_cl_program_t program, const char *name,
                                  const kiln_cl_kernel_entry_t **out_entry);
+
+/* The kernel of an op kind's row: <name>[_<FORMULA>]_<in[0] dtype>_<out
+ * dtype> (no input: <name>_<out dtype>) in the program whose source lists
+ * the kind on its "kiln-kinds:" line; looked up once per (kind, formula,
+ * dtypes) and device, then from a table. KILN_UNSUPPORTED naming the
+ * kernel when no program has it. */
+kiln_status_t kiln_cl_op_kernel(kiln_backend_device_t *device, const kiln_op_t *op,
+                                const kiln_cl_kernel_entry_t **out_entry);
+
+/* kiln_cl_launch for a kernel already looked up. */
+kiln_status_t kiln_cl_launch_entry(kiln_backend_queue_t *queue, const kiln_cl_kernel_entry_t *entry,
+                                   cl_uint work_dim, const size_t *global, const size_t *local, size_t arg_count,
+                                   const kiln_cl_arg_t *args);
 
 /* Set the arguments and enqueue an NDRange of `kernel` on the queue, atomically
  * with respect to other launches of the device. global[d] must be a multiple of
@@ -277,7 +285,8 @@ void kiln_cl_programs_release(kiln_backend_device_t *device);
 
 /* The options every program is built with on the device: "-cl-std=CL1.2",
  * -D flags for the device's optional features (KILN_CL_FP64, KILN_CL_FP16:
- * 0 or 1), then KILN_OPENCL_BUILD_OPTIONS when set. */
+ * 0 or 1) and for KILN_CL_ROW_RUNS (1 on CPUs: row kernels give each
+ * work-item a contiguous run), then KILN_OPENCL_BUILD_OPTIONS when set. */
 void kiln_cl_build_options(const kiln_backend_device_t *device, char *out, size_t out_size);
 
 /* Exported for the tests (found with dlsym on the loaded plugin), acting on

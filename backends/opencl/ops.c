@@ -1,51 +1,26 @@
-/* backends/opencl/ops.c: the OpenCL table of operation entries (a native row for every op kind, the clblast row of matmul), the launch helpers every row uses, and the rows of the generators, elementwise ops, reductions, softmax, cross-entropy and max pooling. */
+/* backends/opencl/ops.c: the OpenCL table of operation entries (a native row for every op kind, the clblast row of matmul), the launch helpers, the generic runners of FLAT and ROWS kinds, and the planners of copy, reduce and cross_entropy. */
 #include <string.h>
 
 #include "backends/opencl/ops.h"
-
-/* ---- kernel names ---------------------------------------------------------------
- * The elementwise kernels of kernels/opencl/elementwise.cl, by op and dtype;
- * NULL where ops.def has no formula for the dtype (the core lets no such op
- * through). */
-static const char *const unary_f32[KILN_UNARY_COUNT_] = {
-#define KILN_UNARY_F32(NAME, expr) [KILN_UNARY_##NAME] = "unary_f32_" #NAME,
-#include "kernels/ops.def"
-};
-static const char *const unary_i32[KILN_UNARY_COUNT_] = {
-#define KILN_UNARY_I32(NAME, expr) [KILN_UNARY_##NAME] = "unary_i32_" #NAME,
-#include "kernels/ops.def"
-};
-static const char *const binary_f32[KILN_BINARY_COUNT_] = {
-#define KILN_BINARY_F32(NAME, expr) [KILN_BINARY_##NAME] = "binary_f32_" #NAME,
-#include "kernels/ops.def"
-};
-static const char *const binary_i32[KILN_BINARY_COUNT_] = {
-#define KILN_BINARY_I32(NAME, expr) [KILN_BINARY_##NAME] = "binary_i32_" #NAME,
-#include "kernels/ops.def"
-};
-static const char *const binary_scalar_f32[KILN_BINARY_COUNT_] = {
-#define KILN_BINARY_F32(NAME, expr) [KILN_BINARY_##NAME] = "binary_scalar_f32_" #NAME,
-#include "kernels/ops.def"
-};
-static const char *const binary_scalar_i32[KILN_BINARY_COUNT_] = {
-#define KILN_BINARY_I32(NAME, expr) [KILN_BINARY_##NAME] = "binary_scalar_i32_" #NAME,
-#include "kernels/ops.def"
-};
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
-kiln_status_t kiln_cl_group_limit(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
-                                  size_t cap, size_t *out_limit) {
-  kiln_backend_device_t *device = queue->device;
-  const kiln_cl_kernel_entry_t *entry = NULL;
-  kiln_status_t status = kiln_cl_kernel_get(device, program, kernel, &entry);
-  if (status != KILN_OK) return status;
+/* The largest work-group of a kernel looked up, capped at `cap`. */
+static size_t entry_group_limit(const kiln_backend_device_t *device, const kiln_cl_kernel_entry_t *entry, size_t cap) {
   size_t limit = min_size(cap, entry->work_group_size ? entry->work_group_size : 1);
   if (device->max_work_group_size) limit = min_size(limit, device->max_work_group_size);
   if (device->max_work_item_sizes[0]) limit = min_size(limit, device->max_work_item_sizes[0]);
-  *out_limit = limit ? limit : 1;
+  return limit ? limit : 1;
+}
+
+kiln_status_t kiln_cl_group_limit(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
+                                  size_t cap, size_t *out_limit) {
+  const kiln_cl_kernel_entry_t *entry = NULL;
+  kiln_status_t status = kiln_cl_kernel_get(queue->device, program, kernel, &entry);
+  if (status != KILN_OK) return status;
+  *out_limit = entry_group_limit(queue->device, entry, cap);
   return KILN_OK;
 }
 
@@ -58,27 +33,38 @@ static size_t pow2_floor(size_t limit) {
 
 kiln_status_t kiln_cl_launch_flat(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel, int64_t n,
                                   size_t arg_count, const kiln_cl_arg_t *args) {
-  size_t wg = 1;
-  kiln_status_t status = kiln_cl_group_limit(queue, program, kernel, 256, &wg);
+  const kiln_cl_kernel_entry_t *entry = NULL;
+  kiln_status_t status = kiln_cl_kernel_get(queue->device, program, kernel, &entry);
   if (status != KILN_OK) return status;
+  return kiln_cl_launch_flat_entry(queue, entry, n, arg_count, args);
+}
+
+kiln_status_t kiln_cl_launch_flat_entry(kiln_backend_queue_t *queue, const kiln_cl_kernel_entry_t *entry, int64_t n,
+                                        size_t arg_count, const kiln_cl_arg_t *args) {
+  size_t wg = entry_group_limit(queue->device, entry, 256);
   int64_t groups = (n + (int64_t)wg - 1) / (int64_t)wg;
   if (groups < 1) groups = 1;
   if (groups > KILN_CL_MAX_GROUPS) groups = KILN_CL_MAX_GROUPS;
   const size_t global = (size_t)groups * wg;
-  return kiln_cl_launch(queue, program, kernel, 1, &global, &wg, arg_count, args);
+  return kiln_cl_launch_entry(queue, entry, 1, &global, &wg, arg_count, args);
 }
 
 kiln_status_t kiln_cl_launch_rows(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
                                   int64_t rows, int64_t row_len, size_t arg_count, const kiln_cl_arg_t *args) {
-  size_t limit = 1;
-  kiln_status_t status = kiln_cl_group_limit(queue, program, kernel, KILN_CL_REDUCE_WG, &limit);
+  const kiln_cl_kernel_entry_t *entry = NULL;
+  kiln_status_t status = kiln_cl_kernel_get(queue->device, program, kernel, &entry);
   if (status != KILN_OK) return status;
-  size_t wg = pow2_floor(limit);
+  return kiln_cl_launch_rows_entry(queue, entry, rows, row_len, arg_count, args);
+}
+
+kiln_status_t kiln_cl_launch_rows_entry(kiln_backend_queue_t *queue, const kiln_cl_kernel_entry_t *entry,
+                                        int64_t rows, int64_t row_len, size_t arg_count, const kiln_cl_arg_t *args) {
+  size_t wg = pow2_floor(entry_group_limit(queue->device, entry, KILN_CL_REDUCE_WG));
   while (wg > 1 && (int64_t)(wg / 2) >= row_len) wg /= 2;
   int64_t groups = rows < 1 ? 1 : rows;
   if (groups > KILN_CL_MAX_GROUPS) groups = KILN_CL_MAX_GROUPS;
   const size_t global = (size_t)groups * wg;
-  return kiln_cl_launch(queue, program, kernel, 1, &global, &wg, arg_count, args);
+  return kiln_cl_launch_entry(queue, entry, 1, &global, &wg, arg_count, args);
 }
 
 kiln_status_t kiln_cl_launch_planes(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
@@ -113,133 +99,72 @@ kiln_status_t kiln_cl_launch_tiles(kiln_backend_queue_t *queue, kiln_cl_program_
 }
 
 kiln_status_t kiln_cl_zero_f32(kiln_backend_queue_t *queue, cl_mem mem, int64_t offset, int64_t count) {
-  const kiln_cl_arg_t args[] = {KILN_CL_MEM(mem), KILN_CL_LONG(offset), KILN_CL_LONG(count), KILN_CL_UINT(0)};
-  return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_copy, "fill32", count, sizeof args / sizeof args[0], args);
+  kiln_kop_t k;
+  memset(&k, 0, sizeof k);
+  k.kind = KILN_OP_FILL;
+  k.out.dtype = KILN_F32;
+  k.out.offset = offset;
+  k.n = count;
+  const kiln_cl_arg_t args[KILN_CL_KOP_ARGS] = {KILN_CL_MEM(mem), KILN_CL_MEM(NULL), KILN_CL_MEM(NULL),
+                                                KILN_CL_MEM(NULL), KILN_CL_KOP(&k)};
+  return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_copy, "fill_f32", count, KILN_CL_KOP_ARGS, args);
 }
 
-/* ---- generators ------------------------------------------------------------------ */
+/* ---- the record, and the generic runners ---------------------------------------- */
 
-kiln_status_t kiln_cl_run_fill(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+void kiln_cl_kop_args(const kiln_op_t *op, kiln_kop_t *k, kiln_cl_arg_t args[KILN_CL_KOP_ARGS]) {
+  kiln_backend_kop_fill(k, op);
+  args[0] = KILN_CL_MEM(kiln_cl_mem_of(&op->out));
+  for (int i = 0; i < KILN_KOP_MAX_IN; i++) args[1 + i] = KILN_CL_MEM(i < op->n_in ? kiln_cl_mem_of(&op->in[i]) : NULL);
+  args[4] = KILN_CL_KOP(k);
+}
+
+/* Elements a work-item takes on a FLAT kernel's contiguous path (op.ndim 0):
+ * the kernels that read eight floats at a time (explicit float8, which PoCL
+ * does not derive through a grid-stride loop) are launched with an eighth
+ * of the work-items. Every other kind takes one. */
+static int64_t flat_per_item(kiln_op_kind_t kind) {
+  return kind == KILN_OP_UNARY_BACKWARD || kiln_backend_op_is_update(kind) ? 8 : 1;
+}
+
+/* FLAT: one work-item per element of out (grid-stride), or per
+ * flat_per_item elements when every operand is contiguous. */
+kiln_status_t kiln_cl_run_flat(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
                                const kiln_op_t *op) {
-  const int64_t n = kiln_backend_view_numel(&op->out);
-  /* f32 and i32 are both one 32-bit pattern: the core converted the value. */
-  uint32_t bits;
-  if (op->out.dtype == KILN_F32)
-    memcpy(&bits, &op->u.fill.value.f32, 4);
-  else
-    memcpy(&bits, &op->u.fill.value.i32, 4);
-  const kiln_cl_arg_t args[] = {
-      KILN_CL_MEM(kiln_cl_mem_of(&op->out)),
-      KILN_CL_LONG(op->out.offset),
-      KILN_CL_LONG(n),
-      KILN_CL_UINT(bits),
-  };
-  return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_copy, "fill32", n, sizeof args / sizeof args[0], args);
+  const kiln_cl_kernel_entry_t *kernel = NULL;
+  kiln_status_t status = kiln_cl_op_kernel(queue->device, op, &kernel);
+  if (status != KILN_OK) return status;
+  kiln_kop_t k;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  kiln_cl_kop_args(op, &k, args);
+  const int64_t per = k.ndim == 0 ? flat_per_item(op->kind) : 1;
+  return kiln_cl_launch_flat_entry(queue, kernel, (k.n + per - 1) / per, KILN_CL_KOP_ARGS, args);
 }
 
-kiln_status_t kiln_cl_run_arange(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
-                                 const kiln_op_t *op) {
-  const int64_t n = kiln_backend_view_numel(&op->out);
-  /* The doubles' bits for devices with fp64, and hi + lo float pairs for
-   * the double-float evaluation of those without. */
-  const double start = op->u.arange.start, step = op->u.arange.step;
-  uint64_t start_bits, step_bits;
-  memcpy(&start_bits, &start, 8);
-  memcpy(&step_bits, &step, 8);
-  const float start_hi = (float)start, step_hi = (float)step;
-  const kiln_cl_arg_t args[] = {
-      KILN_CL_MEM(kiln_cl_mem_of(&op->out)),
-      KILN_CL_LONG(op->out.offset),
-      KILN_CL_LONG(n),
-      KILN_CL_ULONG(start_bits),
-      KILN_CL_ULONG(step_bits),
-      KILN_CL_FLOAT(start_hi),
-      KILN_CL_FLOAT((float)(start - (double)start_hi)),
-      KILN_CL_FLOAT(step_hi),
-      KILN_CL_FLOAT((float)(step - (double)step_hi)),
-  };
-  return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_copy, op->out.dtype == KILN_F32 ? "arange_f32" : "arange_i32", n,
-                             sizeof args / sizeof args[0], args);
-}
-
-kiln_status_t kiln_cl_run_random(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
-                                 const kiln_op_t *op) {
-  const int64_t n = kiln_backend_view_numel(&op->out);
-  const kiln_cl_arg_t args[] = {
-      KILN_CL_MEM(kiln_cl_mem_of(&op->out)), KILN_CL_LONG(op->out.offset),  KILN_CL_LONG(n),
-      KILN_CL_ULONG(op->u.random.seed),      KILN_CL_FLOAT(op->u.random.a), KILN_CL_FLOAT(op->u.random.b),
-  };
-  return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_random, op->u.random.normal ? "random_normal" : "random_uniform", n,
-                             sizeof args / sizeof args[0], args);
-}
-
-/* ---- elementwise ------------------------------------------------------------------
- * The core merged the dimensions (extents of 1 dropped, contiguous runs fused)
- * and set op->flat when every operand is one contiguous run; the kernels get
- * the views' walk as it is, and ndim 0 for their contiguous fast path. */
-
-/* out, then each input's buffer and offset, then the scalar (when there is
- * one), the element count, ndim and the eight-wide shape and input strides. */
-kiln_status_t kiln_cl_launch_elementwise(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
-                                         const kiln_op_t *op, int inputs, const kiln_cl_arg_t *scalar,
-                                         int flat_per_item) {
-  const int64_t n = kiln_backend_view_numel(&op->out);
-  const int ndim = op->flat ? 0 : op->out.ndim;
-  kiln_cl_arg_t args[48];
-  size_t c = 0;
-  args[c++] = KILN_CL_MEM(kiln_cl_mem_of(&op->out));
-  args[c++] = KILN_CL_LONG(op->out.offset);
-  for (int i = 0; i < inputs; i++) {
-    args[c++] = KILN_CL_MEM(kiln_cl_mem_of(&op->in[i]));
-    args[c++] = KILN_CL_LONG(op->in[i].offset);
-  }
-  if (scalar) args[c++] = *scalar;
-  args[c++] = KILN_CL_LONG(n);
-  args[c++] = KILN_CL_INT(ndim);
-  for (int d = 0; d < KILN_MAX_DIMS; d++) args[c++] = KILN_CL_LONG(d < ndim ? op->out.shape[d] : 0);
-  for (int i = 0; i < inputs; i++)
-    for (int d = 0; d < KILN_MAX_DIMS; d++) args[c++] = KILN_CL_LONG(d < ndim ? op->in[i].strides[d] : 0);
-  return kiln_cl_launch_flat(queue, program, kernel, ndim == 0 ? (n + flat_per_item - 1) / flat_per_item : n, c,
-                             args);
-}
-
-kiln_status_t kiln_cl_run_copy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+/* ROWS: one work-group per row of out, a row being its last dimension. */
+kiln_status_t kiln_cl_run_rows(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
                                const kiln_op_t *op) {
-  return kiln_cl_launch_elementwise(queue, KILN_CL_PROGRAM_copy, "copy32", op, 1, NULL, 1);
+  const kiln_cl_kernel_entry_t *kernel = NULL;
+  kiln_status_t status = kiln_cl_op_kernel(queue->device, op, &kernel);
+  if (status != KILN_OK) return status;
+  kiln_kop_t k;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  kiln_cl_kop_args(op, &k, args);
+  const int64_t row_len = op->out.ndim > 0 ? op->out.shape[op->out.ndim - 1] : k.n;
+  const int64_t rows = row_len > 0 ? k.n / row_len : 0;
+  return kiln_cl_launch_rows_entry(queue, kernel, rows, row_len, KILN_CL_KOP_ARGS, args);
 }
 
-kiln_status_t kiln_cl_run_cast(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
-                               const kiln_op_t *op) {
-  const char *kernel = op->in[0].dtype == op->out.dtype ? "copy32"
-                       : op->in[0].dtype == KILN_F32    ? "cast_f32_i32"
-                                                        : "cast_i32_f32";
-  return kiln_cl_launch_elementwise(queue, KILN_CL_PROGRAM_copy, kernel, op, 1, NULL, 1);
-}
+/* ---- planners ------------------------------------------------------------------------ */
 
-kiln_status_t kiln_cl_run_unary(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+/* COPY: the strided walk of a FLAT kind (copy_<T>_<T>). */
+kiln_status_t kiln_cl_plan_copy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
                                 const kiln_op_t *op) {
-  const char *kernel = op->in[0].dtype == KILN_F32 ? unary_f32[op->u.unary.op] : unary_i32[op->u.unary.op];
-  return kiln_cl_launch_elementwise(queue, KILN_CL_PROGRAM_elementwise, kernel, op, 1, NULL, 1);
+  return kiln_cl_run_flat(ctx, queue, entry, op);
 }
 
-kiln_status_t kiln_cl_run_binary(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
-                                 const kiln_op_t *op) {
-  const char *kernel = op->in[0].dtype == KILN_F32 ? binary_f32[op->u.binary.op] : binary_i32[op->u.binary.op];
-  return kiln_cl_launch_elementwise(queue, KILN_CL_PROGRAM_elementwise, kernel, op, 2, NULL, 1);
-}
-
-kiln_status_t kiln_cl_run_binary_scalar(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                        const kiln_op_entry_t *entry, const kiln_op_t *op) {
-  const bool f32 = op->in[0].dtype == KILN_F32;
-  const char *kernel = f32 ? binary_scalar_f32[op->u.binary.op] : binary_scalar_i32[op->u.binary.op];
-  const kiln_cl_arg_t scalar = f32 ? KILN_CL_FLOAT(op->u.binary.scalar.f32) : KILN_CL_INT(op->u.binary.scalar.i32);
-  return kiln_cl_launch_elementwise(queue, KILN_CL_PROGRAM_elementwise, kernel, op, 1, &scalar, 1);
-}
-
-/* ---- reductions, softmax, cross-entropy ------------------------------------------------ */
-
-kiln_status_t kiln_cl_run_reduce(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
-                                 const kiln_op_t *op) {
+kiln_status_t kiln_cl_plan_reduce(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  const kiln_op_entry_t *entry, const kiln_op_t *op) {
   /* outer * inner >= 1 (the result is never empty); len may be 0. */
   const int64_t outer = op->u.reduce.outer, len = op->u.reduce.len, inner = op->u.reduce.inner;
   const bool f32 = op->in[0].dtype == KILN_F32;
@@ -247,17 +172,15 @@ kiln_status_t kiln_cl_run_reduce(kiln_backend_context_t *ctx, kiln_backend_queue
   /* f32 sums (and means and norms) have kernels of their own that read eight
    * floats at a time and track no maximum. */
   const bool sum = f32 && (rop == KILN_REDUCE_SUM || rop == KILN_REDUCE_MEAN || rop == KILN_REDUCE_NORM);
-  const cl_mem in = kiln_cl_mem_of(&op->in[0]), out = kiln_cl_mem_of(&op->out);
+  kiln_kop_t k;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  kiln_cl_kop_args(op, &k, args);
   if (inner > 1 || len == 0) {
-    const kiln_cl_arg_t args[] = {
-        KILN_CL_MEM(in),        KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(out),   KILN_CL_LONG(op->out.offset),
-        KILN_CL_LONG(outer),    KILN_CL_LONG(len),              KILN_CL_LONG(inner), KILN_CL_INT(op->u.reduce.op),
-    };
     if (sum) /* one work-item per eight columns */
       return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_reduce, "reduce_cols_sum_f32", outer * ((inner + 7) / 8),
-                                 sizeof args / sizeof args[0], args);
+                                 KILN_CL_KOP_ARGS, args);
     return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_cols_f32" : "reduce_cols_i32",
-                               outer * inner, sizeof args / sizeof args[0], args);
+                               outer * inner, KILN_CL_KOP_ARGS, args);
   }
   /* Rows: one work-group per row, and long rows split into chunks when there
    * are too few rows to occupy the device; a second pass merges the chunks. */
@@ -278,124 +201,67 @@ kiln_status_t kiln_cl_run_reduce(kiln_backend_context_t *ctx, kiln_backend_queue
     status = kiln_cl_scratch_create(device, (size_t)(outer * chunks) * 20u, &parts);
     if (status != KILN_OK) return status;
   }
-  const bool contiguous = kiln_cl_row_runs(queue);
-  const kiln_cl_arg_t args[] = {
-      KILN_CL_MEM(in),    KILN_CL_LONG(op->in[0].offset), KILN_CL_MEM(out),    KILN_CL_LONG(op->out.offset),
-      KILN_CL_MEM(parts), KILN_CL_LONG(outer),            KILN_CL_LONG(len),   KILN_CL_LONG(chunk),
-      KILN_CL_LONG(chunks), KILN_CL_INT(op->u.reduce.op), KILN_CL_INT(contiguous ? 1 : 0),
-  };
-  if (sum)
-    status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_reduce, "reduce_rows_sum_f32", outer * chunks, (chunk + 7) / 8,
-                                 sizeof args / sizeof args[0], args);
-  else
-    status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_rows_f32" : "reduce_rows_i32",
-                                 outer * chunks, chunk, sizeof args / sizeof args[0] - 1, args);
+  k.plan.reduce.chunk = chunk;
+  k.plan.reduce.chunks = chunks;
+  k.plan.reduce.rows = outer * chunks;
+  args[2] = KILN_CL_MEM(parts); /* the partial records, in in[1]'s place */
+  status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_reduce,
+                               sum   ? "reduce_rows_sum_f32"
+                               : f32 ? "reduce_rows_f32"
+                                     : "reduce_rows_i32",
+                               outer * chunks, sum ? (chunk + 7) / 8 : chunk, KILN_CL_KOP_ARGS, args);
   if (status == KILN_OK && chunks > 1) {
-    const kiln_cl_arg_t pargs[] = {
-        KILN_CL_MEM(parts), KILN_CL_MEM(out),     KILN_CL_LONG(op->out.offset), KILN_CL_LONG(outer),
-        KILN_CL_LONG(len),  KILN_CL_LONG(chunks), KILN_CL_INT(op->u.reduce.op),
-    };
+    k.plan.reduce.rows = outer;
     status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_reduce,
                                  sum   ? "reduce_parts_sum_f32"
                                  : f32 ? "reduce_parts_f32"
                                        : "reduce_parts_i32",
-                                 outer, chunks, sizeof pargs / sizeof pargs[0], pargs);
+                                 outer, chunks, KILN_CL_KOP_ARGS, args);
   }
   kiln_cl_scratch_release(parts);
   return status;
 }
 
-kiln_status_t kiln_cl_run_softmax(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                  const kiln_op_entry_t *entry, const kiln_op_t *op) {
-  const int64_t rows = op->u.softmax.rows, cols = op->u.softmax.cols;
-  const kiln_cl_arg_t args[] = {
-      KILN_CL_MEM(kiln_cl_mem_of(&op->in[0])),
-      KILN_CL_LONG(op->in[0].offset),
-      KILN_CL_MEM(kiln_cl_mem_of(&op->out)),
-      KILN_CL_LONG(op->out.offset),
-      KILN_CL_LONG(rows),
-      KILN_CL_LONG(cols),
-      KILN_CL_INT(op->u.softmax.log ? 1 : 0),
-      KILN_CL_INT(kiln_cl_row_runs(queue) ? 1 : 0),
-  };
-  return kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_nn, "softmax_f32", rows, cols, sizeof args / sizeof args[0], args);
-}
-
-kiln_status_t kiln_cl_run_cross_entropy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                        const kiln_op_entry_t *entry, const kiln_op_t *op) {
+/* Two passes: each row's loss into scratch, then their mean and the report. */
+kiln_status_t kiln_cl_plan_cross_entropy(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                         const kiln_op_entry_t *entry, const kiln_op_t *op) {
   const int64_t rows = op->u.cross_entropy.n, cols = op->u.cross_entropy.c;
+  kiln_kop_t k;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  kiln_cl_kop_args(op, &k, args);
+  const kiln_cl_arg_t out = args[0], logits = args[1];
   cl_mem work = NULL;
   kiln_status_t status = KILN_OK;
   if (rows > 0) {
     status = kiln_cl_scratch_create(queue->device, (size_t)rows * sizeof(float), &work);
     if (status != KILN_OK) return status;
-    const kiln_cl_arg_t args[] = {
-        KILN_CL_MEM(kiln_cl_mem_of(&op->in[0])),
-        KILN_CL_LONG(op->in[0].offset),
-        KILN_CL_MEM(kiln_cl_mem_of(&op->in[1])),
-        KILN_CL_LONG(op->in[1].offset),
-        KILN_CL_MEM(work),
-        KILN_CL_LONG(rows),
-        KILN_CL_LONG(cols),
-        KILN_CL_INT(kiln_cl_row_runs(queue) ? 1 : 0),
-    };
-    status =
-        kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_nn, "xent_rows", rows, cols, sizeof args / sizeof args[0], args);
+    args[0] = KILN_CL_MEM(work); /* the row losses, in out's place */
+    status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_nn, "xent_rows", rows, cols, KILN_CL_KOP_ARGS, args);
   }
   /* n == 0 still writes the output: NaN, the mean of nothing. */
   if (status == KILN_OK) {
-    const kiln_cl_arg_t args[] = {
-        KILN_CL_MEM(work),
-        KILN_CL_MEM(kiln_cl_mem_of(&op->out)),
-        KILN_CL_LONG(op->out.offset),
-        KILN_CL_LONG(rows),
-        KILN_CL_MEM(kiln_cl_mem_of(&op->in[1])),
-        KILN_CL_LONG(op->in[1].offset),
-        KILN_CL_LONG(cols),
-        KILN_CL_MEM(kiln_cl_mem_of(&op->in[2])),
-        KILN_CL_LONG(op->in[2].offset),
-    };
-    status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_nn, "xent_mean", 1, rows, sizeof args / sizeof args[0], args);
+    args[0] = out;
+    args[1] = KILN_CL_MEM(work); /* the row losses, in in[0]'s place */
+    status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_nn, "xent_mean", 1, rows, KILN_CL_KOP_ARGS, args);
   }
+  (void)logits;
   kiln_cl_scratch_release(work);
   return status;
 }
 
-/* ---- pooling ---------------------------------------------------------------------- */
-
-kiln_status_t kiln_cl_run_max_pool2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                     const kiln_op_entry_t *entry, const kiln_op_t *op) {
-  const int64_t planes = op->u.pooling.n * op->u.pooling.c, p = op->u.pooling.p, q = op->u.pooling.q;
-  const kiln_cl_arg_t args[] = {
-      KILN_CL_MEM(kiln_cl_mem_of(&op->in[0])),
-      KILN_CL_LONG(op->in[0].offset),
-      KILN_CL_MEM(kiln_cl_mem_of(&op->out)),
-      KILN_CL_LONG(op->out.offset),
-      KILN_CL_LONG(planes),
-      KILN_CL_LONG(op->u.pooling.h),
-      KILN_CL_LONG(op->u.pooling.w),
-      KILN_CL_LONG(p),
-      KILN_CL_LONG(q),
-      KILN_CL_INT(op->u.pooling.window[0]),
-      KILN_CL_INT(op->u.pooling.window[1]),
-      KILN_CL_INT(op->u.pooling.stride[0]),
-      KILN_CL_INT(op->u.pooling.stride[1]),
-      KILN_CL_INT(op->u.pooling.pad[0]),
-      KILN_CL_INT(op->u.pooling.pad[1]),
-  };
-  return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_conv, "max_pool2d_f32", planes * p * q,
-                             sizeof args / sizeof args[0], args);
-}
-
 /* ---- the table ------------------------------------------------------------------------
- * A native row for every kind, each running kiln's kernels for it
- * (kiln_cl_run_<name> of this file, gemm.c and ops_train.c: a kind added to
- * KILN_OP_KINDS without its function does not link), then the clblast row
- * of matmul (clblast.c). The core validated every op a row sees (dtypes,
- * shapes, formulas), so no row checks again. */
+ * A native row for every kind, expanded from KILN_OP_KINDS by its launch
+ * shape: FLAT and ROWS kinds run through the generic runners above, PLAN
+ * kinds through kiln_cl_plan_<name> (this file, gemm.c, ops_train.c: a PLAN
+ * kind without its planner does not link); then the clblast row of matmul
+ * (clblast.c). The core validated every op a row sees (dtypes, shapes,
+ * formulas), so no row checks again. */
 
-#define KILN_CL_NATIVE_ROW_(NAME, name, launch)                                                                   \
-  {.kind = KILN_OP_##NAME, .provider = KILN_PROVIDER_NATIVE_NAME, .supports = NULL, .run = kiln_cl_run_##name, \
+#define KILN_CL_RUN_FLAT(name) kiln_cl_run_flat
+#define KILN_CL_RUN_ROWS(name) kiln_cl_run_rows
+#define KILN_CL_RUN_PLAN(name) kiln_cl_plan_##name
+#define KILN_CL_NATIVE_ROW_(NAME, name, launch)                                                                 \
+  {.kind = KILN_OP_##NAME, .provider = KILN_PROVIDER_NATIVE_NAME, .supports = NULL, .run = KILN_CL_RUN_##launch(name), \
    .impl = NULL},
 const kiln_op_entry_t kiln_cl_ops[] = {
     KILN_OP_KINDS(KILN_CL_NATIVE_ROW_)

@@ -3,15 +3,16 @@
 #define KILN_BACKENDS_OPENCL_OPS_H
 
 /*
- * The native rows are spread over three files, one concept each:
- *   ops.c        the table; generators, elementwise, reductions, softmax,
- *                cross-entropy, max pooling; the launch helpers below
+ * The native rows come from KILN_OP_KINDS: a FLAT kind runs through
+ * kiln_cl_run_flat and a ROWS kind through kiln_cl_run_rows (ops.c), each
+ * filling the op's record (kiln_cl_kop_args), looking its kernel up by name
+ * (kiln_cl_op_kernel) and launching it; nothing per kind. A PLAN kind runs
+ * kiln_cl_plan_<name>, which writes only `plan` in a copy of the record:
+ *   ops.c        the table, the runners, the launch helpers below; copy,
+ *                reduce and cross_entropy
  *   gemm.c       the GEMM (packed and tiled), matmul, and the convolutions
  *                built on it: conv2d and its two backward kinds
- *   ops_train.c  the other training kinds: unary, softmax, cross-entropy and
- *                max-pooling gradients, and the fused updates in place
- * The table (ops.c) names kiln_cl_run_<name> for every kind of
- * KILN_OP_KINDS: a kind without its function does not link.
+ *   ops_train.c  max_pool2d_backward
  */
 
 #include "backends/opencl/opencl_backend.h"
@@ -34,11 +35,29 @@
 
 /* ---- the rows' run functions ------------------------------------------------------ */
 
-#define KILN_CL_RUN_DECL_(NAME, name, launch)                                                \
-  kiln_status_t kiln_cl_run_##name(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, \
-                                   const kiln_op_entry_t *entry, const kiln_op_t *op);
-KILN_OP_KINDS(KILN_CL_RUN_DECL_)
-#undef KILN_CL_RUN_DECL_
+/* The generic runners of FLAT and ROWS kinds. */
+kiln_status_t kiln_cl_run_flat(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                               const kiln_op_t *op);
+kiln_status_t kiln_cl_run_rows(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                               const kiln_op_t *op);
+
+/* The planners, kiln_cl_plan_<name> for each PLAN kind. */
+#define KILN_CL_PLAN_DECL_FLAT(name)
+#define KILN_CL_PLAN_DECL_ROWS(name)
+#define KILN_CL_PLAN_DECL_PLAN(name)                                                          \
+  kiln_status_t kiln_cl_plan_##name(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, \
+                                    const kiln_op_entry_t *entry, const kiln_op_t *op);
+#define KILN_CL_PLAN_DECL_(NAME, name, launch) KILN_CL_PLAN_DECL_##launch(name)
+KILN_OP_KINDS(KILN_CL_PLAN_DECL_)
+#undef KILN_CL_PLAN_DECL_
+
+/* The one helper that turns an op into a kernel's arguments: fills `k`
+ * (kiln_backend_kop_fill; OpenCL leaves `addr` 0, buffers being arguments)
+ * and args[0..4]: the buffers of out, in[0], in[1], in[2] (NULL past n_in)
+ * and the record. A planner then writes k->plan and may put scratch
+ * buffers in the argument places its kernels read them from. */
+#define KILN_CL_KOP_ARGS 5
+void kiln_cl_kop_args(const kiln_op_t *op, kiln_kop_t *k, kiln_cl_arg_t args[KILN_CL_KOP_ARGS]);
 
 /* ---- launches (ops.c) ---------------------------------------------------------------- */
 
@@ -51,12 +70,17 @@ static inline bool kiln_cl_fits_i32(int64_t v) { return v >= 0 && v <= 214748364
 kiln_status_t kiln_cl_group_limit(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
                                   size_t cap, size_t *out_limit);
 
-/* A 1-D grid-stride kernel over n items (KILN_FOR_EACH). */
+/* A 1-D grid-stride kernel over n items (KILN_FOR_EACH); _entry for a
+ * kernel already looked up. */
 kiln_status_t kiln_cl_launch_flat(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel, int64_t n,
                                   size_t arg_count, const kiln_cl_arg_t *args);
+kiln_status_t kiln_cl_launch_flat_entry(kiln_backend_queue_t *queue, const kiln_cl_kernel_entry_t *entry, int64_t n,
+                                        size_t arg_count, const kiln_cl_arg_t *args);
 
 /* A kernel with one work-group per row (a power of two wide, no wider than
  * the row needs), over `rows` rows with group-stride. */
+kiln_status_t kiln_cl_launch_rows_entry(kiln_backend_queue_t *queue, const kiln_cl_kernel_entry_t *entry,
+                                        int64_t rows, int64_t row_len, size_t arg_count, const kiln_cl_arg_t *args);
 kiln_status_t kiln_cl_launch_rows(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
                                   int64_t rows, int64_t row_len, size_t arg_count, const kiln_cl_arg_t *args);
 
@@ -74,21 +98,6 @@ kiln_status_t kiln_cl_launch_tiles(kiln_backend_queue_t *queue, kiln_cl_program_
                                    int64_t cols, int64_t rows, int64_t batches, size_t arg_count,
                                    const kiln_cl_arg_t *args);
 
-/* An elementwise kernel of `inputs` strided inputs (and a scalar when not
- * NULL): out, each input's buffer and offset, the scalar, the element count,
- * ndim (0 when op->flat) and the eight-wide shape and input strides. One
- * work-item per element, or per `flat_per_item` elements when op->flat (a
- * kernel whose contiguous path takes several). */
-kiln_status_t kiln_cl_launch_elementwise(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
-                                         const kiln_op_t *op, int inputs, const kiln_cl_arg_t *scalar,
-                                         int flat_per_item);
-
-/* Whether the work-items of a row kernel take contiguous runs of the row
- * (CPUs, where each runs alone on a core) rather than interleaved elements
- * (GPUs, where neighbours reading neighbours coalesce). */
-static inline bool kiln_cl_row_runs(const kiln_backend_queue_t *queue) {
-  return queue->device->is_cpu || queue->device->local_mem_is_global;
-}
 
 /* Release scratch memory right after the work that uses it was enqueued:
  * OpenCL deletes a released buffer only once the commands that use it have
@@ -97,24 +106,18 @@ static inline void kiln_cl_scratch_release(cl_mem mem) {
   if (mem) clReleaseMemObject(mem);
 }
 
-/* Zeros into `count` floats of `mem` from element `offset` (fill32). */
+/* Zeros into `count` floats of `mem` from element `offset` (fill_f32). */
 kiln_status_t kiln_cl_zero_f32(kiln_backend_queue_t *queue, cl_mem mem, int64_t offset, int64_t count);
 
 /* ---- the GEMM (gemm.c) ------------------------------------------------------------ */
 
-/* One GEMM on buffers: C[b] = op(A[b]) @ op(B[b]) for b < batch (the
- * conventions of kiln_op_t's matmul: row-major, offsets and strides in
- * elements, a stride of 0 broadcasts). */
-typedef struct kiln_cl_gemm_t {
-  cl_mem a, b, c;
-  int64_t a_off, b_off, c_off;
-  int64_t batch, m, n, k;
-  bool trans_a, trans_b;
-  int64_t lda, ldb, ldc;
-  int64_t stride_a, stride_b, stride_c;
-} kiln_cl_gemm_t;
-
-kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_cl_gemm_t *g);
+/* One GEMM on buffers: C[b] = op(A[b]) @ op(B[b]) for b < batch, as
+ * k->plan.gemm says (the conventions of kiln_op_t's matmul: row-major,
+ * offsets a_off, b_off, c_off and strides in elements, a stride of 0
+ * broadcasts, trans_a and trans_b 0 or 1); k is otherwise the op's record
+ * (kiln_backend_kop_fill), which gemm.cl's kernels take with C in out's
+ * place, A in in[0]'s and B in in[1]'s. */
+kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_kop_t *k, cl_mem c, cl_mem a, cl_mem b);
 
 /* Batches per round for `per_batch` bytes of scratch each, within the
  * scratch budget (and half the device's largest allocation). */

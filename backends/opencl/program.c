@@ -73,8 +73,9 @@ void kiln_cl_build_options(const kiln_backend_device_t *device, char *out, size_
   /* Oclgrind interprets the LLVM its own clang emits, and its interpreter
    * lacks intrinsics the optimiser introduces (llvm.abs.i32 for the i32 abs
    * formula): on Oclgrind, unoptimised code. */
-  int n = snprintf(out, out_size, "-cl-std=CL1.2 -DKILN_CL_FP64=%d -DKILN_CL_FP16=%d%s", device->fp64 ? 1 : 0,
-                   device->fp16 ? 1 : 0, device->vendor == KILN_CL_VENDOR_OCLGRIND ? " -cl-opt-disable" : "");
+  int n = snprintf(out, out_size, "-cl-std=CL1.2 -DKILN_CL_FP64=%d -DKILN_CL_FP16=%d -DKILN_CL_ROW_RUNS=%d%s",
+                   device->fp64 ? 1 : 0, device->fp16 ? 1 : 0, device->is_cpu || device->local_mem_is_global ? 1 : 0,
+                   device->vendor == KILN_CL_VENDOR_OCLGRIND ? " -cl-opt-disable" : "");
   const char *extra = getenv("KILN_OPENCL_BUILD_OPTIONS");
   if (extra && *extra && n > 0 && (size_t)n < out_size) snprintf(out + n, out_size - (size_t)n, " %s", extra);
 }
@@ -272,13 +273,6 @@ kiln_status_t kiln_cl_kernel_get(kiln_backend_device_t *device, kiln_cl_program_
   kiln_status_t status = program_get_locked(device, program);
   kiln_cl_program_state_t *state = &device->programs[program];
   if (status == KILN_OK) {
-    /* Pointer first: callers pass literals, so the usual hit is one compare. */
-    for (size_t i = 0; i < state->kernel_count; i++)
-      if (state->kernels[i].name == name) {
-        *out_entry = &state->kernels[i];
-        pthread_mutex_unlock(&device->program_lock);
-        return KILN_OK;
-      }
     for (size_t i = 0; i < state->kernel_count; i++)
       if (!strcmp(state->kernels[i].name, name)) {
         *out_entry = &state->kernels[i];
@@ -301,13 +295,21 @@ kiln_status_t kiln_cl_kernel_get(kiln_backend_device_t *device, kiln_cl_program_
       }
       if (status != KILN_OK) {
         /* The rebuild's own message stands. */
+      } else if (err == CL_INVALID_KERNEL_NAME) {
+        status = kiln_cl_error(device->ctx, KILN_UNSUPPORTED,
+                               "the OpenCL backend has no kernel '%s' (program '%s', opencl:%zu): this op is not "
+                               "implemented for these dtypes on OpenCL; run it on another device",
+                               name, programs[program].name, device->index);
+      } else if (strlen(name) >= sizeof state->kernels[0].name) {
+        (void)clReleaseKernel(kernel);
+        status = kiln_cl_error(device->ctx, KILN_INTERNAL, "OpenCL kernel name '%s' is too long", name);
       } else if (err != CL_SUCCESS || !kernel) {
         status = kiln_cl_check(device->ctx, err != CL_SUCCESS ? err : CL_INVALID_KERNEL,
                                "clCreateKernel(\"%s\") of program '%s' on opencl:%zu", name, programs[program].name,
                                device->index);
       } else {
         kiln_cl_kernel_entry_t *entry = &state->kernels[state->kernel_count];
-        entry->name = name;
+        strcpy(entry->name, name);
         entry->kernel = kernel;
         size_t wg = 0;
         if (clGetKernelWorkGroupInfo(kernel, device->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) !=
@@ -327,12 +329,7 @@ kiln_status_t kiln_cl_kernel_get(kiln_backend_device_t *device, kiln_cl_program_
 static cl_int set_arg(cl_kernel kernel, cl_uint index, const kiln_cl_arg_t *arg) {
   switch (arg->kind) {
   case KILN_CL_ARG_MEM: return clSetKernelArg(kernel, index, sizeof(cl_mem), &arg->v.mem);
-  case KILN_CL_ARG_INT: return clSetKernelArg(kernel, index, sizeof(cl_int), &arg->v.i);
-  case KILN_CL_ARG_UINT: return clSetKernelArg(kernel, index, sizeof(cl_uint), &arg->v.u);
-  case KILN_CL_ARG_LONG: return clSetKernelArg(kernel, index, sizeof(cl_long), &arg->v.l);
-  case KILN_CL_ARG_ULONG: return clSetKernelArg(kernel, index, sizeof(cl_ulong), &arg->v.ul);
-  case KILN_CL_ARG_FLOAT: return clSetKernelArg(kernel, index, sizeof(cl_float), &arg->v.f);
-  case KILN_CL_ARG_LOCAL: return clSetKernelArg(kernel, index, arg->v.local_bytes ? arg->v.local_bytes : 1, NULL);
+  case KILN_CL_ARG_KOP: return clSetKernelArg(kernel, index, sizeof(kiln_kop_t), arg->v.kop);
   }
   return CL_INVALID_ARG_VALUE;
 }
@@ -340,13 +337,20 @@ static cl_int set_arg(cl_kernel kernel, cl_uint index, const kiln_cl_arg_t *arg)
 kiln_status_t kiln_cl_launch(kiln_backend_queue_t *queue, kiln_cl_program_t program, const char *kernel,
                              cl_uint work_dim, const size_t *global, const size_t *local, size_t arg_count,
                              const kiln_cl_arg_t *args) {
+  const kiln_cl_kernel_entry_t *entry = NULL;
+  kiln_status_t status = kiln_cl_kernel_get(queue->device, program, kernel, &entry);
+  if (status != KILN_OK) return status;
+  return kiln_cl_launch_entry(queue, entry, work_dim, global, local, arg_count, args);
+}
+
+kiln_status_t kiln_cl_launch_entry(kiln_backend_queue_t *queue, const kiln_cl_kernel_entry_t *entry,
+                                   cl_uint work_dim, const size_t *global, const size_t *local, size_t arg_count,
+                                   const kiln_cl_arg_t *args) {
   /* An empty range is no work (and an error to OpenCL 1.2). */
   for (cl_uint d = 0; d < work_dim; d++)
     if (global[d] == 0) return KILN_OK;
   kiln_backend_device_t *device = queue->device;
-  const kiln_cl_kernel_entry_t *entry = NULL;
-  kiln_status_t status = kiln_cl_kernel_get(device, program, kernel, &entry);
-  if (status != KILN_OK) return status;
+  const char *kernel = entry->name;
 
   pthread_mutex_lock(&device->launch_lock);
   cl_int err = CL_SUCCESS;
@@ -380,7 +384,101 @@ kiln_status_t kiln_cl_launch(kiln_backend_queue_t *queue, kiln_cl_program_t prog
   return KILN_OK;
 }
 
+/* ---- the kernels of op kinds ---------------------------------------------------- */
+
+/* The program whose source names `kind` on its "kiln-kinds:" line (the
+ * kernel file's own list of the kinds it serves), or -1. */
+static int program_of_kind(const char *kind) {
+  const size_t len = strlen(kind);
+  for (int p = 0; p < KILN_CL_PROGRAM_COUNT; p++) {
+    const char *line = strstr((const char *)programs[p].source, "kiln-kinds:");
+    if (!line) continue;
+    const char *end = strchr(line, '\n');
+    for (const char *at = line + 11; at && (!end || at < end); at = strchr(at, ' ')) {
+      while (*at == ' ') at++;
+      if (!strncmp(at, kind, len) && (at[len] == ' ' || at[len] == '\n' || at[len] == '*')) return p;
+      if (!*at) break;
+    }
+  }
+  return -1;
+}
+
+/* kernels/ops.def's row names, for the formula kinds' kernel names. */
+static const char *formula_name(const kiln_op_t *op) {
+  static const char *const unary[] = {
+#define KILN_CL_NAME_(NAME, name) #NAME,
+      KILN_UNARY_OPS(KILN_CL_NAME_)};
+  static const char *const binary[] = {KILN_BINARY_OPS(KILN_CL_NAME_)
+#undef KILN_CL_NAME_
+  };
+  switch (op->kind) {
+  case KILN_OP_UNARY:
+  case KILN_OP_UNARY_BACKWARD:
+    return (unsigned)op->u.unary.op < KILN_UNARY_COUNT_ ? unary[op->u.unary.op] : "?";
+  case KILN_OP_BINARY:
+  case KILN_OP_BINARY_SCALAR:
+    return (unsigned)op->u.binary.op < KILN_BINARY_COUNT_ ? binary[op->u.binary.op] : "?";
+  default: return NULL;
+  }
+}
+
+kiln_status_t kiln_cl_op_kernel(kiln_backend_device_t *device, const kiln_op_t *op,
+                                const kiln_cl_kernel_entry_t **out_entry) {
+  const char *formula = formula_name(op);
+  const uint32_t f = formula ? (uint32_t)(op->kind == KILN_OP_UNARY || op->kind == KILN_OP_UNARY_BACKWARD
+                                              ? op->u.unary.op
+                                              : op->u.binary.op) + 1u
+                             : 0u;
+  const uint32_t in_dtype = op->n_in > 0 ? (uint32_t)op->in[0].dtype + 1u : 0u;
+  const uint32_t key = ((uint32_t)op->kind + 1u) | (f & 0xffu) << 8 | (in_dtype & 0xffu) << 16 |
+                       ((uint32_t)op->out.dtype & 0xffu) << 24;
+  uint32_t slot = (key * 2654435761u) >> 24; /* 256 slots */
+  pthread_mutex_lock(&device->program_lock);
+  for (uint32_t probe = 0; probe < KILN_CL_OP_KERNEL_SLOTS; probe++, slot = (slot + 1) % KILN_CL_OP_KERNEL_SLOTS) {
+    const kiln_cl_op_kernel_t *at = &device->op_kernels[slot];
+    if (at->key == key) {
+      *out_entry = at->entry;
+      pthread_mutex_unlock(&device->program_lock);
+      return KILN_OK;
+    }
+    if (at->key == 0) break;
+  }
+  pthread_mutex_unlock(&device->program_lock);
+
+  /* First use on this device: by name. */
+  const char *kind = kiln_backend_op_kind_name(op->kind);
+  char name[64];
+  int n = snprintf(name, sizeof name, "%s", kind);
+  if (formula) n += snprintf(name + n, sizeof name - (size_t)n, "_%s", formula);
+  if (op->n_in > 0)
+    n += snprintf(name + n, sizeof name - (size_t)n, "_%s", kiln_backend_dtype_name(op->in[0].dtype));
+  snprintf(name + n, sizeof name - (size_t)n, "_%s", kiln_backend_dtype_name(op->out.dtype));
+  const int program = program_of_kind(kind);
+  if (program < 0)
+    return kiln_cl_error(device->ctx, KILN_UNSUPPORTED,
+                         "the OpenCL backend has no kernel '%s': no kernels/opencl file lists the kind '%s'", name,
+                         kind);
+  const kiln_cl_kernel_entry_t *entry = NULL;
+  kiln_status_t status = kiln_cl_kernel_get(device, (kiln_cl_program_t)program, name, &entry);
+  if (status != KILN_OK) return status;
+  pthread_mutex_lock(&device->program_lock);
+  slot = (key * 2654435761u) >> 24;
+  for (uint32_t probe = 0; probe < KILN_CL_OP_KERNEL_SLOTS; probe++, slot = (slot + 1) % KILN_CL_OP_KERNEL_SLOTS) {
+    kiln_cl_op_kernel_t *at = &device->op_kernels[slot];
+    if (at->key == key) break; /* another thread got here first */
+    if (at->key == 0) {
+      at->entry = entry;
+      at->key = key;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&device->program_lock);
+  *out_entry = entry;
+  return KILN_OK;
+}
+
 void kiln_cl_programs_release(kiln_backend_device_t *device) {
+  memset(device->op_kernels, 0, sizeof device->op_kernels);
   for (int p = 0; p < KILN_CL_PROGRAM_COUNT; p++) {
     kiln_cl_program_state_t *state = &device->programs[p];
     for (size_t i = 0; i < state->kernel_count; i++) (void)clReleaseKernel(state->kernels[i].kernel);

@@ -242,6 +242,11 @@ kiln_status_t kiln_tensor_unary(kiln_unary_op_t op, const kiln_tensor_t *a, kiln
  * it counts matches, as an accuracy needs. */
 kiln_status_t kiln_tensor_binary(kiln_binary_op_t op, const kiln_tensor_t *a, const kiln_tensor_t *b,
                                  kiln_tensor_t **out);
+/* a where cond is nonzero, else b, with NumPy broadcasting over the three
+ * (torch.where, numpy.where): cond f32 or i32 (NaN counts as nonzero), a and
+ * b of one dtype, the result's. */
+kiln_status_t kiln_tensor_where(const kiln_tensor_t *cond, const kiln_tensor_t *a, const kiln_tensor_t *b,
+                                kiln_tensor_t **out);
 /* a (op) scalar, the scalar converted to a's dtype (a scalar never widens
  * the tensor's dtype; for an integer tensor a fraction is truncated, unlike
  * PyTorch, which would give a float result). */

@@ -236,3 +236,58 @@ void kiln_cpu_unary_backward(const kiln_cpu_par_t *par, const kiln_op_t *op, voi
   j.out = out;
   kiln_cpu_parallel_for(par, j.walk.numel, unary_grain(op->u.unary.op), binary_task, &j);
 }
+
+/* ---- where ------------------------------------------------------------------------------ */
+
+/* WHERE: out = cond != 0 ? a : b over out's merged dimensions, each input
+ * by its strides. a and b are copied as 32-bit patterns, whatever their
+ * dtype; the condition is read in its own. */
+typedef struct where_job_t {
+  const kiln_op_t *op;
+  const char *in[3];
+  uint32_t *out;
+} where_job_t;
+
+#define KILN_CPU_WHERE_RUN_(T)                                                                     \
+  for (int64_t k = 0; k < run; k++)                                                                \
+    out[k] = ((const T *)c)[k * sc] != 0 ? ((const uint32_t *)a)[k * sa] : ((const uint32_t *)b)[k * sb];
+
+static void where_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  const where_job_t *j = ctx;
+  const kiln_op_t *op = j->op;
+  const int nd = op->out.ndim, inner = nd - 1;
+  int64_t idx[KILN_MAX_DIMS], off[3] = {0, 0, 0};
+  int64_t rest = begin;
+  for (int d = nd - 1; d >= 0; d--) {
+    idx[d] = rest % op->out.shape[d];
+    rest /= op->out.shape[d];
+    for (int v = 0; v < 3; v++) off[v] += idx[d] * op->in[v].strides[d];
+  }
+  const int64_t sc = op->in[0].strides[inner], sa = op->in[1].strides[inner], sb = op->in[2].strides[inner];
+  for (int64_t i = begin; i < end;) {
+    int64_t run = op->out.shape[inner] - idx[inner];
+    if (run > end - i) run = end - i;
+    const char *c = j->in[0] + off[0] * 4, *a = j->in[1] + off[1] * 4, *b = j->in[2] + off[2] * 4;
+    uint32_t *out = j->out + i;
+    if (op->in[0].dtype == KILN_F32) {
+      KILN_CPU_WHERE_RUN_(float)
+    } else {
+      KILN_CPU_WHERE_RUN_(int32_t)
+    }
+    i += run;
+    idx[inner] += run;
+    for (int v = 0; v < 3; v++) off[v] += run * op->in[v].strides[inner];
+    /* Carry into the outer dimensions. */
+    for (int d = inner; d > 0 && idx[d] == op->out.shape[d]; d--) {
+      for (int v = 0; v < 3; v++) off[v] += op->in[v].strides[d - 1] - idx[d] * op->in[v].strides[d];
+      idx[d] = 0;
+      idx[d - 1]++;
+    }
+  }
+}
+#undef KILN_CPU_WHERE_RUN_
+
+void kiln_cpu_where(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  where_job_t j = {op, {in[0], in[1], in[2]}, out};
+  kiln_cpu_parallel_for(par, kiln_backend_view_numel(&op->out), KILN_CPU_GRAIN_ELEMENTWISE, where_task, &j);
+}

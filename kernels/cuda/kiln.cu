@@ -154,6 +154,30 @@ template <typename TIN, typename TOUT, int N, typename F> __device__ __forceinli
 #define KILN_UNARY_GRAD_F32(NAME, expr) KILN_UNARY_GRAD_FN_(float, f32, NAME, expr)
 #include "ops.def"
 
+/* WHERE: out = cond != 0 ? a : b (NaN is nonzero, -0.0 is not), the
+ * condition read as TC, the values copied as their 32-bit patterns (so the
+ * value dtype only names the kernel); the three walk out's shape by their
+ * strides. */
+template <typename TC> __device__ __forceinline__ void kiln_where(const kiln_kop_t &op) {
+  const TC *__restrict__ c = (const TC *)op.in[0].addr;
+  const unsigned *__restrict__ a = (const unsigned *)op.in[1].addr;
+  const unsigned *__restrict__ b = (const unsigned *)op.in[2].addr;
+  unsigned *__restrict__ out = (unsigned *)op.out.addr;
+  if (op.ndim == 0) {
+    KILN_FOR_EACH(i, op.n) out[i] = c[i] != 0 ? a[i] : b[i];
+  } else {
+    KILN_FOR_EACH(i, op.n) {
+      int64_t o[3];
+      kiln_offsets<3>(op, i, o);
+      out[i] = c[o[0]] != 0 ? a[o[1]] : b[o[2]];
+    }
+  }
+}
+KILN_INSTANCE(kiln_where_f32_f32, kiln_where<float>)
+KILN_INSTANCE(kiln_where_f32_i32, kiln_where<float>)
+KILN_INSTANCE(kiln_where_i32_f32, kiln_where<int>)
+KILN_INSTANCE(kiln_where_i32_i32, kiln_where<int>)
+
 /* COPY and CAST: a strided view (or, ndim 0, a contiguous run) into a
  * contiguous output, converted. */
 template <typename TIN, typename TOUT> struct kiln_cast_fn {

@@ -1,4 +1,29 @@
 /* kernels/opencl/conv.cl: the parts of CONV2D and its gradients around the GEMM (im2col, col2im, bias, the sum over images) and MAX_POOL2D with its gradient, NCHW. */
+/* kiln-kinds: max_pool2d */
+
+/* The kernels internal to the planners (backends/opencl/gemm.c, ops_train.c)
+ * take KILN_CL_KERNEL's parameters too: the sizes from op.u.conv2d or
+ * op.u.pooling, a round's images and element offsets from op.plan.round
+ * (never the operands' own offsets, as the planners put scratch buffers in
+ * operand places): what a kernel writes is in out's place at out_off, what
+ * it reads in in[0]'s at in_off, and a second input in in[1]'s at aux_off. */
+
+/* A convolution's sizes as the kernels' ints (gemm.c checks they fit). */
+#define KILN_CONV_SIZES                                                                            \
+  const int c = (int)op.u.conv2d.c, h = (int)op.u.conv2d.h, w = (int)op.u.conv2d.w;              \
+  const int r = (int)op.u.conv2d.r, s = (int)op.u.conv2d.s, p = (int)op.u.conv2d.p,               \
+            q = (int)op.u.conv2d.q;                                                               \
+  const int stride_h = op.u.conv2d.stride[0], stride_w = op.u.conv2d.stride[1];                    \
+  const int pad_h = op.u.conv2d.pad[0], pad_w = op.u.conv2d.pad[1];                                \
+  const int dil_h = op.u.conv2d.dil[0], dil_w = op.u.conv2d.dil[1]
+
+/* A pooling's sizes likewise (ops_train.c checks h*w and p*q fit). */
+#define KILN_POOL_SIZES                                                                            \
+  const int h = (int)op.u.pooling.h, w = (int)op.u.pooling.w, p = (int)op.u.pooling.p,             \
+            q = (int)op.u.pooling.q;                                                              \
+  const int kernel_h = op.u.pooling.window[0], kernel_w = op.u.pooling.window[1];                  \
+  const int stride_h = op.u.pooling.stride[0], stride_w = op.u.pooling.stride[1];                  \
+  const int pad_h = op.u.pooling.pad[0], pad_w = op.u.pooling.pad[1]
 
 /* Columns of im2col are the output positions (pp, qq) of an image and rows
  * its channel-and-tap triples (ch, ri, si). Both kernels run over the global
@@ -22,10 +47,14 @@ KILN_FN float kiln_im2col_cell(__global const float *x, long x_off, int pp, int 
   return hh >= 0 && hh < h && ww >= 0 && ww < w ? x[x_off + ((img * c + ch) * h + hh) * w + ww] : 0.0f;
 }
 
-/* [images][c*r*s][p*q] columns of consecutive input images. Global
- * (q rounded up, p, images * c*r*s). */
-__kernel void im2col_f32(__global const float *x, long x_off, __global float *cols, int c, int h, int w, int r,
-                         int s, int p, int q, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w) {
+/* [images][c*r*s][p*q] columns of consecutive input images: x in in[0]'s
+ * place from in_off, the columns into out's. Global (q rounded up, p,
+ * images * c*r*s). */
+KILN_CL_KERNEL(im2col_f32) {
+  __global const float *x = (__global const float *)in0_;
+  __global float *cols = (__global float *)out_;
+  const long x_off = op.plan.round.in_off;
+  KILN_CONV_SIZES;
   const int qq = (int)get_global_id(0), pp = (int)get_global_id(1);
   const long plane = (long)get_global_id(2);
   if (qq >= q) return;
@@ -42,9 +71,11 @@ __kernel void im2col_f32(__global const float *x, long x_off, __global float *co
  * packing pass of its own. Global (q rounded up, p + 1, images * c*r*s): the
  * extra row pp == p writes the zeros past p*q. */
 #define KILN_CONV_RN 16 /* KILN_GEMM_RN of gemm.cl */
-__kernel void im2col_packed_f32(__global const float *x, long x_off, __global float *cols, int c, int h, int w, int r,
-                                int s, int p, int q, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h,
-                                int dil_w) {
+KILN_CL_KERNEL(im2col_packed_f32) {
+  __global const float *x = (__global const float *)in0_;
+  __global float *cols = (__global float *)out_;
+  const long x_off = op.plan.round.in_off;
+  KILN_CONV_SIZES;
   const int qq = (int)get_global_id(0), pp = (int)get_global_id(1);
   const long plane = (long)get_global_id(2);
   const int pq = p * q, nb = (pq + KILN_CONV_RN - 1) / KILN_CONV_RN;
@@ -66,8 +97,13 @@ __kernel void im2col_packed_f32(__global const float *x, long x_off, __global fl
        ucol % KILN_CONV_RN] = v;
 }
 
-/* y[img][k][pq] += bias[k]. Global (pq rounded up, k, images). */
-__kernel void bias_nchw_f32(__global float *y, long y_off, __global const float *bias, long bias_off, int k, int pq) {
+/* y[img][k][pq] += bias[k]: y in out's place from out_off, bias in in[1]'s
+ * from aux_off. Global (pq rounded up, k, images). */
+KILN_CL_KERNEL(bias_nchw_f32) {
+  __global float *y = (__global float *)out_;
+  __global const float *bias = (__global const float *)in1_;
+  const long y_off = op.plan.round.out_off, bias_off = op.plan.round.aux_off;
+  const int k = (int)op.u.conv2d.k, pq = (int)(op.u.conv2d.p * op.u.conv2d.q);
   const int col = (int)get_global_id(0), kk = (int)get_global_id(1);
   const long img = (long)get_global_id(2);
   if (col >= pq) return;
@@ -76,11 +112,14 @@ __kernel void bias_nchw_f32(__global float *y, long y_off, __global const float 
 
 /* Padded cells are never candidates; a window wholly in the padding gives
  * -inf; NaN propagates. */
-__kernel void max_pool2d_f32(__global const float *x, long x_off, __global float *y, long y_off, long planes, long h,
-                             long w, long p, long q, int kernel_h, int kernel_w, int stride_h, int stride_w,
-                             int pad_h, int pad_w) {
-  x += x_off;
-  y += y_off;
+KILN_CL_KERNEL(max_pool2d_f32_f32) {
+  __global const float *x = KILN_CL_IN(float, 0);
+  __global float *y = KILN_CL_OUT(float);
+  const long planes = op.u.pooling.n * op.u.pooling.c, h = op.u.pooling.h, w = op.u.pooling.w;
+  const long p = op.u.pooling.p, q = op.u.pooling.q;
+  const int kernel_h = op.u.pooling.window[0], kernel_w = op.u.pooling.window[1];
+  const int stride_h = op.u.pooling.stride[0], stride_w = op.u.pooling.stride[1];
+  const int pad_h = op.u.pooling.pad[0], pad_w = op.u.pooling.pad[1];
   KILN_FOR_EACH(i, planes * p * q) {
     const long qq = i % q, pp = kiln_udiv(i, q) % p, plane = kiln_udiv(i, p * q);
     long h0 = pp * stride_h - pad_h, h1 = h0 + kernel_h;
@@ -106,9 +145,14 @@ __kernel void max_pool2d_f32(__global const float *x, long x_off, __global float
  * ([images][c*r*s][p*q], im2col's layout), gathered per input element so no
  * two work-items write one place (no atomics): element (ch, hh, ww) sums,
  * taps in order, the cells of the taps (ri, si) whose output position it
- * fed. Global (w rounded up, h rounded up, images * c). */
-__kernel void col2im_f32(__global const float *cols, __global float *dx, long dx_off, int c, int h, int w, int r,
-                         int s, int p, int q, int stride_h, int stride_w, int pad_h, int pad_w, int dil_h, int dil_w) {
+ * fed. The columns in in[0]'s place (from 0), dx in out's from out_off.
+ * Global (w rounded up, h rounded up, images * c). */
+KILN_CL_KERNEL(col2im_f32) {
+  __global const float *cols = (__global const float *)in0_;
+  __global float *dx = (__global float *)out_;
+  const long dx_off = op.plan.round.out_off;
+  KILN_CONV_SIZES;
+  (void)c;
   const int ww = (int)get_global_id(0), hh = (int)get_global_id(1);
   const long plane = (long)get_global_id(2);
   if (ww >= w || hh >= h) return;
@@ -143,15 +187,22 @@ __kernel void col2im_f32(__global const float *cols, __global float *dx, long dx
  * a work-group, so no work-item divides, and neighbouring work-items write
  * neighbouring rows of a block.
  *
- * Columns: global (q and p rounded up, slices*per * ceil(crs/RN)); work-item
- * (qq, pp) writes the RN rows of its block at that position. */
-__kernel void im2col_packed_t_f32(__global const float *x, long x_off, __global float *cols, int count, int per,
-                                  int c, int h, int w, int r, int s, int p, int q, int stride_h, int stride_w,
-                                  int pad_h, int pad_w, int dil_h, int dil_w) {
+ * `count` is the round's images (plan.round.images), `per` the images of a
+ * slice (plan.round.per).
+ *
+ * Columns: x in in[0]'s place from in_off, the panel into out's; global (q
+ * and p rounded up, slices*per * ceil(crs/RN)); work-item (qq, pp) writes
+ * the RN rows of its block at that position. */
+KILN_CL_KERNEL(im2col_packed_t_f32) {
   /* The block's RN rows as offsets from a position's corner: computed once
    * per work-group, so the loop below neither divides nor steps through
    * (channel, tap). A row past crs gets an offset no position reaches. */
   __local int tap_h[KILN_CONV_RN], tap_w[KILN_CONV_RN], tap_x[KILN_CONV_RN];
+  __global const float *x = (__global const float *)in0_;
+  __global float *cols = (__global float *)out_;
+  const long x_off = op.plan.round.in_off;
+  const int count = (int)op.plan.round.images, per = (int)op.plan.round.per;
+  KILN_CONV_SIZES;
   const int qq = (int)get_global_id(0), pp = (int)get_global_id(1);
   const int crs = c * r * s, nbj = (crs + KILN_CONV_RN - 1) / KILN_CONV_RN;
   const int plane = (int)get_global_id(2), jb = plane % nbj, img_r = (int)((uint)plane / (uint)nbj);
@@ -181,11 +232,16 @@ __kernel void im2col_packed_t_f32(__global const float *x, long x_off, __global 
   vstore16(vload16(0, v), 0, cols + (((long)slice * nbj + jb) * depth + l) * KILN_CONV_RN);
 }
 
-/* dy: global (p*q rounded up, 1, slices*per * ceil(k/RM)); work-item pos
- * writes the RM rows of its block at that position. */
+/* dy: in in[0]'s place from in_off, the panel into out's; global (p*q
+ * rounded up, 1, slices*per * ceil(k/RM)); work-item pos writes the RM rows
+ * of its block at that position. */
 #define KILN_CONV_RM 8 /* KILN_GEMM_RM of gemm.cl */
-__kernel void pack_dy_f32(__global const float *dy, long dy_off, __global float *out, int count, int per, int k,
-                          int pq) {
+KILN_CL_KERNEL(pack_dy_f32) {
+  __global const float *dy = (__global const float *)in0_;
+  __global float *out = (__global float *)out_;
+  const long dy_off = op.plan.round.in_off;
+  const int count = (int)op.plan.round.images, per = (int)op.plan.round.per;
+  const int k = (int)op.u.conv2d.k, pq = (int)(op.u.conv2d.p * op.u.conv2d.q);
   const int pos = (int)get_global_id(0), mb = (k + KILN_CONV_RM - 1) / KILN_CONV_RM;
   const int plane = (int)get_global_id(2), ib = plane % mb, img_r = (int)((uint)plane / (uint)mb);
   const int slice = (int)((uint)img_r / (uint)per), local_img = img_r % per; /* img_r: the image of the round */
@@ -200,10 +256,14 @@ __kernel void pack_dy_f32(__global const float *dy, long dy_off, __global float 
 }
 
 /* CONV2D_BACKWARD_WEIGHT's sum over the images of a round: out[i] = (out[i]
- * when accumulate, else 0) + parts[0][i] + parts[1][i] + ..., in image order. */
-__kernel void sum_batches_f32(__global const float *parts, long len, int count, __global float *out, long out_off,
-                              int accumulate) {
-  out += out_off;
+ * when accumulate, else 0) + parts[0][i] + parts[1][i] + ..., in image order;
+ * `count` parts (plan.round.images) of len = k*c*r*s, in in[0]'s place from
+ * 0; out from out_off; accumulate past the first round (plan.round.first). */
+KILN_CL_KERNEL(sum_batches_f32) {
+  __global const float *parts = (__global const float *)in0_;
+  __global float *out = (__global float *)out_ + op.plan.round.out_off;
+  const long len = op.u.conv2d.k * op.u.conv2d.c * op.u.conv2d.r * op.u.conv2d.s;
+  const int count = (int)op.plan.round.images, accumulate = op.plan.round.first > 0;
   KILN_FOR_EACH(i, len) {
     float acc = accumulate ? out[i] : 0.0f;
     for (int b = 0; b < count; b++) acc += parts[b * len + i];
@@ -214,11 +274,13 @@ __kernel void sum_batches_f32(__global const float *parts, long len, int count, 
 /* MAX_POOL2D_BACKWARD, first pass: for every window, where in its plane
  * (y * w + x) its first maximum in row-major order is, NaN above every number
  * (so the first NaN): the cell whose value the forward took. Padded cells
- * are never candidates. One work-item per window, as the forward. */
-__kernel void max_pool2d_argmax_f32(__global const float *x, long x_off, __global int *arg, long planes, int h, int w,
-                                    int p, int q, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
-                                    int pad_w) {
-  x += x_off;
+ * are never candidates. One work-item per window, as the forward: x in
+ * in[0]'s place from in_off, the indices into out's from out_off. */
+KILN_CL_KERNEL(max_pool2d_argmax_f32) {
+  __global const float *x = (__global const float *)in0_ + op.plan.round.in_off;
+  __global int *arg = (__global int *)out_ + op.plan.round.out_off;
+  const long planes = op.u.pooling.n * op.u.pooling.c;
+  KILN_POOL_SIZES;
   KILN_FOR_EACH(i, planes * p * q) {
     const int qq = (int)(i % q), pp = (int)(kiln_udiv(i, q) % p);
     const long plane = kiln_udiv(i, (long)p * q);
@@ -241,11 +303,15 @@ __kernel void max_pool2d_argmax_f32(__global const float *x, long x_off, __globa
 
 /* Second pass, gathered per input element (no atomics): dx at a cell is the
  * sum of dy over the windows whose first maximum it is, windows in row-major
- * order. Global (w and h rounded up, planes): the windows' rows depend on
- * dimension 1 only. */
-__kernel void max_pool2d_backward_f32(__global const int *arg, long arg_off, __global const float *dy, long dy_off,
-                                      __global float *dx, long dx_off, int h, int w, int p, int q, int kernel_h,
-                                      int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w) {
+ * order: the indices in in[0]'s place from in_off, dy in in[1]'s from
+ * aux_off, dx in out's from out_off. Global (w and h rounded up, planes):
+ * the windows' rows depend on dimension 1 only. */
+KILN_CL_KERNEL(max_pool2d_backward_f32) {
+  __global const int *arg = (__global const int *)in0_;
+  __global const float *dy = (__global const float *)in1_;
+  __global float *dx = (__global float *)out_;
+  const long arg_off = op.plan.round.in_off, dy_off = op.plan.round.aux_off, dx_off = op.plan.round.out_off;
+  KILN_POOL_SIZES;
   const int ww = (int)get_global_id(0), hh = (int)get_global_id(1);
   const long plane = (long)get_global_id(2);
   if (ww >= w || hh >= h) return;
@@ -266,11 +332,13 @@ __kernel void max_pool2d_backward_f32(__global const int *arg, long arg_off, __g
 
 /* The same when windows do not overlap (strides no shorter than the kernel):
  * a cell lies in at most one window, found by one division per axis, and
- * the work-item neither loops nor branches. */
-__kernel void max_pool2d_backward_disjoint_f32(__global const int *arg, long arg_off, __global const float *dy,
-                                               long dy_off, __global float *dx, long dx_off, int h, int w, int p,
-                                               int q, int kernel_h, int kernel_w, int stride_h, int stride_w,
-                                               int pad_h, int pad_w) {
+ * the work-item neither loops nor branches. Operands as above. */
+KILN_CL_KERNEL(max_pool2d_backward_disjoint_f32) {
+  __global const int *arg = (__global const int *)in0_;
+  __global const float *dy = (__global const float *)in1_;
+  __global float *dx = (__global float *)out_;
+  const long arg_off = op.plan.round.in_off, dy_off = op.plan.round.aux_off, dx_off = op.plan.round.out_off;
+  KILN_POOL_SIZES;
   const int ww = (int)get_global_id(0), hh = (int)get_global_id(1);
   const long plane = (long)get_global_id(2);
   if (ww >= w || hh >= h) return;

@@ -1,40 +1,47 @@
 /* kernels/opencl/copy.cl: FILL, ARANGE, COPY and CAST (any strided view into a contiguous tensor). */
+/* kiln-kinds: fill arange copy cast */
 
-/* FILL: f32 and i32 are both one 32-bit pattern. */
-__kernel void fill32(__global uint *out, long out_off, long n, uint value) {
-  out += out_off;
-  KILN_FOR_EACH(i, n) out[i] = value;
-}
+/* FILL: fill_<T>, the value as the core converted it to T. */
+#define KILN_CL_FILL_(T, TN)                                                                       \
+  KILN_CL_KERNEL(fill_##TN) {                                                                      \
+    __global T *out = KILN_CL_OUT(T);                                                              \
+    const T value = op.u.fill.value.TN;                                                            \
+    KILN_FOR_EACH(i, op.n) out[i] = value;                                                         \
+  }
+KILN_CL_FILL_(float, f32)
+KILN_CL_FILL_(int, i32)
 
 /* COPY and CAST: a strided view (ndim 0: contiguous) into a contiguous
- * output, each element converted by CONVERT; one walk for all three. */
-#define KILN_CL_WALK_(NAME, TOUT, TIN, CONVERT)                                                                  \
-  __kernel void NAME(__global TOUT *out, long out_off, __global const TIN *in, long in_off, long n, int ndim,  \
-                     KILN_DIMS_PARAMS(dim_), KILN_DIMS_PARAMS(sa_)) {                                           \
-    out += out_off;                                                                                             \
-    in += in_off;                                                                                               \
-    if (ndim == 0) {                                                                                            \
-      KILN_FOR_EACH(i, n) out[i] = CONVERT(in[i]);                                                              \
-      return;                                                                                                   \
-    }                                                                                                           \
-    const long shape[8] = KILN_DIMS_ARRAY(dim_), stride[8] = KILN_DIMS_ARRAY(sa_);                              \
-    KILN_FOR_EACH(i, n) out[i] = CONVERT(in[kiln_offset1(i, ndim, shape, stride)]);                             \
+ * output, each element converted by CONVERT; one walk for all of them:
+ * <kind>_<in dtype>_<out dtype>. */
+#define KILN_CL_WALK_(NAME, TOUT, TIN, CONVERT)                                                    \
+  KILN_CL_KERNEL(NAME) {                                                                           \
+    __global TOUT *out = KILN_CL_OUT(TOUT);                                                        \
+    __global const TIN *in = KILN_CL_IN(TIN, 0);                                                   \
+    if (op.ndim == 0) {                                                                            \
+      KILN_FOR_EACH(i, op.n) out[i] = CONVERT(in[i]);                                              \
+      return;                                                                                      \
+    }                                                                                              \
+    KILN_FOR_EACH(i, op.n) out[i] = CONVERT(in[kiln_offset1(i, op.ndim, op.shape, op.in[0].strides)]); \
   }
 
 #define KILN_CL_AS_IS_(x) (x)
 /* i32 -> f32: OpenCL C's conversion to float rounds to nearest even. */
 #define KILN_CL_TO_F32_(x) ((float)(x))
 
-/* COPY: f32 and i32 alike, as 32-bit patterns. */
-KILN_CL_WALK_(copy32, uint, uint, KILN_CL_AS_IS_)
+/* COPY, and CAST to the same dtype: 32-bit patterns as they are. */
+KILN_CL_WALK_(copy_f32_f32, uint, uint, KILN_CL_AS_IS_)
+KILN_CL_WALK_(copy_i32_i32, uint, uint, KILN_CL_AS_IS_)
+KILN_CL_WALK_(cast_f32_f32, uint, uint, KILN_CL_AS_IS_)
+KILN_CL_WALK_(cast_i32_i32, uint, uint, KILN_CL_AS_IS_)
 /* CAST f32 -> i32: toward zero, NaN -> 0, saturating (kiln_float_to_i32). */
 KILN_CL_WALK_(cast_f32_i32, int, float, kiln_float_to_i32)
 KILN_CL_WALK_(cast_i32_f32, float, int, KILN_CL_TO_F32_)
 
 /* ARANGE: out[i] = start + i*step computed in double and rounded once, as the
- * CPU backend does. start and step arrive as the bits of their doubles and,
- * for devices without fp64, as pairs of floats (hi + lo) for a double-float
- * evaluation that agrees except in rare double-rounding cases. */
+ * CPU backend does. start and step are the record's doubles; devices without fp64 get
+ * their bits and split each into a pair of floats (hi + lo) for a
+ * double-float evaluation that agrees except in rare double-rounding cases. */
 #ifndef KILN_CL_HAVE_FP64
 /* hi + lo = a + b exactly. */
 KILN_FN float2 kiln_two_sum(float a, float b) {
@@ -50,28 +57,41 @@ KILN_FN float2 kiln_df_arange(long i, float start_hi, float start_lo, float step
   const float lo = s.y + p_err + start_lo + step_hi * i_lo + step_lo * i_hi;
   return kiln_two_sum(s.x, lo);
 }
+
+/* A double's bits as hi + lo floats: hi its top 24 significant bits, lo the
+ * next 29 rounded to float (finite values within float range). */
+KILN_FN float2 kiln_df_of_bits(ulong bits) {
+  const int biased = (int)((bits >> 52) & 0x7ff);
+  if (biased == 0) return (float2)(0.0f, 0.0f); /* zero, and doubles far below float range */
+  const ulong mant = (bits & 0xfffffffffffffUL) | 0x10000000000000UL; /* 53 bits */
+  const int e = biased - 1075;
+  const float sign = (bits >> 63) ? -1.0f : 1.0f;
+  const float hi = ldexp((float)(uint)(mant >> 29), e + 29);
+  const float lo = ldexp((float)(uint)(mant & 0x1fffffffUL), e);
+  return (float2)(sign * hi, sign * lo);
+}
 #endif
 
-__kernel void arange_f32(__global float *out, long out_off, long n, ulong start_bits, ulong step_bits,
-                         float start_hi, float start_lo, float step_hi, float step_lo) {
-  out += out_off;
+KILN_CL_KERNEL(arange_f32) {
+  __global float *out = KILN_CL_OUT(float);
 #ifdef KILN_CL_HAVE_FP64
-  const double start = as_double(start_bits), step = as_double(step_bits);
-  KILN_FOR_EACH(i, n) out[i] = (float)(start + (double)i * step);
+  const double start = op.u.arange.start, step = op.u.arange.step;
+  KILN_FOR_EACH(i, op.n) out[i] = (float)(start + (double)i * step);
 #else
-  KILN_FOR_EACH(i, n) out[i] = kiln_df_arange(i, start_hi, start_lo, step_hi, step_lo).x;
+  const float2 start = kiln_df_of_bits(op.u.arange.start), step = kiln_df_of_bits(op.u.arange.step);
+  KILN_FOR_EACH(i, op.n) out[i] = kiln_df_arange(i, start.x, start.y, step.x, step.y).x;
 #endif
 }
 
-__kernel void arange_i32(__global int *out, long out_off, long n, ulong start_bits, ulong step_bits, float start_hi,
-                         float start_lo, float step_hi, float step_lo) {
-  out += out_off;
+KILN_CL_KERNEL(arange_i32) {
+  __global int *out = KILN_CL_OUT(int);
 #ifdef KILN_CL_HAVE_FP64
-  const double start = as_double(start_bits), step = as_double(step_bits);
-  KILN_FOR_EACH(i, n) out[i] = kiln_double_to_i32(start + (double)i * step);
+  const double start = op.u.arange.start, step = op.u.arange.step;
+  KILN_FOR_EACH(i, op.n) out[i] = kiln_double_to_i32(start + (double)i * step);
 #else
-  KILN_FOR_EACH(i, n) {
-    const float2 v = kiln_df_arange(i, start_hi, start_lo, step_hi, step_lo);
+  const float2 start = kiln_df_of_bits(op.u.arange.start), step = kiln_df_of_bits(op.u.arange.step);
+  KILN_FOR_EACH(i, op.n) {
+    const float2 v = kiln_df_arange(i, start.x, start.y, step.x, step.y);
     /* Truncate hi + lo toward zero without losing lo's sign. */
     int r = kiln_float_to_i32(v.x);
     const float frac = (v.x - (float)r) + v.y;

@@ -1,66 +1,65 @@
-/* kernels/opencl/elementwise.cl: UNARY, BINARY and BINARY_SCALAR for f32 and i32, and UNARY_BACKWARD for f32, expanded from kernels/ops.def. */
+/* kernels/opencl/elementwise.cl: UNARY, BINARY and BINARY_SCALAR for f32 and i32, and UNARY_BACKWARD for f32, expanded from kernels/ops.def; WHERE. */
+/* kiln-kinds: unary binary binary_scalar unary_backward where */
 /*
- * Kernel names: unary_<f32|i32>_<NAME>, binary_<f32|i32>_<NAME>,
- * binary_scalar_<f32|i32>_<NAME>, unary_grad_f32_<NAME>. Inputs are strided
- * views of the output's shape (stride 0 where broadcast); ndim 0 means all
- * are contiguous.
+ * Kernel names: unary_<NAME>_<T>_<T>, binary_<NAME>_<T>_<T>,
+ * binary_scalar_<NAME>_<T>_<T>, unary_backward_<NAME>_f32_f32, T the dtype
+ * (f32, i32). Inputs are strided views of out's shape (stride 0 where
+ * broadcast); op.ndim 0 means all are contiguous. One generic body per kind
+ * over (T, dtype name); a dtype is a line of instantiations below.
  */
 
-#define KILN_CL_UNARY_(T, TNAME, NAME, expr)                                                       \
-  __kernel void unary_##TNAME##_##NAME(__global T *out, long out_off, __global const T *in, long in_off, long n, \
-                                       int ndim, KILN_DIMS_PARAMS(dim_), KILN_DIMS_PARAMS(sa_)) {        \
-    out += out_off;                                                                                \
-    in += in_off;                                                                                  \
-    if (ndim == 0) {                                                                               \
-      KILN_FOR_EACH(i, n) {                                                                        \
+/* The binary scalar in each dtype, as the core converted it. */
+#define KILN_CL_SCALAR_f32(s) ((s).f32)
+#define KILN_CL_SCALAR_i32(s) ((s).i32)
+
+#define KILN_CL_UNARY_(T, TN, NAME, expr)                                                          \
+  KILN_CL_KERNEL(unary_##NAME##_##TN##_##TN) {                                                     \
+    __global T *out = KILN_CL_OUT(T);                                                              \
+    __global const T *in = KILN_CL_IN(T, 0);                                                       \
+    if (op.ndim == 0) {                                                                            \
+      KILN_FOR_EACH(i, op.n) {                                                                     \
         const T x = in[i];                                                                         \
         out[i] = (expr);                                                                           \
       }                                                                                            \
       return;                                                                                      \
     }                                                                                              \
-    const long shape[8] = KILN_DIMS_ARRAY(dim_), stride[8] = KILN_DIMS_ARRAY(sa_);                      \
-    KILN_FOR_EACH(i, n) {                                                                          \
-      const T x = in[kiln_offset1(i, ndim, shape, stride)];                                        \
+    KILN_FOR_EACH(i, op.n) {                                                                       \
+      const T x = in[kiln_offset1(i, op.ndim, op.shape, op.in[0].strides)];                        \
       out[i] = (expr);                                                                             \
     }                                                                                              \
   }
 
-#define KILN_CL_BINARY_(T, TNAME, NAME, expr)                                                      \
-  __kernel void binary_##TNAME##_##NAME(__global T *out, long out_off, __global const T *in0, long in0_off,     \
-                                        __global const T *in1, long in1_off, long n, int ndim,      \
-                                        KILN_DIMS_PARAMS(dim_), KILN_DIMS_PARAMS(sa_), KILN_DIMS_PARAMS(sb_)) { \
-    out += out_off;                                                                                \
-    in0 += in0_off;                                                                                \
-    in1 += in1_off;                                                                                \
-    if (ndim == 0) {                                                                               \
-      KILN_FOR_EACH(i, n) {                                                                        \
+#define KILN_CL_BINARY_(T, TN, NAME, expr)                                                         \
+  KILN_CL_KERNEL(binary_##NAME##_##TN##_##TN) {                                                    \
+    __global T *out = KILN_CL_OUT(T);                                                              \
+    __global const T *in0 = KILN_CL_IN(T, 0), *in1 = KILN_CL_IN(T, 1);                             \
+    if (op.ndim == 0) {                                                                            \
+      KILN_FOR_EACH(i, op.n) {                                                                     \
         const T a = in0[i], b = in1[i];                                                            \
         out[i] = (expr);                                                                           \
       }                                                                                            \
       return;                                                                                      \
     }                                                                                              \
-    const long shape[8] = KILN_DIMS_ARRAY(dim_), s0[8] = KILN_DIMS_ARRAY(sa_), s1[8] = KILN_DIMS_ARRAY(sb_); \
-    KILN_FOR_EACH(i, n) {                                                                          \
+    KILN_FOR_EACH(i, op.n) {                                                                       \
       long o0, o1;                                                                                 \
-      kiln_offset2(i, ndim, shape, s0, s1, &o0, &o1);                                              \
+      kiln_offset2(i, op.ndim, op.shape, op.in[0].strides, op.in[1].strides, &o0, &o1);            \
       const T a = in0[o0], b = in1[o1];                                                            \
       out[i] = (expr);                                                                             \
     }                                                                                              \
   }                                                                                                \
-  __kernel void binary_scalar_##TNAME##_##NAME(__global T *out, long out_off, __global const T *in0, long in0_off, \
-                                               T b, long n, int ndim, KILN_DIMS_PARAMS(dim_), KILN_DIMS_PARAMS(sa_)) { \
-    out += out_off;                                                                                \
-    in0 += in0_off;                                                                                \
-    if (ndim == 0) {                                                                               \
-      KILN_FOR_EACH(i, n) {                                                                        \
+  KILN_CL_KERNEL(binary_scalar_##NAME##_##TN##_##TN) {                                             \
+    __global T *out = KILN_CL_OUT(T);                                                              \
+    __global const T *in0 = KILN_CL_IN(T, 0);                                                      \
+    const T b = KILN_CL_SCALAR_##TN(op.u.binary.scalar);                                           \
+    if (op.ndim == 0) {                                                                            \
+      KILN_FOR_EACH(i, op.n) {                                                                     \
         const T a = in0[i];                                                                        \
         out[i] = (expr);                                                                           \
       }                                                                                            \
       return;                                                                                      \
     }                                                                                              \
-    const long shape[8] = KILN_DIMS_ARRAY(dim_), s0[8] = KILN_DIMS_ARRAY(sa_);                          \
-    KILN_FOR_EACH(i, n) {                                                                          \
-      const T a = in0[kiln_offset1(i, ndim, shape, s0)];                                           \
+    KILN_FOR_EACH(i, op.n) {                                                                       \
+      const T a = in0[kiln_offset1(i, op.ndim, op.shape, op.in[0].strides)];                       \
       out[i] = (expr);                                                                             \
     }                                                                                              \
   }
@@ -73,13 +72,11 @@
  * vectorises across work-items (PoCL) does not through the grid-stride loop,
  * and the scalar loop it leaves runs at a fraction of the memory's speed. */
 #define KILN_CL_UNARY_GRAD_(NAME, expr)                                                            \
-  __kernel void unary_grad_f32_##NAME(__global float *out, long out_off, __global const float *xs, long x_off,   \
-                                      __global const float *dys, long dy_off, long n, int ndim,    \
-                                      KILN_DIMS_PARAMS(dim_), KILN_DIMS_PARAMS(sa_), KILN_DIMS_PARAMS(sb_)) { \
-    out += out_off;                                                                                \
-    xs += x_off;                                                                                   \
-    dys += dy_off;                                                                                 \
-    if (ndim == 0) {                                                                               \
+  KILN_CL_KERNEL(unary_backward_##NAME##_f32_f32) {                                                \
+    __global float *out = KILN_CL_OUT(float);                                                      \
+    __global const float *xs = KILN_CL_IN(float, 0), *dys = KILN_CL_IN(float, 1);                  \
+    const long n = op.n;                                                                           \
+    if (op.ndim == 0) {                                                                            \
       const long vectors = n / 8;                                                                  \
       KILN_FOR_EACH(v, vectors) {                                                                  \
         const float8 x = vload8(v, xs), dy = vload8(v, dys);                                       \
@@ -92,10 +89,9 @@
         }                                                                                          \
       return;                                                                                      \
     }                                                                                              \
-    const long shape[8] = KILN_DIMS_ARRAY(dim_), s0[8] = KILN_DIMS_ARRAY(sa_), s1[8] = KILN_DIMS_ARRAY(sb_); \
     KILN_FOR_EACH(i, n) {                                                                          \
       long o0, o1;                                                                                 \
-      kiln_offset2(i, ndim, shape, s0, s1, &o0, &o1);                                              \
+      kiln_offset2(i, op.ndim, op.shape, op.in[0].strides, op.in[1].strides, &o0, &o1);            \
       const float x = xs[o0], dy = dys[o1];                                                        \
       out[i] = (expr);                                                                             \
     }                                                                                              \
@@ -107,3 +103,29 @@
 #define KILN_BINARY_I32(NAME, expr) KILN_CL_BINARY_(int, i32, NAME, expr)
 #define KILN_UNARY_GRAD_F32(NAME, expr) KILN_CL_UNARY_GRAD_(NAME, expr)
 #include "ops.def"
+
+/* WHERE: out = cond != 0 ? a : b (NaN is nonzero, -0.0 is not), the
+ * condition read as TC, the values copied as their 32-bit patterns (so the
+ * value dtype only names the kernel); the three walk out's shape by their
+ * strides. Kernel where_<cond dtype>_<out dtype>. */
+#define KILN_CL_WHERE_(TC, TCN, TN)                                                                \
+  KILN_CL_KERNEL(where_##TCN##_##TN) {                                                             \
+    __global uint *out = KILN_CL_OUT(uint);                                                        \
+    __global const TC *c = KILN_CL_IN(TC, 0);                                                      \
+    __global const uint *a = KILN_CL_IN(uint, 1), *b = KILN_CL_IN(uint, 2);                        \
+    if (op.ndim == 0) {                                                                            \
+      KILN_FOR_EACH(i, op.n) out[i] = c[i] != 0 ? a[i] : b[i];                                     \
+      return;                                                                                      \
+    }                                                                                              \
+    KILN_FOR_EACH(i, op.n) {                                                                       \
+      long oc, oa;                                                                                 \
+      kiln_offset2(i, op.ndim, op.shape, op.in[0].strides, op.in[1].strides, &oc, &oa);            \
+      const long ob = kiln_offset1(i, op.ndim, op.shape, op.in[2].strides);                        \
+      out[i] = c[oc] != 0 ? a[oa] : b[ob];                                                         \
+    }                                                                                              \
+  }
+KILN_CL_WHERE_(float, f32, f32)
+KILN_CL_WHERE_(float, f32, i32)
+KILN_CL_WHERE_(int, i32, f32)
+KILN_CL_WHERE_(int, i32, i32)
+#undef KILN_CL_WHERE_

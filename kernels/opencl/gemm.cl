@@ -17,6 +17,14 @@
  * It must be launched with a 16 x 16 work-group.
  *
  * k == 0 writes zeros (the loops do not run).
+ *
+ * Every kernel takes KILN_CL_KERNEL's parameters and reads the GEMM from
+ * op.plan.gemm (m, n, k, lda, ldb, ldc, strides, batch, transposes, element
+ * offsets: never the operands' own offsets, as the planners put other
+ * buffers in their places): C in out's place, A in in[0]'s and B in in[1]'s;
+ * gemm_pack_a/b write their panel into out's place, and gemm_packed reads
+ * the panels from in[0]'s and in[1]'s with stride_a and stride_b the
+ * panels' batch strides (stride_a 0: every batch shares one A).
  */
 
 #define KILN_GEMM_RM 8
@@ -29,8 +37,12 @@
 /* Global (rows rounded up to the work-group size, k, batches): work-item
  * (i, l, batch) writes element (i, l) of op(A) to its packed place (zero past
  * m), so neighbouring work-items write neighbouring floats. */
-__kernel void gemm_pack_a(__global const float *a, long a_off, __global float *out, int m, int k, long lda,
-                          int trans_a, long stride_a, int mb) {
+KILN_CL_KERNEL(gemm_pack_a) {
+  __global const float *a = (__global const float *)in0_;
+  __global float *out = (__global float *)out_;
+  const long a_off = op.plan.gemm.a_off, lda = op.plan.gemm.lda, stride_a = op.plan.gemm.stride_a;
+  const int m = (int)op.plan.gemm.m, k = (int)op.plan.gemm.k, trans_a = op.plan.gemm.trans_a;
+  const int mb = (m + KILN_GEMM_RM - 1) / KILN_GEMM_RM;
   const int i = (int)get_global_id(0), l = (int)get_global_id(1);
   const long batch = (long)get_global_id(2);
   if (i >= mb * KILN_GEMM_RM) return;
@@ -42,8 +54,12 @@ __kernel void gemm_pack_a(__global const float *a, long a_off, __global float *o
 }
 
 /* Likewise for op(B): work-item (j, l, batch), zero past n. */
-__kernel void gemm_pack_b(__global const float *b, long b_off, __global float *out, int n, int k, long ldb,
-                          int trans_b, long stride_b, int nb) {
+KILN_CL_KERNEL(gemm_pack_b) {
+  __global const float *b = (__global const float *)in1_;
+  __global float *out = (__global float *)out_;
+  const long b_off = op.plan.gemm.b_off, ldb = op.plan.gemm.ldb, stride_b = op.plan.gemm.stride_b;
+  const int n = (int)op.plan.gemm.n, k = (int)op.plan.gemm.k, trans_b = op.plan.gemm.trans_b;
+  const int nb = (n + KILN_GEMM_RN - 1) / KILN_GEMM_RN;
   const int j = (int)get_global_id(0), l = (int)get_global_id(1);
   const long batch = (long)get_global_id(2);
   if (j >= nb * KILN_GEMM_RN) return;
@@ -66,8 +82,9 @@ KILN_FN void kiln_gemm_store_row(__global float *c, int i, int j0, int n, long l
   for (int j = 0; j < n - j0; j++) row[j] = t[j];
 }
 
-/* Global (n/RN, m/RM, batches), rounded up to the work-group size; ap_batch
- * is 0 when every batch shares one A (conv2d's weights). */
+/* Global (n/RN, m/RM, batches), rounded up to the work-group size; the
+ * panels' batch strides (stride_a, stride_b of the plan) are their sizes,
+ * stride_a 0 when every batch shares one A (conv2d's weights). */
 /* One rank-1 update of the 8x16 register block: row r of C += a.sr * b. */
 #define KILN_GEMM_RANK1(a, b)                                                                      \
   do {                                                                                             \
@@ -81,8 +98,14 @@ KILN_FN void kiln_gemm_store_row(__global float *c, int i, int j0, int n, long l
     c7 = mad((float16)((a).s7), (b), c7);                                                         \
   } while (0)
 
-__kernel void gemm_packed(__global const float *ap, __global const float *bp, __global float *c, long c_off, int m,
-                          int n, int k, long ldc, long stride_c, int mb, int nb, long ap_batch, long bp_batch) {
+KILN_CL_KERNEL(gemm_packed) {
+  __global const float *ap = (__global const float *)in0_ + op.plan.gemm.a_off;
+  __global const float *bp = (__global const float *)in1_ + op.plan.gemm.b_off;
+  __global float *c = (__global float *)out_;
+  const long c_off = op.plan.gemm.c_off, ldc = op.plan.gemm.ldc, stride_c = op.plan.gemm.stride_c;
+  const long ap_batch = op.plan.gemm.stride_a, bp_batch = op.plan.gemm.stride_b;
+  const int m = (int)op.plan.gemm.m, n = (int)op.plan.gemm.n, k = (int)op.plan.gemm.k;
+  const int mb = (m + KILN_GEMM_RM - 1) / KILN_GEMM_RM, nb = (n + KILN_GEMM_RN - 1) / KILN_GEMM_RN;
   const int jb = (int)get_global_id(0), ib = (int)get_global_id(1);
   const long batch = (long)get_global_id(2);
   if (jb >= nb || ib >= mb) return;
@@ -120,12 +143,18 @@ __kernel void gemm_packed(__global const float *ap, __global const float *bp, __
 #define KILN_GEMM_WPT 4   /* each work-item: WPT x WPT, strided by 16 */
 
 /* Global (ceil(n/64)*16, ceil(m/64)*16, batches), local (16, 16). */
-__kernel void gemm_tiled(__global const float *a, long a_off, __global const float *b, long b_off, __global float *c,
-                         long c_off, int m, int n, int k, long lda, long ldb, long ldc, int trans_a, int trans_b,
-                         long stride_a, long stride_b, long stride_c) {
+KILN_CL_KERNEL(gemm_tiled) {
   /* As[l][i] and Bs[l][j]; the +1 keeps column reads off one bank. */
   __local float as[KILN_GEMM_TK][KILN_GEMM_TILE + 1];
   __local float bs[KILN_GEMM_TK][KILN_GEMM_TILE + 1];
+  __global const float *a = (__global const float *)in0_;
+  __global const float *b = (__global const float *)in1_;
+  __global float *c = (__global float *)out_;
+  const long a_off = op.plan.gemm.a_off, b_off = op.plan.gemm.b_off, c_off = op.plan.gemm.c_off;
+  const long lda = op.plan.gemm.lda, ldb = op.plan.gemm.ldb, ldc = op.plan.gemm.ldc;
+  const long stride_a = op.plan.gemm.stride_a, stride_b = op.plan.gemm.stride_b, stride_c = op.plan.gemm.stride_c;
+  const int m = (int)op.plan.gemm.m, n = (int)op.plan.gemm.n, k = (int)op.plan.gemm.k;
+  const int trans_a = op.plan.gemm.trans_a, trans_b = op.plan.gemm.trans_b;
   const int tx = (int)get_local_id(0), ty = (int)get_local_id(1);
   const int i_base = (int)get_group_id(1) * KILN_GEMM_TILE, j_base = (int)get_group_id(0) * KILN_GEMM_TILE;
   const long batch = (long)get_global_id(2);

@@ -1,4 +1,5 @@
 /* kernels/opencl/nn.cl: SOFTMAX / log-softmax over rows and CROSS_ENTROPY (mean of -log_softmax at the label), max-subtracted, and their gradients. */
+/* kiln-kinds: softmax softmax_backward cross_entropy cross_entropy_backward */
 /*
  * One work-group per row (a power of two no larger than KILN_CL_REDUCE_WG,
  * any width: nothing assumes a warp or wavefront). The row maximum is
@@ -44,8 +45,8 @@ KILN_FN void kiln_nn_kahan_add(float *sum, float *comp, float v) {
 }
 
 /* The work-item's share of a row of `cols`: a contiguous run on CPUs
- * (`contiguous`: each work-item runs alone on a core), every wgs-th element
- * on GPUs (neighbours read neighbours). */
+ * (KILN_CL_ROW_RUNS: each work-item runs alone on a core), every wgs-th
+ * element on GPUs (neighbours read neighbours). */
 typedef struct kiln_share_t {
   long begin, end, step;
 } kiln_share_t;
@@ -88,13 +89,14 @@ KILN_FN float2 kiln_row_max_sumexp(__global const float *x, __global float *e, k
   return (float2)(m, sum);
 }
 
-__kernel void softmax_f32(__global const float *in, long in_off, __global float *out, long out_off, long rows,
-                          long cols, int log_out, int contiguous) {
+KILN_CL_KERNEL(softmax_f32_f32) {
   __local float scratch[KILN_CL_REDUCE_WG];
-  const kiln_share_t sh = kiln_share_of(cols, contiguous);
+  const long rows = op.u.softmax.rows, cols = op.u.softmax.cols;
+  const int log_out = op.u.softmax.log;
+  const kiln_share_t sh = kiln_share_of(cols, KILN_CL_ROW_RUNS);
   for (long r = (long)get_group_id(0); r < rows; r += (long)get_num_groups(0)) {
-    __global const float *x = in + in_off + r * cols;
-    __global float *y = out + out_off + r * cols;
+    __global const float *x = KILN_CL_IN(float, 0) + r * cols;
+    __global float *y = KILN_CL_OUT(float) + r * cols;
     const float2 ms = kiln_row_max_sumexp(x, log_out ? (__global float *)0 : y, sh, scratch);
     if (log_out) {
       /* (x - max) - log(sum), in that order: see kernels/cpu/nn.c. */
@@ -107,26 +109,33 @@ __kernel void softmax_f32(__global const float *in, long in_off, __global float 
   }
 }
 
-/* The loss of each row into work[r]; a label out of range gives NaN. */
-__kernel void xent_rows(__global const float *logits, long logits_off, __global const int *labels, long labels_off,
-                        __global float *work, long rows, long cols, int contiguous) {
+/* CROSS_ENTROPY's two passes (its planner's kernels). The first: the loss
+ * of each row into work[r], work the scratch buffer given in out's place
+ * (from its start); a label out of range gives NaN. */
+KILN_CL_KERNEL(xent_rows) {
   __local float scratch[KILN_CL_REDUCE_WG];
-  const kiln_share_t sh = kiln_share_of(cols, contiguous);
+  const long rows = op.u.cross_entropy.n, cols = op.u.cross_entropy.c;
+  __global float *work = (__global float *)out_;
+  __global const int *labels = KILN_CL_IN(int, 1);
+  const kiln_share_t sh = kiln_share_of(cols, KILN_CL_ROW_RUNS);
   for (long r = (long)get_group_id(0); r < rows; r += (long)get_num_groups(0)) {
-    __global const float *x = logits + logits_off + r * cols;
-    const int label = labels[labels_off + r];
+    __global const float *x = KILN_CL_IN(float, 0) + r * cols;
+    const int label = labels[r];
     const float2 ms = kiln_row_max_sumexp(x, (__global float *)0, sh, scratch);
     if (get_local_id(0) == 0)
       work[r] = label < 0 || label >= cols ? NAN : -((x[label] - ms.x) - log(ms.y));
   }
 }
 
-/* One work-group: the mean of the row losses (rows 0: NaN, the mean of
- * nothing), and the report the core reads at the next synchronisation:
- * {the first row whose label is outside [0, cols), its label} or {-1, 0}. */
-__kernel void xent_mean(__global const float *work, __global float *out, long out_off, long rows,
-                        __global const int *labels, long labels_off, long cols, __global int *report,
-                        long report_off) {
+/* The second, one work-group: the mean of the row losses (rows 0: NaN, the
+ * mean of nothing) into out, work given in in[0]'s place (from its start),
+ * and the report (in[2]) the core reads at the next synchronisation: {the
+ * first row whose label is outside [0, cols), its label} or {-1, 0}. */
+KILN_CL_KERNEL(xent_mean) {
+  const long rows = op.u.cross_entropy.n, cols = op.u.cross_entropy.c;
+  __global const float *work = (__global const float *)in0_;
+  __global const int *labels = KILN_CL_IN(int, 1);
+  __global int *report = KILN_CL_IN(int, 2);
   __local float scratch[KILN_CL_REDUCE_WG];
   __local int first;
   const int lid = (int)get_local_id(0), wgs = (int)get_local_size(0);
@@ -135,7 +144,7 @@ __kernel void xent_mean(__global const float *work, __global float *out, long ou
   float sum = 0.0f, comp = 0.0f;
   for (long r = lid; r < rows; r += wgs) kiln_nn_kahan_add(&sum, &comp, work[r]);
   for (long r = lid; r < rows && r < INT_MAX; r += wgs) {
-    const int label = labels[labels_off + r];
+    const int label = labels[r];
     if (label < 0 || label >= cols) {
       atomic_min(&first, (int)r);
       break; /* this item's later rows come after it */
@@ -144,9 +153,9 @@ __kernel void xent_mean(__global const float *work, __global float *out, long ou
   sum = kiln_group_sum(sum - comp, scratch); /* its barriers also publish `first` */
   barrier(CLK_LOCAL_MEM_FENCE);
   if (lid == 0) {
-    out[out_off] = sum / (float)rows;
-    report[report_off] = first == INT_MAX ? -1 : first;
-    report[report_off + 1] = first == INT_MAX ? 0 : labels[labels_off + first];
+    KILN_CL_OUT(float)[0] = sum / (float)rows;
+    report[0] = first == INT_MAX ? -1 : first;
+    report[1] = first == INT_MAX ? 0 : labels[first];
   }
 }
 
@@ -155,15 +164,15 @@ __kernel void xent_mean(__global const float *work, __global float *out, long ou
 /* SOFTMAX_BACKWARD from the forward's result y: softmax dx = y * (dy -
  * sum(dy * y)), log-softmax dx = dy - exp(y) * sum(dy); one row per
  * work-group as the forward. */
-__kernel void softmax_backward_f32(__global const float *y_in, long y_off, __global const float *dy_in, long dy_off,
-                                   __global float *out, long out_off, long rows, long cols, int log_in,
-                                   int contiguous) {
+KILN_CL_KERNEL(softmax_backward_f32_f32) {
   __local float scratch[KILN_CL_REDUCE_WG];
-  const kiln_share_t sh = kiln_share_of(cols, contiguous);
+  const long rows = op.u.softmax.rows, cols = op.u.softmax.cols;
+  const int log_in = op.u.softmax.log;
+  const kiln_share_t sh = kiln_share_of(cols, KILN_CL_ROW_RUNS);
   for (long r = (long)get_group_id(0); r < rows; r += (long)get_num_groups(0)) {
-    __global const float *y = y_in + y_off + r * cols;
-    __global const float *dy = dy_in + dy_off + r * cols;
-    __global float *dx = out + out_off + r * cols;
+    __global const float *y = KILN_CL_IN(float, 0) + r * cols;
+    __global const float *dy = KILN_CL_IN(float, 1) + r * cols;
+    __global float *dx = KILN_CL_OUT(float) + r * cols;
     float sum = 0.0f, comp = 0.0f;
     if (log_in) {
       for (long i = sh.begin; i < sh.end; i += sh.step) kiln_nn_kahan_add(&sum, &comp, dy[i]);
@@ -180,19 +189,19 @@ __kernel void softmax_backward_f32(__global const float *y_in, long y_off, __glo
 }
 
 /* CROSS_ENTROPY_BACKWARD: row r of the result is (softmax(x_r) -
- * onehot(label_r)) / rows, times dloss[0] when has_dloss; a label outside
+ * onehot(label_r)) / rows, times dloss (in[2]) when op.n_in is 3; a label outside
  * [0, cols) makes the row NaN. The exps go straight into the result, each
  * work-item reading back only its own share. */
-__kernel void xent_backward_f32(__global const float *logits, long logits_off, __global const int *labels,
-                                long labels_off, __global const float *dloss, long dloss_off, int has_dloss,
-                                __global float *out, long out_off, long rows, long cols, int contiguous) {
+KILN_CL_KERNEL(cross_entropy_backward_f32_f32) {
   __local float scratch[KILN_CL_REDUCE_WG];
-  const kiln_share_t sh = kiln_share_of(cols, contiguous);
-  const float scale = has_dloss ? dloss[dloss_off] : 1.0f, count = (float)rows;
+  const long rows = op.u.cross_entropy.n, cols = op.u.cross_entropy.c;
+  __global const int *labels = KILN_CL_IN(int, 1);
+  const kiln_share_t sh = kiln_share_of(cols, KILN_CL_ROW_RUNS);
+  const float scale = op.n_in == 3 ? KILN_CL_IN(float, 2)[0] : 1.0f, count = (float)rows;
   for (long r = (long)get_group_id(0); r < rows; r += (long)get_num_groups(0)) {
-    __global const float *x = logits + logits_off + r * cols;
-    __global float *g = out + out_off + r * cols;
-    const int label = labels[labels_off + r];
+    __global const float *x = KILN_CL_IN(float, 0) + r * cols;
+    __global float *g = KILN_CL_OUT(float) + r * cols;
+    const int label = labels[r];
     const float2 ms = kiln_row_max_sumexp(x, g, sh, scratch);
     if (label < 0 || label >= cols) {
       for (long i = sh.begin; i < sh.end; i += sh.step) g[i] = NAN;

@@ -8,13 +8,38 @@
  * work-items, and every work-item checks its bounds (global sizes are
  * rounded up to the work-group size).
  *
- * Buffer arguments come in pairs: a __global pointer and a `long` element
- * offset, because views are not aligned enough for sub-buffers.
+ * Every kernel of an op kind takes the same parameters (KILN_CL_KERNEL):
+ * the buffers of out and of in[0..2] (NULL where the op has fewer), then
+ * the op's record, kiln_kop_t (kernels/kop.h), as one struct argument.
+ * Offsets are elements from each buffer's start (op.out.offset,
+ * op.in[i].offset): views are not aligned enough for sub-buffers. Kernels
+ * internal to a planner (GEMM packing and products, convolution rounds)
+ * take the same parameters, with scratch buffers in operand places, and
+ * read their offsets and sizes from op.plan (gemm.cl, conv.cl say how).
  */
 
 #if defined(cl_khr_fp64) && (!defined(KILN_CL_FP64) || KILN_CL_FP64)
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #define KILN_CL_HAVE_FP64 1
+#endif
+
+#include "kop.h"
+
+/* The parameters of every kernel of an op kind: the operands' buffers, then
+ * the record. Named `<name>[_<FORMULA>]_<in[0] dtype>_<out dtype>` (no
+ * input: `<name>_<out dtype>`), the name the backend looks up. */
+#define KILN_CL_KERNEL(name)                                                                       \
+  __kernel void name(__global void *out_, __global void *in0_, __global void *in1_, __global void *in2_, \
+                     const kiln_kop_t op)
+/* The operands as element pointers, their offsets applied. */
+#define KILN_CL_OUT(T) ((__global T *)out_ + op.out.offset)
+#define KILN_CL_IN(T, i) ((__global T *)in##i##_ + op.in[i].offset)
+
+/* Whether row kernels give each work-item a contiguous run of the row (CPUs,
+ * where each runs alone on a core; the host sets it per device) rather than
+ * interleaved elements (GPUs, where neighbours reading neighbours coalesce). */
+#ifndef KILN_CL_ROW_RUNS
+#define KILN_CL_ROW_RUNS 0
 #endif
 
 /* kernels/ops.def's math, in OpenCL C's names (full precision: programs are
@@ -63,12 +88,9 @@ KILN_FN int kiln_float_to_i32(float v) {
 KILN_FN float kiln_max_nan(float a, float b) { return ((b > a || b != b) && a == a) ? b : a; }
 
 /* ---- strided walks ------------------------------------------------------------
- * An elementwise kernel gets its output's shape (dims of extent 1 dropped and
- * mergeable dims merged by the core) and each input's strides, eight of each as
- * separate `long` arguments; ndim 0 means every operand is plainly contiguous. */
-#define KILN_DIMS_PARAMS(p)                                                                         \
-  long p##0, long p##1, long p##2, long p##3, long p##4, long p##5, long p##6, long p##7
-#define KILN_DIMS_ARRAY(p) {p##0, p##1, p##2, p##3, p##4, p##5, p##6, p##7}
+ * An elementwise kernel walks out's shape (op.shape: dims of extent 1 dropped
+ * and mergeable dims merged by the core) with each input's strides
+ * (op.in[i].strides); op.ndim 0 means every operand is plainly contiguous. */
 
 /* The quotient of two non-negative longs by an unsigned division, for use beside
  * a signed `%` of the same operands: a division and a remainder of the same

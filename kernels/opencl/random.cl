@@ -1,12 +1,15 @@
 /* kernels/opencl/random.cl: RANDOM, uniform and normal, from Philox4x32-10: the same numbers as every kiln backend. */
+/* kiln-kinds: random */
 #include "philox.h"
 
-__kernel void random_uniform(__global float *out, long out_off, long n, ulong seed, float low, float high) {
-  out += out_off;
-  KILN_FOR_EACH(i, n) out[i] = kiln_philox_uniform((ulong)i, seed, low, high);
-}
-
-__kernel void random_normal(__global float *out, long out_off, long n, ulong seed, float mean, float stddev) {
-  out += out_off;
-  KILN_FOR_EACH(i, n) out[i] = kiln_philox_normal((ulong)i, seed, mean, stddev);
+/* op.u.random.normal 0: uniform [a, b); 1: normal(mean a, stddev b). */
+KILN_CL_KERNEL(random_f32) {
+  __global float *out = KILN_CL_OUT(float);
+  const ulong seed = op.u.random.seed;
+  const float a = op.u.random.a, b = op.u.random.b;
+  if (op.u.random.normal) {
+    KILN_FOR_EACH(i, op.n) out[i] = kiln_philox_normal((ulong)i, seed, a, b);
+  } else {
+    KILN_FOR_EACH(i, op.n) out[i] = kiln_philox_uniform((ulong)i, seed, a, b);
+  }
 }

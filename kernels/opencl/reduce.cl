@@ -1,4 +1,5 @@
 /* kernels/opencl/reduce.cl: REDUCE (sum, mean, max, argmax, norm) over the middle axis of [outer, len, inner], f32 and i32. */
+/* kiln-kinds: reduce */
 /*
  * Sums are compensated (Kahan) per work-item and then combined by a tree in
  * local memory, so their error does not grow with the row length. Maxima
@@ -13,8 +14,10 @@
  *   reduce_parts_*  merges the partial records of each row in order
  *   reduce_cols_*   inner > 1 (and len == 0): one work-item per output,
  *                   neighbouring work-items on neighbouring columns
- * Partial records live in a scratch buffer as four arrays of P = outer*chunks
- * entries: index (long), then sum (float), isum (uint), best (the dtype).
+ * Partial records live in a scratch buffer, given in in[1]'s place (from
+ * its start), as four arrays of P = outer*chunks entries: index (long), then
+ * sum (float), isum (uint), best (the dtype). The planner's split arrives in
+ * op.plan.reduce (chunk, chunks); the shape in op.u.reduce.
  */
 
 enum { KILN_RED_SUM = 0, KILN_RED_MEAN = 1, KILN_RED_MAX = 2, KILN_RED_ARGMAX = 3, KILN_RED_NORM = 4 };
@@ -86,16 +89,19 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
   }
 
 #define KILN_CL_REDUCE_(T, TNAME)                                                                  \
-  __kernel void reduce_rows_##TNAME(__global const T *in, long in_off, __global uint *out, long out_off,          \
-                                    __global long *parts, long outer, long len, long chunk, long chunks, int op) { \
+  KILN_CL_KERNEL(reduce_rows_##TNAME) {                                                            \
     __local float l_sum[KILN_CL_REDUCE_WG];                                                        \
     __local uint l_isum[KILN_CL_REDUCE_WG];                                                        \
     __local T l_best[KILN_CL_REDUCE_WG];                                                           \
     __local long l_index[KILN_CL_REDUCE_WG];                                                       \
-    in += in_off;                                                                                  \
-    out += out_off;                                                                                \
+    __global const T *in = KILN_CL_IN(T, 0);                                                       \
+    __global uint *out = KILN_CL_OUT(uint);                                                        \
+    __global long *parts = (__global long *)in1_;                                                  \
+    const long outer = op.u.reduce.outer, len = op.u.reduce.len;                                   \
+    const long chunk = op.plan.reduce.chunk, chunks = op.plan.reduce.chunks;                       \
+    const int rop = op.u.reduce.op;                                                                \
     const int lid = (int)get_local_id(0), wgs = (int)get_local_size(0);                           \
-    const bool squares = op == KILN_RED_NORM;                                                      \
+    const bool squares = rop == KILN_RED_NORM;                                                     \
     const long items = outer * chunks;                                                             \
     for (long b = (long)get_group_id(0); b < items; b += (long)get_num_groups(0)) {                \
       const long row = kiln_udiv(b, chunks), begin = (b % chunks) * chunk;                                   \
@@ -117,7 +123,7 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
       KILN_RED_COMBINE_(TNAME);                                                                    \
       if (lid == 0) {                                                                              \
         if (chunks == 1) {                                                                         \
-          kiln_finish_##TNAME(out, row, op, len, KILN_RED_PICK_##TNAME(l_sum[0], l_isum[0]), l_best[0], l_index[0]); \
+          kiln_finish_##TNAME(out, row, rop, len, KILN_RED_PICK_##TNAME(l_sum[0], l_isum[0]), l_best[0], l_index[0]); \
         } else {                                                                                   \
           __global float *p_sum = (__global float *)(parts + items);                               \
           p_sum[b] = l_sum[0];                                                                     \
@@ -129,13 +135,15 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
       barrier(CLK_LOCAL_MEM_FENCE); /* the local arrays are reused by the next row */              \
     }                                                                                              \
   }                                                                                                \
-  __kernel void reduce_parts_##TNAME(__global const long *parts, __global uint *out, long out_off, long outer,    \
-                                     long len, long chunks, int op) {                              \
+  KILN_CL_KERNEL(reduce_parts_##TNAME) {                                                           \
     __local float l_sum[KILN_CL_REDUCE_WG];                                                        \
     __local uint l_isum[KILN_CL_REDUCE_WG];                                                        \
     __local T l_best[KILN_CL_REDUCE_WG];                                                           \
     __local long l_index[KILN_CL_REDUCE_WG];                                                       \
-    out += out_off;                                                                                \
+    __global uint *out = KILN_CL_OUT(uint);                                                        \
+    __global const long *parts = (__global const long *)in1_;                                      \
+    const long outer = op.u.reduce.outer, len = op.u.reduce.len, chunks = op.plan.reduce.chunks;   \
+    const int rop = op.u.reduce.op;                                                                \
     const int lid = (int)get_local_id(0), wgs = (int)get_local_size(0);                           \
     const long items = outer * chunks;                                                             \
     __global const float *p_sum = (__global const float *)(parts + items);                        \
@@ -157,15 +165,16 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
       }                                                                                            \
       KILN_RED_COMBINE_(TNAME);                                                                    \
       if (lid == 0)                                                                                \
-        kiln_finish_##TNAME(out, row, op, len, KILN_RED_PICK_##TNAME(l_sum[0], l_isum[0]), l_best[0], l_index[0]); \
+        kiln_finish_##TNAME(out, row, rop, len, KILN_RED_PICK_##TNAME(l_sum[0], l_isum[0]), l_best[0], l_index[0]); \
       barrier(CLK_LOCAL_MEM_FENCE);                                                                \
     }                                                                                              \
   }                                                                                                \
-  __kernel void reduce_cols_##TNAME(__global const T *in, long in_off, __global uint *out, long out_off,          \
-                                    long outer, long len, long inner, int op) {                    \
-    in += in_off;                                                                                  \
-    out += out_off;                                                                                \
-    const bool squares = op == KILN_RED_NORM;                                                      \
+  KILN_CL_KERNEL(reduce_cols_##TNAME) {                                                            \
+    __global const T *in = KILN_CL_IN(T, 0);                                                       \
+    __global uint *out = KILN_CL_OUT(uint);                                                        \
+    const long outer = op.u.reduce.outer, len = op.u.reduce.len, inner = op.u.reduce.inner;        \
+    const int rop = op.u.reduce.op;                                                                \
+    const bool squares = rop == KILN_RED_NORM;                                                     \
     KILN_FOR_EACH(o, outer * inner) {                                                              \
       const long row = kiln_udiv(o, inner), col = o % inner;                                                 \
       __global const T *x = in + row * len * inner + col;                                          \
@@ -182,7 +191,7 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
           index = l;                                                                               \
         }                                                                                          \
       }                                                                                            \
-      kiln_finish_##TNAME(out, o, op, len, KILN_RED_PICK_##TNAME(sum - comp, isum), best, index);  \
+      kiln_finish_##TNAME(out, o, rop, len, KILN_RED_PICK_##TNAME(sum - comp, isum), best, index);  \
     }                                                                                              \
   }
 
@@ -256,48 +265,53 @@ KILN_FN float kiln_reduce_group_sum(float v, __local float *scratch) {
   return r;
 }
 
-__kernel void reduce_rows_sum_f32(__global const float *in, long in_off, __global float *out, long out_off,
-                                  __global long *parts, long outer, long len, long chunk, long chunks, int op,
-                                  int contiguous) {
+KILN_CL_KERNEL(reduce_rows_sum_f32) {
   __local float scratch[KILN_CL_REDUCE_WG];
-  in += in_off;
-  out += out_off;
+  __global const float *in = KILN_CL_IN(float, 0);
+  __global float *out = KILN_CL_OUT(float);
+  __global long *parts = (__global long *)in1_;
+  const long outer = op.u.reduce.outer, len = op.u.reduce.len;
+  const long chunk = op.plan.reduce.chunk, chunks = op.plan.reduce.chunks;
+  const int rop = op.u.reduce.op;
   const long items = outer * chunks;
   for (long b = (long)get_group_id(0); b < items; b += (long)get_num_groups(0)) {
     const long row = kiln_udiv(b, chunks), begin = (b % chunks) * chunk;
     const long end = begin + chunk < len ? begin + chunk : len;
     const float sum =
-        kiln_reduce_group_sum(kiln_partial_sum(in + row * len, begin, end, op == KILN_RED_NORM, contiguous), scratch);
+        kiln_reduce_group_sum(kiln_partial_sum(in + row * len, begin, end, rop == KILN_RED_NORM, KILN_CL_ROW_RUNS), scratch);
     if (get_local_id(0) == 0) {
       if (chunks == 1)
-        kiln_finish_sum(out, row, op, len, sum);
+        kiln_finish_sum(out, row, rop, len, sum);
       else
         ((__global float *)(parts + items))[b] = sum;
     }
   }
 }
 
-__kernel void reduce_parts_sum_f32(__global const long *parts, __global float *out, long out_off, long outer,
-                                   long len, long chunks, int op) {
+KILN_CL_KERNEL(reduce_parts_sum_f32) {
   __local float scratch[KILN_CL_REDUCE_WG];
-  out += out_off;
+  __global float *out = KILN_CL_OUT(float);
+  __global const long *parts = (__global const long *)in1_;
+  const long outer = op.u.reduce.outer, len = op.u.reduce.len, chunks = op.plan.reduce.chunks;
+  const int rop = op.u.reduce.op;
   const long items = outer * chunks;
   __global const float *p_sum = (__global const float *)(parts + items);
   for (long row = (long)get_group_id(0); row < outer; row += (long)get_num_groups(0)) {
     float sum = 0.0f, comp = 0.0f;
     for (long c = get_local_id(0); c < chunks; c += get_local_size(0)) kiln_kahan_add(&sum, &comp, p_sum[row * chunks + c]);
     sum = kiln_reduce_group_sum(sum - comp, scratch);
-    if (get_local_id(0) == 0) kiln_finish_sum(out, row, op, len, sum);
+    if (get_local_id(0) == 0) kiln_finish_sum(out, row, rop, len, sum);
   }
 }
 
 /* inner > 1: one work-item per eight neighbouring columns of a row (fewer at
  * the row's end), summed down len as one compensated float8. */
-__kernel void reduce_cols_sum_f32(__global const float *in, long in_off, __global float *out, long out_off, long outer,
-                                  long len, long inner, int op) {
-  in += in_off;
-  out += out_off;
-  const bool squares = op == KILN_RED_NORM;
+KILN_CL_KERNEL(reduce_cols_sum_f32) {
+  __global const float *in = KILN_CL_IN(float, 0);
+  __global float *out = KILN_CL_OUT(float);
+  const long outer = op.u.reduce.outer, len = op.u.reduce.len, inner = op.u.reduce.inner;
+  const int rop = op.u.reduce.op;
+  const bool squares = rop == KILN_RED_NORM;
   const long blocks = (inner + 7) / 8;
   KILN_FOR_EACH(o, outer * blocks) {
     const long row = kiln_udiv(o, blocks), col = (o % blocks) * 8;
@@ -311,8 +325,8 @@ __kernel void reduce_cols_sum_f32(__global const float *in, long in_off, __globa
         kiln_kahan_add8(&sum, &comp, v);
       }
       sum -= comp;
-      if (op == KILN_RED_MEAN) sum = sum / (float8)((float)len);
-      else if (op == KILN_RED_NORM) sum = sqrt(sum);
+      if (rop == KILN_RED_MEAN) sum = sum / (float8)((float)len);
+      else if (rop == KILN_RED_NORM) sum = sqrt(sum);
       vstore8(sum, 0, y);
     } else {
       for (long c = 0; c < inner - col; c++) {
@@ -321,7 +335,7 @@ __kernel void reduce_cols_sum_f32(__global const float *in, long in_off, __globa
           const float v = x[l * inner + c];
           kiln_kahan_add(&sum, &comp, squares ? v * v : v);
         }
-        kiln_finish_sum(y, c, op, len, sum - comp);
+        kiln_finish_sum(y, c, rop, len, sum - comp);
       }
     }
   }

@@ -1,4 +1,5 @@
 /* kernels/opencl/update.cl: the fused updates in place (ACCUMULATE, SGD_UPDATE, ADAM_UPDATE): one pass over contiguous f32 tensors each. */
+/* kiln-kinds: accumulate sgd_update adam_update */
 /*
  * The core hands these over flat: every operand one contiguous run of n
  * floats, none overlapping another. Each element is read once and written
@@ -37,10 +38,11 @@
 #define KILN_ACCUMULATE_BODY(T, S, i) \
   KILN_STORE_##S(KILN_LOAD_##S(p, i) + alpha * KILN_LOAD_##S(g, i), p, i)
 
-__kernel void accumulate_f32(__global float *p, long p_off, __global const float *g, long g_off, long n, float alpha) {
-  p += p_off;
-  g += g_off;
-  KILN_UPDATE_LOOP(n, KILN_ACCUMULATE_BODY);
+KILN_CL_KERNEL(accumulate_f32_f32) {
+  __global float *p = KILN_CL_OUT(float);
+  __global const float *g = KILN_CL_IN(float, 0);
+  const float alpha = op.u.update.alpha;
+  KILN_UPDATE_LOOP(op.n, KILN_ACCUMULATE_BODY);
 }
 
 /* g = grad + weight_decay * p; with a buffer, buf = momentum * buf +
@@ -61,17 +63,19 @@ __kernel void accumulate_f32(__global float *p, long p_off, __global const float
     KILN_STORE_##S(w - lr * (nesterov ? g + momentum * b : b), p, i);                              \
   } while (0)
 
-__kernel void sgd_f32(__global float *p, long p_off, __global const float *grad, long grad_off, __global float *buf,
-                      long buf_off, int has_buf, long n, float lr, float momentum, float dampening,
-                      float weight_decay, int nesterov) {
-  p += p_off;
-  grad += grad_off;
-  if (!has_buf) {
+/* The momentum buffer is in[1] when op.n_in is 2. */
+KILN_CL_KERNEL(sgd_update_f32_f32) {
+  __global float *p = KILN_CL_OUT(float);
+  __global const float *grad = KILN_CL_IN(float, 0);
+  const long n = op.n;
+  const float lr = op.u.update.lr, weight_decay = op.u.update.weight_decay;
+  if (op.n_in < 2) {
     KILN_UPDATE_LOOP(n, KILN_SGD_BODY);
     return;
   }
-  buf += buf_off;
-  const float keep = 1.0f - dampening;
+  __global float *buf = KILN_CL_IN(float, 1);
+  const float momentum = op.u.update.momentum, keep = 1.0f - op.u.update.dampening;
+  const int nesterov = op.u.update.nesterov;
   KILN_UPDATE_LOOP(n, KILN_SGD_MOMENTUM_BODY);
 }
 
@@ -91,12 +95,12 @@ __kernel void sgd_f32(__global float *p, long p_off, __global const float *grad,
     KILN_STORE_##S(w - step_size * (mi / (sqrt(vi) / sqrt_bias2 + eps)), p, i);                    \
   } while (0)
 
-__kernel void adam_f32(__global float *p, long p_off, __global const float *grad, long grad_off, __global float *m,
-                       long m_off, __global float *v, long v_off, long n, float beta1, float beta2, float keep1,
-                       float keep2, float eps, float weight_decay, float step_size, float sqrt_bias2) {
-  p += p_off;
-  grad += grad_off;
-  m += m_off;
-  v += v_off;
-  KILN_UPDATE_LOOP(n, KILN_ADAM_BODY);
+KILN_CL_KERNEL(adam_update_f32_f32) {
+  __global float *p = KILN_CL_OUT(float);
+  __global const float *grad = KILN_CL_IN(float, 0);
+  __global float *m = KILN_CL_IN(float, 1), *v = KILN_CL_IN(float, 2);
+  const float beta1 = op.u.update.beta1, beta2 = op.u.update.beta2, keep1 = op.u.update.keep1;
+  const float keep2 = op.u.update.keep2, eps = op.u.update.eps, weight_decay = op.u.update.weight_decay;
+  const float step_size = op.u.update.step_size, sqrt_bias2 = op.u.update.sqrt_bias2;
+  KILN_UPDATE_LOOP(op.n, KILN_ADAM_BODY);
 }

@@ -1,4 +1,4 @@
-/* tests/conformance/elementwise.c: conformance rows: unary and binary ops, their scalar forms, eq, cast. */
+/* tests/conformance/elementwise.c: conformance rows: unary and binary ops, their scalar forms, eq, cast, where. */
 #include "harness.h"
 
 /* Broadcasting pairs. */
@@ -191,6 +191,101 @@ static void kt_expect_eq(const kt_case_t *c, const kt_result_t *in, kt_result_t 
   }
 }
 
+/* where(cond, a, b): each cond dtype (f32 with NaN, -0.0 and denormals
+ * planted; i32 with zeros) with each value dtype (bit patterns of every
+ * kind), over the elementwise shapes (cond a view where the shape says) and
+ * broadcast triples; a dtype mismatch and a shape that does not broadcast
+ * must fail. */
+static void kt_build_where(const kt_row_t *row) {
+  static const kt_shape_t triples[][3] = {
+      {{2, {3, 1}, false, false}, {2, {1, 4}, false, false}, {1, {4}, false, false}},
+      {{3, {2, 1, 3}, true, false}, {1, {3}, false, false}, {2, {4, 1}, false, false}},
+      {{1, {1}, false, false}, {2, {2, 3}, true, false}, {0, {0}, false, false}},
+      {{2, {0, 3}, false, false}, {1, {3}, false, false}, {1, {1}, false, false}},
+      {{2, {13, 1}, false, true}, {2, {1, 257}, true, true}, {1, {257}, false, true}},
+  };
+  static const kiln_dtype_t dtypes[2] = {KILN_F32, KILN_I32};
+  for (int cd = 0; cd < 2; cd++) {
+    const kt_gen_t cond_gen = cd ? KT_INT_DIV : KT_CAST_F32;
+    for (int vd = 0; vd < 2; vd++) {
+      const kt_gen_t value_gen = vd ? KT_INT_EDGE : KT_CAST_F32;
+      for (const kt_shape_t *s = kt_elementwise_shapes; s->ndim >= 0; s++) {
+        if (kt_skip(s)) continue;
+        kt_case_t c = kt_case(row);
+        c.n_in = 3;
+        c.in[0] = kt_in(dtypes[cd], cond_gen, 301, s->ndim, s->s, s->view);
+        c.in[1] = kt_in(dtypes[vd], value_gen, 302, s->ndim, s->s, false);
+        c.in[2] = kt_in(dtypes[vd], value_gen, 303, s->ndim, s->s, s->view);
+        char t[3][160];
+        for (int i = 0; i < 3; i++) kt_in_text(&c.in[i], t[i], sizeof t[i]);
+        snprintf(c.label, sizeof c.label, "%s %s, %s, %s", row->name, t[0], t[1], t[2]);
+        kt_check(&c);
+      }
+      for (size_t i = 0; i < sizeof triples / sizeof triples[0]; i++) {
+        if (kt_skip(&triples[i][0]) || kt_skip(&triples[i][1]) || kt_skip(&triples[i][2])) continue;
+        kt_case_t c = kt_case(row);
+        c.n_in = 3;
+        for (int k = 0; k < 3; k++)
+          c.in[k] = kt_in(k ? dtypes[vd] : dtypes[cd], k ? value_gen : cond_gen, 304 + (uint32_t)k,
+                          triples[i][k].ndim, triples[i][k].s, triples[i][k].view);
+        char t[3][160];
+        for (int k = 0; k < 3; k++) kt_in_text(&c.in[k], t[k], sizeof t[k]);
+        snprintf(c.label, sizeof c.label, "%s %s, %s, %s (broadcast)", row->name, t[0], t[1], t[2]);
+        kt_check(&c);
+      }
+    }
+  }
+  const int64_t four[1] = {4}, three[1] = {3};
+  kt_case_t c = kt_case(row);
+  c.must_fail = true;
+  c.n_in = 3;
+  c.in[0] = kt_in(KILN_I32, KT_INT_DIV, 1, 1, four, false);
+  c.in[1] = kt_in(KILN_F32, KT_WIDE, 2, 1, four, false);
+  c.in[2] = kt_in(KILN_I32, KT_INT, 3, 1, four, false);
+  snprintf(c.label, sizeof c.label, "%s i32 [4], f32 [4], i32 [4] (dtype mismatch)", row->name);
+  kt_check(&c);
+  c.in[0] = kt_in(KILN_I32, KT_INT_DIV, 1, 1, three, false);
+  c.in[2] = kt_in(KILN_F32, KT_WIDE, 3, 1, four, false);
+  snprintf(c.label, sizeof c.label, "%s i32 [3], f32 [4], f32 [4] (shapes do not broadcast)", row->name);
+  kt_check(&c);
+}
+
+KT_RUN(kt_run_where) { return kiln_tensor_where(in[0], in[1], in[2], out); }
+
+/* tensor.h's words on the host: a's element where cond's is nonzero (NaN
+ * included, -0.0 not), else b's, bit for bit, the three broadcast. */
+static void kt_expect_where(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
+  (void)c;
+  int ndim = 0;
+  for (int i = 0; i < 3; i++)
+    if (in[i].ndim > ndim) ndim = in[i].ndim;
+  int64_t shape[KILN_MAX_DIMS];
+  for (int d = 0; d < ndim; d++) {
+    shape[d] = 1;
+    for (int i = 0; i < 3; i++) {
+      const int j = d - (ndim - in[i].ndim);
+      if (j >= 0 && in[i].shape[j] != 1) shape[d] = in[i].shape[j];
+    }
+  }
+  kt_result_alloc(out, in[1].dtype, ndim, shape);
+  for (int64_t e = 0; e < out->numel; e++) {
+    int64_t at[3] = {0, 0, 0}, rest = e, scale[3] = {1, 1, 1};
+    for (int d = ndim - 1; d >= 0; d--) {
+      const int64_t coord = rest % shape[d];
+      rest /= shape[d];
+      for (int i = 0; i < 3; i++) {
+        const int j = d - (ndim - in[i].ndim);
+        if (j < 0) continue;
+        if (in[i].shape[j] != 1) at[i] += coord * scale[i];
+        scale[i] *= in[i].shape[j];
+      }
+    }
+    const bool take_a = in[0].dtype == KILN_F32 ? ((const float *)in[0].data)[at[0]] != 0.0f
+                                                : ((const int32_t *)in[0].data)[at[0]] != 0;
+    memcpy((char *)out->data + 4 * e, (const char *)in[take_a ? 1 : 2].data + 4 * (take_a ? at[1] : at[2]), 4);
+  }
+}
+
 /* ---- the rows -------------------------------------------------------------------------- */
 
 #define KT_UNARY_ROW(OP, op_, gen_, ulps_, i32_status_only_)                                            \
@@ -236,6 +331,8 @@ static const kt_row_t kt_rows[] = {
      .tol = kt_tol_bits, .expect = kt_expect_eq, .sub = KILN_BINARY_EQ},
     {.name = "cast", .op = "cast", .build = kt_build_cast, .run = kt_run_cast,
      .tol = kt_tol_bits, .expect = kt_expect_cast},
+    {.name = "where", .op = "where", .build = kt_build_where, .run = kt_run_where,
+     .tol = kt_tol_bits, .expect = kt_expect_where},
 };
 #undef KT_UNARY_ROW
 #undef KT_BINARY_ROW
