@@ -187,7 +187,7 @@ static kiln_status_t kiln_cuda_plan_reduce(kiln_backend_context_t *ctx, kiln_bac
     return kiln_cuda_launch_named(queue, first, kiln_cuda_grid_rows(plan.blocks), 1, 1, KILN_CUDA_BLOCK, &k);
   CUdeviceptr parts = 0;
   kiln_status_t status = kiln_cuda_scratch_alloc(
-      queue, (size_t)(plan.parts_rows * k.plan.reduce.chunks) * sizeof(kiln_cuda_reduce_part_t), &parts);
+      queue, (size_t)(plan.parts_rows * k.plan.reduce.chunks) * KILN_CUDA_REDUCE_PART_BYTES, &parts);
   if (status != KILN_OK) return status;
   k.plan.reduce.parts = parts;
   status = kiln_cuda_launch_named(queue, first, kiln_cuda_grid_rows(plan.blocks), 1, 1, KILN_CUDA_BLOCK, &k);

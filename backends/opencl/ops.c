@@ -197,8 +197,10 @@ kiln_status_t kiln_cl_plan_reduce(kiln_backend_context_t *ctx, kiln_backend_queu
   cl_mem parts = NULL;
   kiln_status_t status = KILN_OK;
   if (chunks > 1) {
-    /* index (long), sum (float), isum (uint), best (4 bytes) per record */
-    status = kiln_cl_scratch_create(device, (size_t)(outer * chunks) * 20u, &parts);
+    /* Per record (kernels/opencl/reduce.cl): index (long), the accumulated
+     * value (its ACC: float for f32, uint for i32) and best (the dtype). */
+    const size_t acc_size = 4u, record = sizeof(cl_long) + acc_size + kiln_backend_dtype_size(op->in[0].dtype);
+    status = kiln_cl_scratch_create(device, (size_t)(outer * chunks) * record, &parts);
     if (status != KILN_OK) return status;
   }
   k.plan.reduce.chunk = chunk;

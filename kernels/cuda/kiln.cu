@@ -250,24 +250,60 @@ KILN_INSTANCE(kiln_cast_i32_f32, kiln_cast<int, float>)
  * lines of memory; block b handles chunk (b % chunks) of column tile
  * (b / chunks) % ceil(inner / width) of outer row b / chunks / tiles, and
  * writes parts[(row * inner + col) * chunks + chunk], so the parts kernel
- * finishes the outputs as outer * inner rows. Partial sums accumulate in
- * double (f32) or wrap in 32 bits (i32): kiln_cuda_reduce_part_t. */
+ * finishes the outputs as outer * inner rows.
+ *
+ * The kernels are templates over the element type T and the accumulate type
+ * ACC, instantiated as rows below: f32 accumulates in double, i32 in
+ * uint32_t (wrapping). What a kernel does with its sum goes through
+ * overloads on ACC: kiln_acc_of (an element, or its square for NORM, as an
+ * ACC), kiln_acc_finish (SUM, MEAN or NORM of a sum); adding and merging are
+ * ACC's own +. A partial result is kiln_part<T, ACC> (the sum, the best
+ * value and its index), which is also the record of plan.reduce.parts;
+ * KILN_CUDA_REDUCE_PART_BYTES (launch.h) bounds every instance. */
 
-typedef kiln_cuda_reduce_part_t part_t;
+template <typename T, typename ACC> struct kiln_part {
+  ACC sum;       /* the sum (of squares for NORM) */
+  T best;        /* the best value so far */
+  int64_t index; /* its index; -1: nothing seen yet */
+};
+static_assert(sizeof(kiln_part<float, double>) <= KILN_CUDA_REDUCE_PART_BYTES, "f32 parts outgrow the scratch");
+static_assert(sizeof(kiln_part<int, uint32_t>) <= KILN_CUDA_REDUCE_PART_BYTES, "i32 parts outgrow the scratch");
 
-__device__ __forceinline__ part_t kiln_part_empty(void) {
-  part_t r;
-  r.sum = 0.0;
-  r.best = 0.0;
+/* ACC double: the element's value (or its square), exact for f32. */
+__device__ __forceinline__ double kiln_acc_of(double *, float v, bool squares) {
+  const double d = (double)v;
+  return squares ? d * d : d;
+}
+__device__ __forceinline__ double kiln_acc_finish(double sum, int op, int64_t len) {
+  switch (op) {
+  case 1: return sum / (double)len; /* MEAN: 0/0 is NaN */
+  case 4: return sqrt(sum);         /* NORM */
+  default: return sum;              /* SUM */
+  }
+}
+
+/* ACC uint32_t: the element's bits, summed wrapping (MEAN and NORM are f32
+ * only, so nothing is squared or divided). */
+__device__ __forceinline__ uint32_t kiln_acc_of(uint32_t *, int v, bool) { return (uint32_t)v; }
+__device__ __forceinline__ uint32_t kiln_acc_finish(uint32_t sum, int, int64_t) { return sum; }
+
+/* What MAX of nothing gives. */
+template <typename T> __device__ __forceinline__ T kiln_lowest(void);
+template <> __device__ __forceinline__ float kiln_lowest<float>(void) { return -INFINITY; }
+template <> __device__ __forceinline__ int kiln_lowest<int>(void) { return (-2147483647 - 1); }
+
+template <typename T, typename ACC> __device__ __forceinline__ kiln_part<T, ACC> kiln_part_empty(void) {
+  kiln_part<T, ACC> r;
+  r.sum = (ACC)0;
+  r.best = (T)0;
   r.index = -1;
-  r.isum = 0u;
-  r.pad_ = 0u;
   return r;
 }
 
 /* Does b beat a? NaN wins, and among equals (or NaNs) the first index, so
  * the order in which partial results meet does not matter. */
-__device__ __forceinline__ bool kiln_part_better(const part_t &b, const part_t &a) {
+template <typename T, typename ACC>
+__device__ __forceinline__ bool kiln_part_better(const kiln_part<T, ACC> &b, const kiln_part<T, ACC> &a) {
   if (b.index < 0) return false;
   if (a.index < 0) return true;
   const bool bn = b.best != b.best, an = a.best != a.best;
@@ -276,82 +312,59 @@ __device__ __forceinline__ bool kiln_part_better(const part_t &b, const part_t &
   return b.best > a.best;
 }
 
-__device__ __forceinline__ part_t kiln_part_merge(const part_t &a, const part_t &b) {
-  part_t r = kiln_part_better(b, a) ? b : a;
+template <typename T, typename ACC>
+__device__ __forceinline__ kiln_part<T, ACC> kiln_part_merge(const kiln_part<T, ACC> &a, const kiln_part<T, ACC> &b) {
+  kiln_part<T, ACC> r = kiln_part_better(b, a) ? b : a;
   r.sum = a.sum + b.sum;
-  r.isum = a.isum + b.isum;
   return r;
 }
 
-/* What the i32 sum adds: the value itself, wrapping; nothing for f32. */
-__device__ __forceinline__ uint32_t kiln_isum_of(float v) { return 0u; }
-__device__ __forceinline__ uint32_t kiln_isum_of(int v) { return (uint32_t)v; }
-template <typename T> struct kiln_is_f32 { static const bool value = false; };
-template <> struct kiln_is_f32<float> { static const bool value = true; };
-
-template <typename T>
-__device__ __forceinline__ void kiln_part_add(part_t &acc, T v, int64_t index, bool squares) {
-  const double d = (double)v;
-  acc.sum += squares ? d * d : d;
-  acc.isum += kiln_isum_of(v);
-  part_t one;
-  one.best = d;
+template <typename T, typename ACC>
+__device__ __forceinline__ void kiln_part_add(kiln_part<T, ACC> &acc, T v, int64_t index, bool squares) {
+  acc.sum += kiln_acc_of((ACC *)0, v, squares);
+  kiln_part<T, ACC> one;
+  one.best = v;
   one.index = index;
   if (kiln_part_better(one, acc)) {
-    acc.best = d;
+    acc.best = v;
     acc.index = index;
   }
 }
 
-__device__ part_t kiln_block_reduce(part_t v) {
-  __shared__ part_t shared[KILN_CUDA_BLOCK / 32];
+template <typename T, typename ACC>
+__device__ __forceinline__ kiln_part<T, ACC> kiln_part_shfl_down(const kiln_part<T, ACC> &v, int offset) {
+  kiln_part<T, ACC> o;
+  o.sum = __shfl_down_sync(0xffffffffu, v.sum, offset);
+  o.best = __shfl_down_sync(0xffffffffu, v.best, offset);
+  o.index = __shfl_down_sync(0xffffffffu, v.index, offset);
+  return o;
+}
+
+template <typename T, typename ACC> __device__ kiln_part<T, ACC> kiln_block_reduce(kiln_part<T, ACC> v) {
+  __shared__ kiln_part<T, ACC> shared[KILN_CUDA_BLOCK / 32];
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    part_t o;
-    o.sum = __shfl_down_sync(0xffffffffu, v.sum, offset);
-    o.best = __shfl_down_sync(0xffffffffu, v.best, offset);
-    o.index = __shfl_down_sync(0xffffffffu, v.index, offset);
-    o.isum = __shfl_down_sync(0xffffffffu, v.isum, offset);
-    v = kiln_part_merge(v, o);
-  }
+  for (int offset = 16; offset > 0; offset >>= 1) v = kiln_part_merge(v, kiln_part_shfl_down(v, offset));
   if (lane == 0) shared[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    v = lane < blockDim.x / 32 ? shared[lane] : kiln_part_empty();
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      part_t o;
-      o.sum = __shfl_down_sync(0xffffffffu, v.sum, offset);
-      o.best = __shfl_down_sync(0xffffffffu, v.best, offset);
-      o.index = __shfl_down_sync(0xffffffffu, v.index, offset);
-      o.isum = __shfl_down_sync(0xffffffffu, v.isum, offset);
-      v = kiln_part_merge(v, o);
-    }
+    v = lane < blockDim.x / 32 ? shared[lane] : kiln_part_empty<T, ACC>();
+    for (int offset = 16; offset > 0; offset >>= 1) v = kiln_part_merge(v, kiln_part_shfl_down(v, offset));
   }
   return v; /* valid in thread 0 */
 }
 
 /* Write one finished output; the same rules as the CPU backend (sum of
  * nothing 0, mean of nothing NaN, max of nothing -inf / INT_MIN, argmax 0). */
-template <typename T>
-__device__ __forceinline__ void kiln_reduce_finish(const kiln_kop_t &p, int64_t at, const part_t &r) {
-  if (p.u.reduce.op == 3) { /* ARGMAX */
-    ((int *)p.out.addr)[at] = r.index < 0 ? 0 : (int)r.index;
-    return;
-  }
-  if (!kiln_is_f32<T>::value) {
-    ((int *)p.out.addr)[at] = p.u.reduce.op == 2 ? (r.index < 0 ? (-2147483647 - 1) : (int)r.best) : (int)r.isum;
-    return;
-  }
-  float *out = (float *)p.out.addr;
+template <typename T, typename ACC>
+__device__ __forceinline__ void kiln_reduce_finish(const kiln_kop_t &p, int64_t at, const kiln_part<T, ACC> &r) {
   switch (p.u.reduce.op) {
-  case 0: out[at] = (float)r.sum; break;                                  /* SUM */
-  case 1: out[at] = (float)(r.sum / (double)p.u.reduce.len); break;                /* MEAN: 0/0 is NaN */
-  case 2: out[at] = r.index < 0 ? -INFINITY : (float)r.best; break;       /* MAX */
-  default: out[at] = (float)sqrt(r.sum); break;                           /* NORM */
+  case 3: ((int *)p.out.addr)[at] = r.index < 0 ? 0 : (int)r.index; break;              /* ARGMAX */
+  case 2: ((T *)p.out.addr)[at] = r.index < 0 ? kiln_lowest<T>() : r.best; break;       /* MAX */
+  default: ((T *)p.out.addr)[at] = (T)kiln_acc_finish(r.sum, p.u.reduce.op, p.u.reduce.len); break;
   }
 }
 
-template <typename T> __device__ void kiln_reduce_rows(const kiln_kop_t &p) {
+template <typename T, typename ACC> __device__ void kiln_reduce_rows(const kiln_kop_t &p) {
   const T *__restrict__ in = (const T *)p.in[0].addr;
   const bool squares = p.u.reduce.op == 4;
   for (int64_t b = blockIdx.x; b < p.plan.reduce.rows * p.plan.reduce.chunks; b += gridDim.x) {
@@ -359,35 +372,35 @@ template <typename T> __device__ void kiln_reduce_rows(const kiln_kop_t &p) {
     const int64_t begin = chunk * p.plan.reduce.chunk;
     const int64_t end = begin + p.plan.reduce.chunk < p.u.reduce.len ? begin + p.plan.reduce.chunk : p.u.reduce.len;
     const T *x = in + row * p.u.reduce.len;
-    part_t acc = kiln_part_empty();
-    for (int64_t l = begin + threadIdx.x; l < end; l += blockDim.x) kiln_part_add<T>(acc, x[l], l, squares);
+    kiln_part<T, ACC> acc = kiln_part_empty<T, ACC>();
+    for (int64_t l = begin + threadIdx.x; l < end; l += blockDim.x) kiln_part_add<T, ACC>(acc, x[l], l, squares);
     acc = kiln_block_reduce(acc);
     if (threadIdx.x == 0) {
       if (p.plan.reduce.chunks == 1)
-        kiln_reduce_finish<T>(p, row, acc);
+        kiln_reduce_finish<T, ACC>(p, row, acc);
       else
-        ((part_t *)p.plan.reduce.parts)[b] = acc;
+        ((kiln_part<T, ACC> *)p.plan.reduce.parts)[b] = acc;
     }
     __syncthreads(); /* the shared scratch of kiln_block_reduce is reused */
   }
 }
 
-KILN_INSTANCE(kiln_reduce_rows_f32, kiln_reduce_rows<float>)
-KILN_INSTANCE(kiln_reduce_rows_i32, kiln_reduce_rows<int>)
+KILN_INSTANCE(kiln_reduce_rows_f32, kiln_reduce_rows<float, double>)
+KILN_INSTANCE(kiln_reduce_rows_i32, kiln_reduce_rows<int, uint32_t>)
 
-template <typename T> __device__ void kiln_reduce_parts(const kiln_kop_t &p) {
-  const part_t *parts = (const part_t *)p.plan.reduce.parts;
+template <typename T, typename ACC> __device__ void kiln_reduce_parts(const kiln_kop_t &p) {
+  const kiln_part<T, ACC> *parts = (const kiln_part<T, ACC> *)p.plan.reduce.parts;
   for (int64_t row = blockIdx.x; row < p.plan.reduce.rows; row += gridDim.x) {
-    part_t acc = kiln_part_empty();
+    kiln_part<T, ACC> acc = kiln_part_empty<T, ACC>();
     for (int64_t c = threadIdx.x; c < p.plan.reduce.chunks; c += blockDim.x) acc = kiln_part_merge(acc, parts[row * p.plan.reduce.chunks + c]);
     acc = kiln_block_reduce(acc);
-    if (threadIdx.x == 0) kiln_reduce_finish<T>(p, row, acc);
+    if (threadIdx.x == 0) kiln_reduce_finish<T, ACC>(p, row, acc);
     __syncthreads();
   }
 }
 
-KILN_INSTANCE(kiln_reduce_parts_f32, kiln_reduce_parts<float>)
-KILN_INSTANCE(kiln_reduce_parts_i32, kiln_reduce_parts<int>)
+KILN_INSTANCE(kiln_reduce_parts_f32, kiln_reduce_parts<float, double>)
+KILN_INSTANCE(kiln_reduce_parts_i32, kiln_reduce_parts<int, uint32_t>)
 
 /* inner > 1 (and any len == 0): a block is p.plan.reduce.width neighbouring columns by
  * KILN_CUDA_BLOCK / p.plan.reduce.width lanes along the axis, so a warp reads whole
@@ -396,8 +409,8 @@ KILN_INSTANCE(kiln_reduce_parts_i32, kiln_reduce_parts<int>)
  * row: reducing axis 0 of [1e6, 4] runs on hundreds of blocks, not 4
  * threads. The lanes of a column meet in a fixed tree, so the result does
  * not depend on timing. */
-template <typename T> __device__ void kiln_reduce_cols(const kiln_kop_t &p) {
-  __shared__ part_t shared[KILN_CUDA_BLOCK];
+template <typename T, typename ACC> __device__ void kiln_reduce_cols(const kiln_kop_t &p) {
+  __shared__ kiln_part<T, ACC> shared[KILN_CUDA_BLOCK];
   const T *__restrict__ in = (const T *)p.in[0].addr;
   const bool squares = p.u.reduce.op == 4;
   const int width = p.plan.reduce.width, lanes = KILN_CUDA_BLOCK / p.plan.reduce.width;
@@ -408,10 +421,10 @@ template <typename T> __device__ void kiln_reduce_cols(const kiln_kop_t &p) {
     const int64_t col = tile * width + tx;
     const int64_t begin = chunk * p.plan.reduce.chunk;
     const int64_t end = begin + p.plan.reduce.chunk < p.u.reduce.len ? begin + p.plan.reduce.chunk : p.u.reduce.len;
-    part_t acc = kiln_part_empty();
+    kiln_part<T, ACC> acc = kiln_part_empty<T, ACC>();
     if (col < p.u.reduce.inner) {
       const T *x = in + row * p.u.reduce.len * p.u.reduce.inner + col;
-      for (int64_t l = begin + ty; l < end; l += lanes) kiln_part_add<T>(acc, x[l * p.u.reduce.inner], l, squares);
+      for (int64_t l = begin + ty; l < end; l += lanes) kiln_part_add<T, ACC>(acc, x[l * p.u.reduce.inner], l, squares);
     }
     shared[threadIdx.x] = acc;
     __syncthreads();
@@ -422,16 +435,16 @@ template <typename T> __device__ void kiln_reduce_cols(const kiln_kop_t &p) {
     if (ty == 0 && col < p.u.reduce.inner) {
       const int64_t o = row * p.u.reduce.inner + col;
       if (p.plan.reduce.chunks == 1)
-        kiln_reduce_finish<T>(p, o, shared[tx]);
+        kiln_reduce_finish<T, ACC>(p, o, shared[tx]);
       else
-        ((part_t *)p.plan.reduce.parts)[o * p.plan.reduce.chunks + chunk] = shared[tx];
+        ((kiln_part<T, ACC> *)p.plan.reduce.parts)[o * p.plan.reduce.chunks + chunk] = shared[tx];
     }
     __syncthreads(); /* shared is written again by the next block's items */
   }
 }
 
-KILN_INSTANCE(kiln_reduce_cols_f32, kiln_reduce_cols<float>)
-KILN_INSTANCE(kiln_reduce_cols_i32, kiln_reduce_cols<int>)
+KILN_INSTANCE(kiln_reduce_cols_f32, kiln_reduce_cols<float, double>)
+KILN_INSTANCE(kiln_reduce_cols_i32, kiln_reduce_cols<int, uint32_t>)
 
 /* ---- softmax and cross-entropy --------------------------------------------- */
 

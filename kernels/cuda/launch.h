@@ -14,15 +14,11 @@
 #define KILN_CUDA_GEMM_TILE 128
 #define KILN_CUDA_GEMM_THREADS 256
 
-/* One partial result of a reduction (sum and best value with its index),
- * as the reduction's first pass writes them to plan.reduce.parts when the
- * reduced axis is split into chunks (the plugin sizes that scratch). */
-typedef struct kiln_cuda_reduce_part_t {
-  double sum;      /* f32: sum (or sum of squares for NORM) */
-  double best;     /* f32 or i32 value, exact in a double */
-  int64_t index;   /* -1: nothing seen yet */
-  uint32_t isum;   /* i32 sum, wrapping */
-  uint32_t pad_;
-} kiln_cuda_reduce_part_t;
+/* Bytes of one partial result of a reduction, as the reduction's first
+ * pass writes them to plan.reduce.parts when the reduced axis is split into
+ * chunks (the plugin sizes that scratch): the kernels' kiln_part<T, ACC>,
+ * { ACC sum; T best; int64_t index; }, T and ACC 8 bytes at most, so 24 bounds
+ * every instance (checked in kiln.cu). */
+#define KILN_CUDA_REDUCE_PART_BYTES 24
 
 #endif /* KILN_KERNELS_CUDA_LAUNCH_H */

@@ -1,10 +1,22 @@
 /* kernels/opencl/reduce.cl: REDUCE (sum, mean, max, argmax, norm) over the middle axis of [outer, len, inner], f32 and i32. */
 /* kiln-kinds: reduce */
 /*
- * Sums are compensated (Kahan) per work-item and then combined by a tree in
- * local memory, so their error does not grow with the row length. Maxima
- * follow the CPU backend: NaN wins, and among equals (or NaNs) the first
- * index, whatever order partial results meet in.
+ * Generic over the element type T and the accumulate type ACC: one macro,
+ * KILN_CL_REDUCE_(T, ACC, TNAME), instantiated once per dtype as a row at
+ * the end of this part (f32 accumulates in float, i32 in uint, wrapping).
+ * Everything a kernel does with its sum goes through the helpers of its ACC,
+ * found by pasting the ACC's name: kiln_acc_<ACC> (the running state, which
+ * may carry more than the value), kiln_acc_zero_<ACC>, KILN_ACC_OF_<ACC>
+ * (an element, or its square for NORM, as an ACC), kiln_acc_add_<ACC> (into
+ * the state), kiln_acc_value_<ACC> (the state's value), kiln_acc_combine_<ACC>
+ * (two values, in the tree) and kiln_acc_finish_<ACC> (SUM, MEAN or NORM of
+ * a value). Adding an accumulate type is a set of those helpers; adding a
+ * dtype a row of instantiations plus its kiln_better_ and kiln_finish_.
+ *
+ * float sums are compensated (Kahan) per work-item and then combined by a
+ * tree in local memory, so their error does not grow with the row length.
+ * Maxima follow the CPU backend: NaN wins, and among equals (or NaNs) the
+ * first index, whatever order partial results meet in.
  *
  * Three kernels per dtype, and for f32 SUM, MEAN and NORM three more
  * (reduce_*_sum_f32) that read eight floats at a time into a compensated
@@ -15,9 +27,12 @@
  *   reduce_cols_*   inner > 1 (and len == 0): one work-item per output,
  *                   neighbouring work-items on neighbouring columns
  * Partial records live in a scratch buffer, given in in[1]'s place (from
- * its start), as four arrays of P = outer*chunks entries: index (long), then
- * sum (float), isum (uint), best (the dtype). The planner's split arrives in
- * op.plan.reduce (chunk, chunks); the shape in op.u.reduce.
+ * its start), as three arrays of P = outer*chunks entries: index (long),
+ * then the accumulated value (ACC), then best (T); an ACC is never narrower
+ * than its T, so each array stays aligned (kiln_cl_plan_reduce sizes the
+ * buffer). The reduce_*_sum_f32 kernels use the ACC array alone (float).
+ * The planner's split arrives in op.plan.reduce (chunk, chunks); the shape
+ * in op.u.reduce.
  */
 
 enum { KILN_RED_SUM = 0, KILN_RED_MEAN = 1, KILN_RED_MAX = 2, KILN_RED_ARGMAX = 3, KILN_RED_NORM = 4 };
@@ -49,37 +64,71 @@ KILN_FN void kiln_kahan_add(float *sum, float *comp, float v) {
   *sum = t;
 }
 
-KILN_FN void kiln_finish_f32(__global uint *out, long at, int op, long len, float sum, float best, long index) {
+/* ---- the accumulate types ------------------------------------------------------ */
+
+/* float: a Kahan-compensated sum. */
+typedef struct kiln_acc_float {
+  float sum, comp;
+} kiln_acc_float;
+KILN_FN kiln_acc_float kiln_acc_zero_float(void) {
+  kiln_acc_float a;
+  a.sum = 0.0f;
+  a.comp = 0.0f;
+  return a;
+}
+#define KILN_ACC_OF_float(v, squares) ((squares) ? (float)(v) * (float)(v) : (float)(v))
+KILN_FN void kiln_acc_add_float(kiln_acc_float *a, float v) { kiln_kahan_add(&a->sum, &a->comp, v); }
+KILN_FN float kiln_acc_value_float(kiln_acc_float a) { return a.sum - a.comp; }
+KILN_FN float kiln_acc_combine_float(float a, float b) { return a + b; }
+KILN_FN float kiln_acc_finish_float(float sum, int op, long len) {
   switch (op) {
-  case KILN_RED_SUM: out[at] = as_uint(sum); break;
-  case KILN_RED_MEAN: out[at] = as_uint(sum / (float)len); break; /* len 0: 0/0 is NaN */
-  case KILN_RED_MAX: out[at] = as_uint(index < 0 ? -INFINITY : best); break;
-  case KILN_RED_ARGMAX: out[at] = (uint)(index < 0 ? 0 : (int)index); break;
-  default: out[at] = as_uint(sqrt(sum)); break; /* NORM */
+  case KILN_RED_MEAN: return sum / (float)len; /* len 0: 0/0 is NaN */
+  case KILN_RED_NORM: return sqrt(sum);
+  default: return sum;
   }
 }
 
-KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint isum, int best, long index) {
+/* uint: a sum that wraps (integers; MEAN and NORM are f32 only, so nothing
+ * is squared or divided). */
+typedef uint kiln_acc_uint;
+KILN_FN kiln_acc_uint kiln_acc_zero_uint(void) { return 0u; }
+#define KILN_ACC_OF_uint(v, squares) ((uint)(v))
+KILN_FN void kiln_acc_add_uint(kiln_acc_uint *a, uint v) { *a += v; }
+KILN_FN uint kiln_acc_value_uint(kiln_acc_uint a) { return a; }
+KILN_FN uint kiln_acc_combine_uint(uint a, uint b) { return a + b; }
+KILN_FN uint kiln_acc_finish_uint(uint sum, int op, long len) { return sum; }
+
+/* ---- the kernels --------------------------------------------------------------- */
+
+/* Write one output (out is the bits of T): MAX and ARGMAX from (best,
+ * index), SUM, MEAN and NORM from the finished accumulator `sum`. */
+KILN_FN void kiln_finish_f32(__global uint *out, long at, int op, float sum, float best, long index) {
+  switch (op) {
+  case KILN_RED_MAX: out[at] = as_uint(index < 0 ? -INFINITY : best); break;
+  case KILN_RED_ARGMAX: out[at] = (uint)(index < 0 ? 0 : (int)index); break;
+  default: out[at] = as_uint(sum); break;
+  }
+}
+
+KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, uint sum, int best, long index) {
   switch (op) {
   case KILN_RED_MAX: out[at] = (uint)(index < 0 ? (-2147483647 - 1) : best); break;
   case KILN_RED_ARGMAX: out[at] = (uint)(index < 0 ? 0 : (int)index); break;
-  default: out[at] = isum; break; /* SUM wraps */
+  default: out[at] = sum; break; /* SUM wraps */
   }
 }
 
-/* Each work-item's partial (compensated sum, integer sum, best value and
- * its index) into local memory, then a tree over the work-group: work-item 0
- * ends with the group's result. wgs is a power of two. */
-#define KILN_RED_COMBINE_(TNAME)                                                                \
-  l_sum[lid] = sum - comp;                                                                      \
-  l_isum[lid] = isum;                                                                           \
+/* Each work-item's partial (accumulated value, best value and its index)
+ * into local memory, then a tree over the work-group: work-item 0 ends with
+ * the group's result. wgs is a power of two. */
+#define KILN_RED_COMBINE_(ACC, TNAME)                                                           \
+  l_acc[lid] = kiln_acc_value_##ACC(acc);                                                       \
   l_best[lid] = best;                                                                           \
   l_index[lid] = index;                                                                         \
   barrier(CLK_LOCAL_MEM_FENCE);                                                                 \
   for (int s = wgs / 2; s > 0; s >>= 1) {                                                       \
     if (lid < s) {                                                                              \
-      l_sum[lid] += l_sum[lid + s];                                                             \
-      l_isum[lid] += l_isum[lid + s];                                                           \
+      l_acc[lid] = kiln_acc_combine_##ACC(l_acc[lid], l_acc[lid + s]);                          \
       if (kiln_better_##TNAME(l_best[lid + s], l_index[lid + s], l_best[lid], l_index[lid])) {  \
         l_best[lid] = l_best[lid + s];                                                          \
         l_index[lid] = l_index[lid + s];                                                        \
@@ -88,10 +137,9 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
     barrier(CLK_LOCAL_MEM_FENCE);                                                               \
   }
 
-#define KILN_CL_REDUCE_(T, TNAME)                                                                  \
+#define KILN_CL_REDUCE_(T, ACC, TNAME)                                                             \
   KILN_CL_KERNEL(reduce_rows_##TNAME) {                                                            \
-    __local float l_sum[KILN_CL_REDUCE_WG];                                                        \
-    __local uint l_isum[KILN_CL_REDUCE_WG];                                                        \
+    __local ACC l_acc[KILN_CL_REDUCE_WG];                                                          \
     __local T l_best[KILN_CL_REDUCE_WG];                                                           \
     __local long l_index[KILN_CL_REDUCE_WG];                                                       \
     __global const T *in = KILN_CL_IN(T, 0);                                                       \
@@ -104,31 +152,29 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
     const bool squares = rop == KILN_RED_NORM;                                                     \
     const long items = outer * chunks;                                                             \
     for (long b = (long)get_group_id(0); b < items; b += (long)get_num_groups(0)) {                \
-      const long row = kiln_udiv(b, chunks), begin = (b % chunks) * chunk;                                   \
+      const long row = kiln_udiv(b, chunks), begin = (b % chunks) * chunk;                         \
       const long end = begin + chunk < len ? begin + chunk : len;                                  \
       __global const T *x = in + row * len;                                                        \
-      float sum = 0.0f, comp = 0.0f;                                                               \
-      uint isum = 0u;                                                                              \
+      kiln_acc_##ACC acc = kiln_acc_zero_##ACC();                                                  \
       T best = 0;                                                                                  \
       long index = -1;                                                                             \
       for (long l = begin + lid; l < end; l += wgs) {                                              \
         const T v = x[l];                                                                          \
-        kiln_kahan_add(&sum, &comp, squares ? (float)v * (float)v : (float)v);                     \
-        isum += KILN_RED_IVAL_##TNAME(v);                                                                           \
+        kiln_acc_add_##ACC(&acc, KILN_ACC_OF_##ACC(v, squares));                                   \
         if (kiln_better_##TNAME(v, l, best, index)) {                                              \
           best = v;                                                                                \
           index = l;                                                                               \
         }                                                                                          \
       }                                                                                            \
-      KILN_RED_COMBINE_(TNAME);                                                                    \
+      KILN_RED_COMBINE_(ACC, TNAME);                                                               \
       if (lid == 0) {                                                                              \
         if (chunks == 1) {                                                                         \
-          kiln_finish_##TNAME(out, row, rop, len, KILN_RED_PICK_##TNAME(l_sum[0], l_isum[0]), l_best[0], l_index[0]); \
+          kiln_finish_##TNAME(out, row, rop, kiln_acc_finish_##ACC(l_acc[0], rop, len), l_best[0], \
+                              l_index[0]);                                                         \
         } else {                                                                                   \
-          __global float *p_sum = (__global float *)(parts + items);                               \
-          p_sum[b] = l_sum[0];                                                                     \
-          ((__global uint *)(p_sum + items))[b] = l_isum[0];                                       \
-          ((__global T *)(p_sum + 2 * items))[b] = l_best[0];                                      \
+          __global ACC *p_acc = (__global ACC *)(parts + items);                                   \
+          p_acc[b] = l_acc[0];                                                                     \
+          ((__global T *)(p_acc + items))[b] = l_best[0];                                          \
           parts[b] = l_index[0];                                                                   \
         }                                                                                          \
       }                                                                                            \
@@ -136,8 +182,7 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
     }                                                                                              \
   }                                                                                                \
   KILN_CL_KERNEL(reduce_parts_##TNAME) {                                                           \
-    __local float l_sum[KILN_CL_REDUCE_WG];                                                        \
-    __local uint l_isum[KILN_CL_REDUCE_WG];                                                        \
+    __local ACC l_acc[KILN_CL_REDUCE_WG];                                                          \
     __local T l_best[KILN_CL_REDUCE_WG];                                                           \
     __local long l_index[KILN_CL_REDUCE_WG];                                                       \
     __global uint *out = KILN_CL_OUT(uint);                                                        \
@@ -146,26 +191,24 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
     const int rop = op.u.reduce.op;                                                                \
     const int lid = (int)get_local_id(0), wgs = (int)get_local_size(0);                           \
     const long items = outer * chunks;                                                             \
-    __global const float *p_sum = (__global const float *)(parts + items);                        \
-    __global const uint *p_isum = (__global const uint *)(p_sum + items);                         \
-    __global const T *p_best = (__global const T *)(p_sum + 2 * items);                           \
+    __global const ACC *p_acc = (__global const ACC *)(parts + items);                            \
+    __global const T *p_best = (__global const T *)(p_acc + items);                               \
     for (long row = (long)get_group_id(0); row < outer; row += (long)get_num_groups(0)) {          \
-      float sum = 0.0f, comp = 0.0f;                                                               \
-      uint isum = 0u;                                                                              \
+      kiln_acc_##ACC acc = kiln_acc_zero_##ACC();                                                  \
       T best = 0;                                                                                  \
       long index = -1;                                                                             \
       for (long c = lid; c < chunks; c += wgs) {                                                   \
         const long at = row * chunks + c;                                                          \
-        kiln_kahan_add(&sum, &comp, p_sum[at]);                                                    \
-        isum += p_isum[at];                                                                        \
+        kiln_acc_add_##ACC(&acc, p_acc[at]);                                                       \
         if (kiln_better_##TNAME(p_best[at], parts[at], best, index)) {                             \
           best = p_best[at];                                                                       \
           index = parts[at];                                                                       \
         }                                                                                          \
       }                                                                                            \
-      KILN_RED_COMBINE_(TNAME);                                                                    \
+      KILN_RED_COMBINE_(ACC, TNAME);                                                               \
       if (lid == 0)                                                                                \
-        kiln_finish_##TNAME(out, row, rop, len, KILN_RED_PICK_##TNAME(l_sum[0], l_isum[0]), l_best[0], l_index[0]); \
+        kiln_finish_##TNAME(out, row, rop, kiln_acc_finish_##ACC(l_acc[0], rop, len), l_best[0],   \
+                            l_index[0]);                                                           \
       barrier(CLK_LOCAL_MEM_FENCE);                                                                \
     }                                                                                              \
   }                                                                                                \
@@ -176,35 +219,27 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, long len, uint
     const int rop = op.u.reduce.op;                                                                \
     const bool squares = rop == KILN_RED_NORM;                                                     \
     KILN_FOR_EACH(o, outer * inner) {                                                              \
-      const long row = kiln_udiv(o, inner), col = o % inner;                                                 \
+      const long row = kiln_udiv(o, inner), col = o % inner;                                       \
       __global const T *x = in + row * len * inner + col;                                          \
-      float sum = 0.0f, comp = 0.0f;                                                               \
-      uint isum = 0u;                                                                              \
+      kiln_acc_##ACC acc = kiln_acc_zero_##ACC();                                                  \
       T best = 0;                                                                                  \
       long index = -1;                                                                             \
       for (long l = 0; l < len; l++) {                                                             \
         const T v = x[l * inner];                                                                  \
-        kiln_kahan_add(&sum, &comp, squares ? (float)v * (float)v : (float)v);                     \
-        isum += KILN_RED_IVAL_##TNAME(v);                                                                           \
+        kiln_acc_add_##ACC(&acc, KILN_ACC_OF_##ACC(v, squares));                                   \
         if (kiln_better_##TNAME(v, l, best, index)) {                                              \
           best = v;                                                                                \
           index = l;                                                                               \
         }                                                                                          \
       }                                                                                            \
-      kiln_finish_##TNAME(out, o, rop, len, KILN_RED_PICK_##TNAME(sum - comp, isum), best, index);  \
+      const ACC sum = kiln_acc_finish_##ACC(kiln_acc_value_##ACC(acc), rop, len);                  \
+      kiln_finish_##TNAME(out, o, rop, sum, best, index);                                          \
     }                                                                                              \
   }
 
-/* The finishers take the float sum for f32 and the wrapping integer sum for i32. */
-#define KILN_RED_PICK_f32(fsum, isum) (fsum)
-#define KILN_RED_PICK_i32(fsum, isum) (isum)
-/* What the integer sum adds: nothing for f32 (no float-to-uint conversion of
- * negative values, which OpenCL leaves undefined). */
-#define KILN_RED_IVAL_f32(v) 0u
-#define KILN_RED_IVAL_i32(v) ((uint)(v))
-
-KILN_CL_REDUCE_(float, f32)
-KILN_CL_REDUCE_(int, i32)
+/* The rows: (element type, accumulate type, dtype name). */
+KILN_CL_REDUCE_(float, float, f32)
+KILN_CL_REDUCE_(int, uint, i32)
 
 /* ---- f32 SUM, MEAN, NORM ------------------------------------------------------ */
 

@@ -590,7 +590,7 @@ START_TEST(test_kiln_chunked_reduction) {
   CUdeviceptr din, dout, dparts;
   CU_OK(cuMemAlloc(&din, sizeof(float) * OUTER * LEN));
   CU_OK(cuMemAlloc(&dout, sizeof(float) * OUTER));
-  CU_OK(cuMemAlloc(&dparts, sizeof(kiln_cuda_reduce_part_t) * OUTER * CHUNKS));
+  CU_OK(cuMemAlloc(&dparts, KILN_CUDA_REDUCE_PART_BYTES * OUTER * CHUNKS));
   CU_OK(cuMemcpyHtoDAsync(din, x, sizeof(float) * OUTER * LEN, NULL));
   static const int ops[3] = {0, 2, 3}; /* sum, max, argmax */
   for (int o = 0; o < 3; o++) {
@@ -623,6 +623,54 @@ START_TEST(test_kiln_chunked_reduction) {
         memcpy(&got, &out[r], sizeof got);
         ck_assert_msg(got == index, "argmax row %d: %d vs %d", r, got, index);
       }
+    }
+  }
+  CU_OK(cuMemFree(din));
+  CU_OK(cuMemFree(dout));
+  CU_OK(cuMemFree(dparts));
+  free(x);
+}
+END_TEST
+
+/* The same split for i32, whose parts accumulate in uint32_t: the sum wraps
+ * (the values are large enough to), chunk by chunk and in the merge. */
+START_TEST(test_kiln_chunked_reduction_i32) {
+  enum { OUTER = 3, LEN = 10000, CHUNK = 4096, CHUNKS = 3 };
+  int32_t *x = malloc(sizeof(int32_t) * OUTER * LEN);
+  for (int r = 0; r < OUTER; r++)
+    for (int l = 0; l < LEN; l++) x[r * LEN + l] = (int32_t)(((l * 7919 + r * 104729) % 2001) - 1000) * 1000003;
+  CUdeviceptr din, dout, dparts;
+  CU_OK(cuMemAlloc(&din, sizeof(int32_t) * OUTER * LEN));
+  CU_OK(cuMemAlloc(&dout, sizeof(int32_t) * OUTER));
+  CU_OK(cuMemAlloc(&dparts, KILN_CUDA_REDUCE_PART_BYTES * OUTER * CHUNKS));
+  CU_OK(cuMemcpyHtoDAsync(din, x, sizeof(int32_t) * OUTER * LEN, NULL));
+  static const int ops[3] = {0, 2, 3}; /* sum, max, argmax */
+  for (int o = 0; o < 3; o++) {
+    kiln_kop_t a;
+    memset(&a, 0, sizeof a);
+    a.in[0].addr = din, a.out.addr = dout;
+    a.u.reduce.outer = OUTER, a.u.reduce.len = LEN, a.u.reduce.inner = 1, a.u.reduce.op = ops[o];
+    a.plan.reduce.parts = dparts, a.plan.reduce.rows = OUTER, a.plan.reduce.chunk = CHUNK, a.plan.reduce.chunks = CHUNKS;
+    void *params[1] = {&a};
+    CU_OK(cuLaunchKernel(function("kiln_reduce_rows_i32"), OUTER * CHUNKS, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
+    CU_OK(cuLaunchKernel(function("kiln_reduce_parts_i32"), OUTER, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
+    int32_t out[OUTER];
+    CU_OK(cuMemcpyDtoHAsync(out, dout, sizeof out, NULL));
+    for (int r = 0; r < OUTER; r++) {
+      uint32_t sum = 0;
+      int32_t best = INT32_MIN;
+      int index = -1;
+      for (int l = 0; l < LEN; l++) {
+        const int32_t v = x[r * LEN + l];
+        sum += (uint32_t)v;
+        if (index < 0 || v > best) {
+          best = v;
+          index = l;
+        }
+      }
+      if (ops[o] == 0) ck_assert_msg((uint32_t)out[r] == sum, "sum row %d: %d vs %d", r, out[r], (int32_t)sum);
+      if (ops[o] == 2) ck_assert_msg(out[r] == best, "max row %d: %d vs %d", r, out[r], best);
+      if (ops[o] == 3) ck_assert_msg(out[r] == index, "argmax row %d: %d vs %d", r, out[r], index);
     }
   }
   CU_OK(cuMemFree(din));
@@ -714,6 +762,7 @@ int main(int argc, char **argv) {
   tcase_add_test(in_context, test_warp_collectives);
   tcase_add_test(in_context, test_kiln_sgemm_variants);
   tcase_add_test(in_context, test_kiln_chunked_reduction);
+  tcase_add_test(in_context, test_kiln_chunked_reduction_i32);
   tcase_add_test(in_context, test_two_devices);
   tcase_add_test(in_context, test_use_after_a_stream_ordered_free_is_reported);
   suite_add_tcase(suite, in_context);
