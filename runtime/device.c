@@ -69,6 +69,10 @@ kiln_status_t kiln__device_attach(kiln_device_t *device) {
   if (!device) return kiln__set_error(KILN_INVALID_ARGUMENT, "kiln__device_attach: device is NULL");
   device->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
   atomic_init(&device->override_warned, 0);
+  /* What the device serves is asked once: every op checks it. */
+  device->dtypes_served = 0;
+  for (int d = 0; d < KILN_DTYPE_COUNT_; d++)
+    if (kiln__device_dtype_support(device, (kiln_dtype_t)d) != KILN_DTYPE_UNSUPPORTED) device->dtypes_served |= 1u << d;
   kiln_status_t status = op_table_build(device);
   if (status != KILN_OK) {
     op_table_free(device);

@@ -433,12 +433,15 @@ static kiln_status_t op_run(kiln_queue_t *queue, kiln_op_t *op, kiln_tensor_t *o
  * kernels for (its backend's dtype_support; by default f32 and i32 only). */
 static kiln_status_t device_serves(const char *call, kiln_device_t *device, const kiln_op_t *op, kiln_dtype_t dtype,
                                    const kiln_tensor_t *const *inputs) {
+  /* Bits of device->dtypes_served, asked of the backend once at attach
+   * (kiln_dtype_t values below 32). */
   kiln_dtype_t bad = dtype;
-  bool ok = kiln__device_dtype_support(device, dtype) != KILN_DTYPE_UNSUPPORTED;
+  _Static_assert(KILN_DTYPE_COUNT_ <= 32, "kiln_device_t.dtypes_served holds a bit per dtype");
+  bool ok = (unsigned)dtype < KILN_DTYPE_COUNT_ && (device->dtypes_served >> (unsigned)dtype & 1u) != 0;
   /* Without inputs (creation, empty results) op's inputs are not read. */
   for (int i = 0; ok && inputs && i < op->n_in; i++) {
     bad = op->in[i].dtype;
-    ok = kiln__device_dtype_support(device, bad) != KILN_DTYPE_UNSUPPORTED;
+    ok = (unsigned)bad < KILN_DTYPE_COUNT_ && (device->dtypes_served >> (unsigned)bad & 1u) != 0;
   }
   if (ok) return KILN_OK;
   return kiln__set_error(KILN_UNSUPPORTED,

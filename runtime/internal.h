@@ -233,6 +233,7 @@ struct kiln_device_t {
   uint32_t row_count[KILN_OP_COUNT];
   char providers_text[KILN_OP_COUNT][96]; /* "native,blas" */
   _Atomic uint32_t override_warned;       /* a bit per kind: the missing-provider warning was given */
+  uint32_t dtypes_served;                 /* a bit per kiln_dtype_t the backend has kernels for, asked once */
   kiln_queue_t *default_queue;
   kiln__queue_list_t queues;
   kiln__pool_t pool;
