@@ -558,6 +558,30 @@ static inline void kiln_backend_kop_fill(kiln_kop_t *k, const kiln_op_t *op) {
   k->u = op->u;
 }
 
+/* A MATMUL's GEMM plan from a filled record: the operands (CUDA addresses,
+ * OpenCL offsets, whichever the backend's fill set) and the product's sizes
+ * from u.matmul, once for both GPU backends' planners. */
+static inline void kiln_backend_kop_plan_matmul(kiln_kop_t *k) {
+  k->plan.gemm.a = k->in[0].addr;
+  k->plan.gemm.b = k->in[1].addr;
+  k->plan.gemm.c = k->out.addr;
+  k->plan.gemm.a_off = k->in[0].offset;
+  k->plan.gemm.b_off = k->in[1].offset;
+  k->plan.gemm.c_off = k->out.offset;
+  k->plan.gemm.m = k->u.matmul.m;
+  k->plan.gemm.n = k->u.matmul.n;
+  k->plan.gemm.k = k->u.matmul.k;
+  k->plan.gemm.lda = k->u.matmul.lda;
+  k->plan.gemm.ldb = k->u.matmul.ldb;
+  k->plan.gemm.ldc = k->u.matmul.ldc;
+  k->plan.gemm.stride_a = k->u.matmul.stride_a;
+  k->plan.gemm.stride_b = k->u.matmul.stride_b;
+  k->plan.gemm.stride_c = k->u.matmul.stride_c;
+  k->plan.gemm.batch = k->u.matmul.batch;
+  k->plan.gemm.trans_a = k->u.matmul.trans_a ? 1 : 0;
+  k->plan.gemm.trans_b = k->u.matmul.trans_b ? 1 : 0;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -111,21 +111,7 @@ static kiln_status_t kiln_cuda_plan_matmul(kiln_backend_context_t *ctx, kiln_bac
   (void)ctx;
   kiln_kop_t k;
   kiln_cuda_kop_fill(&k, op);
-  k.plan.gemm.a = k.in[0].addr;
-  k.plan.gemm.b = k.in[1].addr;
-  k.plan.gemm.c = k.out.addr;
-  k.plan.gemm.m = op->u.matmul.m;
-  k.plan.gemm.n = op->u.matmul.n;
-  k.plan.gemm.k = op->u.matmul.k;
-  k.plan.gemm.lda = op->u.matmul.lda;
-  k.plan.gemm.ldb = op->u.matmul.ldb;
-  k.plan.gemm.ldc = op->u.matmul.ldc;
-  k.plan.gemm.stride_a = op->u.matmul.stride_a;
-  k.plan.gemm.stride_b = op->u.matmul.stride_b;
-  k.plan.gemm.stride_c = op->u.matmul.stride_c;
-  k.plan.gemm.batch = op->u.matmul.batch;
-  k.plan.gemm.trans_a = op->u.matmul.trans_a;
-  k.plan.gemm.trans_b = op->u.matmul.trans_b;
+  kiln_backend_kop_plan_matmul(&k);
   return kiln_cuda_gemm(queue, &k);
 }
 

@@ -181,21 +181,7 @@ kiln_status_t kiln_cl_plan_matmul(kiln_backend_context_t *ctx, kiln_backend_queu
                                   const kiln_op_entry_t *entry, const kiln_op_t *op) {
   kiln_kop_t k;
   kiln_backend_kop_fill(&k, op); /* buffers: passed below, OpenCL records hold no addresses */
-  k.plan.gemm.a_off = (int64_t)op->in[0].offset;
-  k.plan.gemm.b_off = (int64_t)op->in[1].offset;
-  k.plan.gemm.c_off = (int64_t)op->out.offset;
-  k.plan.gemm.batch = op->u.matmul.batch;
-  k.plan.gemm.m = op->u.matmul.m;
-  k.plan.gemm.n = op->u.matmul.n;
-  k.plan.gemm.k = op->u.matmul.k;
-  k.plan.gemm.trans_a = op->u.matmul.trans_a ? 1 : 0;
-  k.plan.gemm.trans_b = op->u.matmul.trans_b ? 1 : 0;
-  k.plan.gemm.lda = op->u.matmul.lda;
-  k.plan.gemm.ldb = op->u.matmul.ldb;
-  k.plan.gemm.ldc = op->u.matmul.ldc;
-  k.plan.gemm.stride_a = op->u.matmul.stride_a;
-  k.plan.gemm.stride_b = op->u.matmul.stride_b;
-  k.plan.gemm.stride_c = op->u.matmul.stride_c;
+  kiln_backend_kop_plan_matmul(&k);
   return kiln_cl_gemm_run(queue, &k, kiln_cl_mem_of(&op->out), kiln_cl_mem_of(&op->in[0]),
                           kiln_cl_mem_of(&op->in[1]));
 }
