@@ -480,10 +480,23 @@ bool kiln__dtype_from_dlpack(uint8_t code, uint8_t bits, kiln_dtype_t *out_dtype
 /* kiln_device_dtype_support without the start-up check (device known). */
 kiln_dtype_support_t kiln__device_dtype_support(const kiln_device_t *device, kiln_dtype_t dtype);
 
-/* t is f32 (or i32 when i32_ok); KILN_DTYPE_MISMATCH naming `what`, t's dtype
- * and the cast that makes it valid otherwise. */
+/* Sets of dtypes an op accepts: a bit per kiln_dtype_t. */
+#define KILN__DT(E) (1u << KILN_##E)
+#define KILN__DT_FLOAT (KILN__DT(F32) | KILN__DT(F64) | KILN__DT(F16) | KILN__DT(BF16))
+#define KILN__DT_INTEGER (KILN__DT(I32) | KILN__DT(I64) | KILN__DT(I8) | KILN__DT(U8) | KILN__DT(I16))
+#define KILN__DT_NUMERIC (KILN__DT_FLOAT | KILN__DT_INTEGER)
+#define KILN__DT_ALL (KILN__DT_NUMERIC | KILN__DT(BOOL))
+
+/* t's dtype is in `allowed` (KILN__DT bits); KILN_DTYPE_MISMATCH naming
+ * `what`, t's dtype, the dtypes it takes and the cast that makes it valid
+ * otherwise. */
+kiln_status_t kiln__op_need_dtypes(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
+                                   uint32_t allowed);
+/* The same with {f32} or {f32, i32} (i32_ok). */
 kiln_status_t kiln__op_need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
                                   bool i32_ok);
+/* "f32, f64, f16 or bf16": the dtypes of `allowed`, in list order, into out. */
+void kiln__dtypes_text(uint32_t allowed, char *out, size_t size);
 /* A contiguous version of t: itself (retained) when it is. */
 kiln_status_t kiln__op_dense(const char *call, const kiln_tensor_t *t, kiln_tensor_t **out);
 /* View t as ndim dims of shape, stride 0 where it broadcasts (NumPy's rule). */

@@ -75,21 +75,59 @@ kiln_status_t kiln__op_same_device(const char *call, const char *na, const kiln_
                          call, na, da->display_name, nb, db->display_name, nb, na, nb);
 }
 
-kiln_status_t kiln__op_need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
-                                     bool i32_ok) {
-  if (t->dtype == KILN_F32 || (i32_ok && t->dtype == KILN_I32)) return KILN_OK;
-  /* The cast that makes it valid: integers (and bool) to i32 where the op
-   * has an i32 kernel, everything else to f32. */
-  const bool to_i32 = i32_ok && kiln_dtype_class(t->dtype) != KILN_DTYPE_CLASS_FLOAT;
+void kiln__dtypes_text(uint32_t allowed, char *out, size_t size) {
+  size_t used = 0;
+  int count = 0, total = 0;
+  for (int d = 0; d < KILN_DTYPE_COUNT_; d++) total += (allowed >> d) & 1u;
+  out[0] = '\0';
+  for (int d = 0; d < KILN_DTYPE_COUNT_ && used < size; d++) {
+    if (!((allowed >> d) & 1u)) continue;
+    const char *sep = count == 0 ? "" : count == total - 1 ? " or " : ", ";
+    used += (size_t)snprintf(out + used, size - used, "%s%s", sep, kiln_dtype_name((kiln_dtype_t)d));
+    count++;
+  }
+}
+
+kiln_status_t kiln__op_need_dtypes(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
+                                   uint32_t allowed) {
+  if ((unsigned)t->dtype < KILN_DTYPE_COUNT_ && ((allowed >> (unsigned)t->dtype) & 1u)) return KILN_OK;
+  /* The cast that makes it valid: to f32 where the op takes floats and t is
+   * not one; to i32 (else i64) where it takes integers only; otherwise to
+   * the first dtype it takes. */
+  kiln_dtype_t to = KILN_F32;
+  if (!(allowed & KILN__DT(F32))) {
+    if (allowed & KILN__DT(I32)) to = KILN_I32;
+    else if (allowed & KILN__DT(I64)) to = KILN_I64;
+    else
+      for (int d = 0; d < KILN_DTYPE_COUNT_; d++)
+        if ((allowed >> d) & 1u) {
+          to = (kiln_dtype_t)d;
+          break;
+        }
+  } else if (kiln_dtype_class(t->dtype) != KILN_DTYPE_CLASS_FLOAT && (allowed & KILN__DT(I32))) {
+    to = KILN_I32;
+  }
+  char takes[96];
+  kiln__dtypes_text(allowed, takes, sizeof takes);
   /* The example names the operand when there is one ("a"), a placeholder
    * when the check covers several ("a and b"). */
   const char *operand = strchr(name, ' ') ? "x" : name;
+  char upper[8];
+  const char *short_name = kiln_dtype_name(to);
+  size_t n = 0;
+  for (; short_name[n] && n + 1 < sizeof upper; n++)
+    upper[n] = (char)(short_name[n] >= 'a' && short_name[n] <= 'z' ? short_name[n] - 'a' + 'A' : short_name[n]);
+  upper[n] = '\0';
   return kiln__set_error(KILN_DTYPE_MISMATCH,
-                         "%s: %s does not support dtype %s (%s); use %s: %s of %s has no kernel yet, cast to %s first "
-                         "(kiln_tensor_cast(%s, %s, &%s2))",
-                         call, what, kiln_dtype_name(t->dtype), name, i32_ok ? "f32 or i32" : "f32", what,
-                         kiln_dtype_name(t->dtype), to_i32 ? "i32" : "f32", operand, to_i32 ? "KILN_I32" : "KILN_F32",
+                         "%s: %s does not support dtype %s (%s); %s takes %s: cast to %s first "
+                         "(kiln_tensor_cast(%s, KILN_%s, &%s2))",
+                         call, what, kiln_dtype_name(t->dtype), name, what, takes, kiln_dtype_name(to), operand, upper,
                          operand);
+}
+
+kiln_status_t kiln__op_need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
+                                  bool i32_ok) {
+  return kiln__op_need_dtypes(call, what, name, t, i32_ok ? KILN__DT(F32) | KILN__DT(I32) : KILN__DT(F32));
 }
 
 /* A contiguous version of t (itself retained when it already is). */
