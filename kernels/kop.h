@@ -52,13 +52,19 @@ typedef double kiln_f64;
 
 /* ---- the op's parameters, as the core resolves them ----------------------- */
 
-/* A scalar operand, converted once by the core to each dtype the kernels
- * use: f32 is (float)value; i32 is value truncated toward zero, NaN -> 0 and
- * out of range -> the nearest limit (the rule of every kiln backend). */
+/* A scalar operand, converted once by the core to what the kernels use:
+ * f32 is (float)value (the f32, f16 and bf16 formulas compute with it);
+ * i32 is value truncated toward zero, NaN -> 0 and out of range -> the
+ * nearest limit (the rule of every kiln backend); `bits` is the value in
+ * the op's dtype by the cast rule (kernels/dtype_convert.h), its storage
+ * bits in the low bytes: FILL of every dtype and the integer formulas use
+ * it (`(IT)bits`), so no kernel converts from f64 (which an OpenCL device
+ * without fp64 cannot). */
 typedef struct kiln_scalar_t {
   kiln_f64 value;
   kiln_f32 f32;
   kiln_i32 i32;
+  kiln_u64 bits;
 } kiln_scalar_t;
 
 /* Each kind's parameters; runtime/backend.h says what each means. Flags are
@@ -177,8 +183,8 @@ typedef struct kiln_kop_t {
 #define KILN_KOP_LAYOUT(X)                                                                          \
   X(out.addr) X(out.offset) X(out.strides) X(out.dtype) X(in[1].addr) X(in[2].strides[7])           \
   X(in[2].dtype) X(shape) X(n) X(kind) X(n_in) X(ndim) X(u) X(u.fill.value.f32)                      \
-  X(u.fill.value.i32) X(u.arange.step) X(u.random.seed) X(u.random.a) X(u.random.b)                \
-  X(u.random.normal) X(u.unary.op) X(u.binary.scalar.f32) X(u.binary.scalar.i32) X(u.binary.op)    \
+  X(u.fill.value.i32) X(u.fill.value.bits) X(u.arange.step) X(u.random.seed) X(u.random.a) X(u.random.b)                \
+  X(u.random.normal) X(u.unary.op) X(u.binary.scalar.f32) X(u.binary.scalar.i32) X(u.binary.scalar.bits) X(u.binary.op)    \
   X(u.matmul.batch) X(u.matmul.stride_c) X(u.matmul.trans_a) X(u.matmul.trans_b)                   \
   X(u.reduce.inner) X(u.reduce.op) X(u.softmax.cols) X(u.softmax.log) X(u.cross_entropy.c)         \
   X(u.conv2d.q) X(u.conv2d.stride) X(u.conv2d.pad) X(u.conv2d.dil) X(u.conv2d.has_bias)             \

@@ -50,7 +50,7 @@ extern "C" {
 /* The major version: bump when a slot or a type that exists changes meaning
  * or layout. Adding a slot at the end of a table, or an op kind at the end of
  * KILN_OP_KINDS, does not bump it. */
-#define KILN_BACKEND_ABI_VERSION 3u
+#define KILN_BACKEND_ABI_VERSION 4u
 
 /* The name of the symbol every plugin exports. */
 #define KILN_BACKEND_ENTRY_SYMBOL "kiln_backend_entry"

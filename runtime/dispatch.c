@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "runtime/internal.h"
+#include "kernels/dtype_convert.h"
 
 /* The provider that ran the calling thread's last op (static storage). */
 static _Thread_local const char *last_provider = "";
@@ -50,9 +51,21 @@ void kiln_provider_uses_reset(void) {
   provider_calls_any = false;
 }
 
-kiln_scalar_t kiln__scalar(double value) {
+kiln_scalar_t kiln__scalar(double value, kiln_dtype_t dtype) {
   kiln_scalar_t s;
   s.value = value;
+  s.bits = 0;
+  switch (dtype) {
+#define KILN_SCALAR_BITS_(E, name, T, carrier)   \
+  case KILN_##E: {                               \
+    const T x = kiln_dc_f64_to_##name(value);   \
+    memcpy(&s.bits, &x, sizeof x);               \
+    break;                                       \
+  }
+    KILN_DC_DTYPES(KILN_SCALAR_BITS_)
+#undef KILN_SCALAR_BITS_
+  default: break;
+  }
   s.f32 = (float)value;
   if (value != value) s.i32 = 0;
   else if (value >= 2147483647.0) s.i32 = INT32_MAX;

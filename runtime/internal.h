@@ -523,6 +523,6 @@ kiln_status_t kiln__op_enqueue(const char *call, kiln_device_t *device, kiln_op_
 kiln_status_t kiln__op_enqueue_into(const char *call, kiln_op_t *op, kiln_tensor_t *target,
                                     const kiln_tensor_t *const *inputs);
 /* A scalar in every dtype kernels use (the conversion rule of kiln_scalar_t). */
-kiln_scalar_t kiln__scalar(double value);
+kiln_scalar_t kiln__scalar(double value, kiln_dtype_t dtype);
 
 #endif /* KILN_RUNTIME_INTERNAL_H */

@@ -119,10 +119,9 @@ kiln_status_t kiln__op_need_dtypes(const char *call, const char *what, const cha
     upper[n] = (char)(short_name[n] >= 'a' && short_name[n] <= 'z' ? short_name[n] - 'a' + 'A' : short_name[n]);
   upper[n] = '\0';
   return kiln__set_error(KILN_DTYPE_MISMATCH,
-                         "%s: %s does not support dtype %s (%s); %s takes %s: cast to %s first "
+                         "%s: %s does not support dtype %s (%s); use %s: cast to %s first "
                          "(kiln_tensor_cast(%s, KILN_%s, &%s2))",
-                         call, what, kiln_dtype_name(t->dtype), name, what, takes, kiln_dtype_name(to), operand, upper,
-                         operand);
+                         call, what, kiln_dtype_name(t->dtype), name, takes, kiln_dtype_name(to), operand, upper, operand);
 }
 
 kiln_status_t kiln__op_need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
@@ -281,7 +280,7 @@ static kiln_status_t binary_scalar(const char *call, kiln_binary_op_t bop, const
   op.kind = KILN_OP_BINARY_SCALAR;
   op.n_in = 1;
   op.u.binary.op = bop;
-  op.u.binary.scalar = kiln__scalar(scalar);
+  op.u.binary.scalar = kiln__scalar(scalar, a->dtype);
   kiln__tensor_view(a, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {a};
   return kiln__op_enqueue(call, a->buffer->device, &op, a->dtype, a->ndim, a->shape, inputs, out);
@@ -448,7 +447,7 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
     /* The sum of no products: zeros, without bothering a GEMM. */
     op.kind = KILN_OP_FILL;
     op.n_in = 0;
-    op.u.fill.value = kiln__scalar(0.0);
+    op.u.fill.value = kiln__scalar(0.0, KILN_F32);
     return kiln__op_enqueue(call, device, &op, KILN_F32, ndim, shape, NULL, out);
   }
   if (numel_of(ndim, shape) == 0) return kiln__op_enqueue(call, device, &op, KILN_F32, ndim, shape, NULL, out);

@@ -47,7 +47,7 @@ static kiln_status_t tensor_fill(const char *call, kiln_device_t *device, kiln_d
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_FILL;
-  op.u.fill.value = kiln__scalar(value);
+  op.u.fill.value = kiln__scalar(value, dtype);
   return create_op(call, device, &op, dtype, ndim, shape, out);
 }
 

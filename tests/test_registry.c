@@ -198,14 +198,14 @@ START_TEST(test_bad_abi) {
   kt_env("badabi,cpu");
   KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "backend 'badabi' named in KILN_BACKEND cannot be used");
   KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH,
-           "libkiln-badabi.so was built for backend ABI 999, this libkiln speaks 3; rebuild the plugin against this kiln");
+           "libkiln-badabi.so was built for backend ABI 999, this libkiln speaks 4; rebuild the plugin against this kiln");
   kiln_deinitialize();
 
   kt_load_quietly("badabi,cpu");
   kiln__backend_t *b = &kt_rt.backends[0];
   ck_assert_int_eq(b->info.state, KILN_BACKEND_ABI_MISMATCH);
   ck_assert_str_eq(kiln_backend_state_name(b->info.state), "abi mismatch");
-  ck_assert_msg(strstr(b->info.reason, "was built for backend ABI 999, this libkiln speaks 3") != NULL, "%s",
+  ck_assert_msg(strstr(b->info.reason, "was built for backend ABI 999, this libkiln speaks 4") != NULL, "%s",
                 b->info.reason);
   ck_assert(kt_ends_with(b->info.path, "/libkiln-badabi.so"));
   ck_assert_uint_eq(b->info.device_count, 0);
@@ -451,7 +451,7 @@ START_TEST(test_zero_devices_keep_reason) {
   kiln_deinitialize();
 
   kt_env("wrongabi,cpu");
-  KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "the built-in wrongabi backend was built for backend ABI 7, this libkiln speaks 3");
+  KT_FAILS(kiln_ensure_initialized(), KILN_ABI_MISMATCH, "the built-in wrongabi backend was built for backend ABI 7, this libkiln speaks 4");
   kiln_deinitialize();
   kt_env(NULL);
 }
