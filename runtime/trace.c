@@ -94,9 +94,9 @@ static void resolve_locked(kiln__trace_queue_t *q, bool wait) {
   }
 }
 
-/* The queue's state, created at its first traced work: the anchor event is
- * recorded and waited for, so that its completion is now on the host's
- * clock. NULL when the table is full or the anchor fails (the record keeps
+/* The queue's state, created when the trace starts or the queue is: the
+ * anchor event is recorded and waited for, so that its completion is now on
+ * the host's clock. NULL when the table is full or the anchor fails (the record keeps
  * its host side only). Called with the lock held. */
 static kiln__trace_queue_t *queue_locked(kiln_queue_t *queue) {
   for (size_t i = 0; i < tr.queue_count; i++)
@@ -122,6 +122,16 @@ static kiln__trace_queue_t *queue_locked(kiln_queue_t *queue) {
   q->last_end = q->anchor_ns;
   return q;
 }
+
+void kiln__trace_queue(kiln_queue_t *queue) {
+  pthread_mutex_lock(&lock);
+  if (tr.active) queue_locked(queue);
+  pthread_mutex_unlock(&lock);
+}
+
+/* Kiln_trace_start: every queue's clock aligned before its first traced op
+ * (which waits for the work already on it). Called with the lock held. */
+static void queue_align_locked(kiln_queue_t *queue) { queue_locked(queue); }
 
 /* Append `r` (filled by the caller but for seq) and an event after it on
  * `queue` for its device side. */
@@ -293,8 +303,10 @@ kiln_status_t kiln__trace_start(const char *path, size_t events) {
   tr.active = true;
   free(last_summary);
   last_summary = NULL;
-  /* The memory each device holds already, as the counters' first values. */
+  /* Each queue's clock, and the memory each device holds already as the
+   * counters' first values. */
   for (size_t d = 0; d < kiln__rt.device_count; d++) {
+    kiln__queues_each(kiln__rt.devices[d], queue_align_locked);
     kiln_memory_stats_t stats;
     if (kiln_device_memory_stats(kiln__rt.devices[d], &stats) == KILN_OK)
       memory_locked(kiln__rt.devices[d], stats.in_use_bytes, stats.pooled_bytes);

@@ -41,6 +41,12 @@ void kiln__trace_copy(kiln_queue_t *queue, kiln__trace_copy_t direction, size_t 
  * bytes pooled (kiln_device_memory_stats' in_use_bytes and pooled_bytes). */
 void kiln__trace_memory(kiln_device_t *device, uint64_t in_use, uint64_t pooled);
 
+/* A queue created while a trace records: its clock is aligned now, before
+ * any work (queue.c). */
+void kiln__trace_queue(kiln_queue_t *queue);
+/* Call fn for each of the device's live queues, its list locked (queue.c). */
+void kiln__queues_each(kiln_device_t *device, void (*fn)(kiln_queue_t *queue));
+
 /* Start a trace into `path` with a ring of `events` records (KILN_TRACE at
  * start-up; kiln_trace_start). */
 kiln_status_t kiln__trace_start(const char *path, size_t events);

@@ -207,7 +207,7 @@ kiln_status_t kiln__trace_write_json(const kiln__trace_t *trace, FILE *f) {
     }
     events[n++] = (event_t){r->host_t0, r->seq, EV_HOST, r};
     if (r->timing == KILN__TRACE_TIMING_NONE) continue;
-    events[n++] = (event_t){r->host_t0 + (r->host_t1 - r->host_t0) / 2, r->seq, EV_FLOW_START, r};
+    events[n++] = (event_t){r->host_t0, r->seq, EV_FLOW_START, r};
     events[n++] = (event_t){r->dev_t0, r->seq, EV_DEVICE, r};
     events[n++] = (event_t){r->dev_t0, r->seq, EV_FLOW_END, r};
   }

@@ -11,6 +11,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default)
+
 /* Start recording, process-wide, into a ring of KILN_TRACE_EVENTS records
  * (default 100000; the oldest are overwritten when it is full, and how many
  * were is written into the trace). Every operation, copy between host and
@@ -46,6 +48,8 @@ bool kiln_trace_active(void);
  * out_length is NULL or out_text is NULL with size > 0. Waits for the traced
  * work when a trace is recording. Thread-safe. */
 kiln_status_t kiln_trace_summary(char *out_text, size_t size, size_t *out_length);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }
