@@ -256,10 +256,12 @@ static kiln_status_t order_after(kiln_queue_t *waiter, kiln_queue_t *signaller) 
   const kiln_backend_iface_t *iface = signaller->device->iface;
   kiln_backend_context_t *ctx = signaller->device->ctx;
   kiln_backend_event_t *event = NULL;
+  const int64_t trace_t0 = KILN__TRACE_ON() ? kiln__trace_now() : 0;
   kiln_status_t status = iface->queue_record(ctx, signaller->impl, &event);
   if (status != KILN_OK) return status;
   status = iface->queue_wait(ctx, waiter->impl, event);
   iface->event_release(ctx, event);
+  if (trace_t0 && status == KILN_OK) kiln__trace_wait(waiter, trace_t0);
   return status;
 }
 

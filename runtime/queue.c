@@ -398,8 +398,10 @@ kiln_status_t kiln__queue_wait_list(kiln_queue_t *queue, uint32_t count, kiln_ev
                              "wait_count",
                              i, count);
     kiln_status_t status;
+    const int64_t trace_t0 = KILN__TRACE_ON() ? kiln__trace_now() : 0;
     if (event->device->iface == queue->device->iface) {
       status = queue->device->iface->queue_wait(queue->device->ctx, queue->impl, event->impl);
+      if (trace_t0 && status == KILN_OK) kiln__trace_wait(queue, trace_t0);
     } else {
       /* Another backend cannot wait on this one's event: the caller does. */
       status = event->device->iface->event_wait(event->device->ctx, event->impl);

@@ -233,6 +233,20 @@ void kiln__trace_copy(kiln_queue_t *queue, kiln__trace_copy_t direction, size_t 
   append_timed(queue, &r);
 }
 
+void kiln__trace_wait(kiln_queue_t *queue, int64_t t0) {
+  kiln__trace_record_t r;
+  memset(&r, 0, sizeof r);
+  r.type = KILN__TRACE_WAIT;
+  r.name = "wait";
+  r.device = queue->device;
+  r.queue_id = queue->id;
+  r.thread = this_thread();
+  r.host_t0 = t0;
+  for (int s = 0; s < 3; s++) r.ndim[s] = -1;
+  r.host_t1 = kiln__trace_now();
+  append_timed(queue, &r);
+}
+
 static void memory_locked(kiln_device_t *device, uint64_t in_use, uint64_t pooled) {
   kiln__trace_record_t *r = append_locked();
   r->type = KILN__TRACE_MEMORY;

@@ -37,6 +37,10 @@ typedef enum kiln__trace_copy_t {
  * device), host call from t0 to now. */
 void kiln__trace_copy(kiln_queue_t *queue, kiln__trace_copy_t direction, size_t bytes, int64_t t0);
 
+/* `queue` was told to wait for work of another queue (host call from t0 to
+ * now): the wait is a slice of its own on the queue's track. */
+void kiln__trace_wait(kiln_queue_t *queue, int64_t t0);
+
 /* A device's memory after an allocation or a free: bytes in live buffers and
  * bytes pooled (kiln_device_memory_stats' in_use_bytes and pooled_bytes). */
 void kiln__trace_memory(kiln_device_t *device, uint64_t in_use, uint64_t pooled);

@@ -11,7 +11,9 @@
 #define KILN__TRACE_QUEUES 64    /* queues with device-side times; later ones keep their host side */
 #define KILN__TRACE_PENDING 4096 /* events per queue awaiting their timestamps */
 
-enum { KILN__TRACE_OP = 1, KILN__TRACE_COPY, KILN__TRACE_MEMORY };
+/* WAIT: a queue told to wait for another's event; its device slice is the
+ * wait, so that the work after it starts where the wait ends. */
+enum { KILN__TRACE_OP = 1, KILN__TRACE_COPY, KILN__TRACE_MEMORY, KILN__TRACE_WAIT };
 enum { KILN__TRACE_TIMING_NONE, KILN__TRACE_TIMING_DEVICE, KILN__TRACE_TIMING_HOST };
 
 /* One op, copy or memory sample. Strings are static storage (op names,

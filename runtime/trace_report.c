@@ -152,7 +152,9 @@ static void write_event(FILE *f, const kiln__trace_t *trace, const event_t *e) {
     fprintf(f, "{\"name\":\"%s\",\"cat\":\"device\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%llu,"
                "\"args\":{\"id\":%llu,\"timing\":\"%s\"",
             r->name, ts, us(ns), dpid, (unsigned long long)r->queue_id, id, timing_text(r->timing));
-    if (r->type == KILN__TRACE_OP) {
+    if (r->type == KILN__TRACE_WAIT) {
+      fputs(",\"what\":\"the queue waits for work on another queue\"", f);
+    } else if (r->type == KILN__TRACE_OP) {
       fprintf(f, ",\"provider\":\"%s\"", r->provider);
       if (r->flops > 0 && ns > 0) fprintf(f, ",\"gflop_per_s\":%.3f", r->flops / (double)ns);
     } else {
@@ -195,7 +197,7 @@ static void write_metadata(FILE *f, const kiln__trace_t *trace, bool *first) {
 
 kiln_status_t kiln__trace_write_json(const kiln__trace_t *trace, FILE *f) {
   size_t n = 0;
-  FOR_EACH_RECORD(trace, r) n += r->type == KILN__TRACE_MEMORY ? 1 : 4;
+  FOR_EACH_RECORD(trace, r) n += r->type == KILN__TRACE_MEMORY || r->type == KILN__TRACE_WAIT ? 1 : 4;
   event_t *events = malloc((n ? n : 1) * sizeof *events);
   if (!events)
     return kiln__set_error(KILN_OUT_OF_MEMORY, "kiln_trace_stop: cannot sort the %zu events of \"%s\"", n, trace->path);
@@ -203,6 +205,10 @@ kiln_status_t kiln__trace_write_json(const kiln__trace_t *trace, FILE *f) {
   FOR_EACH_RECORD(trace, r) {
     if (r->type == KILN__TRACE_MEMORY) {
       events[n++] = (event_t){r->host_t0, r->seq, EV_COUNTER, r};
+      continue;
+    }
+    if (r->type == KILN__TRACE_WAIT) {
+      if (r->timing != KILN__TRACE_TIMING_NONE) events[n++] = (event_t){r->dev_t0, r->seq, EV_DEVICE, r};
       continue;
     }
     events[n++] = (event_t){r->host_t0, r->seq, EV_HOST, r};
@@ -259,7 +265,7 @@ char *kiln__trace_summary_text(const kiln__trace_t *trace) {
   uint64_t ops = 0, op_records = 0;
   int64_t dev_total = 0, host_total = 0;
   FOR_EACH_RECORD(trace, r) {
-    if (r->type == KILN__TRACE_MEMORY) continue;
+    if (r->type == KILN__TRACE_MEMORY || r->type == KILN__TRACE_WAIT) continue;
     op_records++;
     const int64_t dev = r->timing ? r->dev_t1 - r->dev_t0 : 0;
     if (r->type == KILN__TRACE_COPY) {
@@ -322,8 +328,9 @@ char *kiln__trace_summary_text(const kiln__trace_t *trace) {
           (unsigned long long)copies[d].bytes, us(copies[d].ns) / 1e3,
           copies[d].ns > 0 ? (double)copies[d].bytes / (double)copies[d].ns : 0.0);
 
-  /* Gaps: where a queue sat idle between its slices, waiting on the host. */
-  put(&t, "\nqueues (idle: time between the queue's slices, when it waited for the host)\n%-8s %6s %8s %12s %12s "
+  /* Gaps: where a queue sat idle between its slices, waiting on the host or
+   * on another queue. */
+  put(&t, "\nqueues (idle: time between the queue's slices, waiting for the host or another queue)\n%-8s %6s %8s %12s %12s "
           "%12s %14s\n",
       "device", "queue", "slices", "busy ms", "span ms", "idle ms", "longest gap us");
   for (size_t i = 0; i < trace->queue_count; i++) {
@@ -331,7 +338,9 @@ char *kiln__trace_summary_text(const kiln__trace_t *trace) {
     uint64_t slices = 0;
     int64_t busy = 0, first = 0, last = 0, gap = 0;
     FOR_EACH_RECORD(trace, r) {
-      if (r->type == KILN__TRACE_MEMORY || !r->timing || r->queue_id != q->id || r->device != q->device) continue;
+      if (r->type == KILN__TRACE_MEMORY || r->type == KILN__TRACE_WAIT || !r->timing || r->queue_id != q->id ||
+          r->device != q->device)
+        continue;
       if (slices == 0) first = r->dev_t0;
       else if (r->dev_t0 - last > gap) gap = r->dev_t0 - last;
       slices++;
