@@ -19,6 +19,16 @@ static kiln__trace_t tr;
 static char *last_summary;
 static bool exit_hook_set;
 
+/* Each device's memory as the pool last reported it, written by the pool's
+ * hook without the lock and sampled into the ring at the next traced work on
+ * the device: a change costs two stores, and the counter track keeps one
+ * sample per op at most. Indexed by the device's visible index. */
+#define TRACE_DEVICES 64
+static struct {
+  _Atomic uint64_t in_use, pooled;
+  atomic_bool changed;
+} memory_now[TRACE_DEVICES];
+
 static atomic_uint next_thread = 1;
 static _Thread_local uint16_t thread_no;
 
@@ -133,6 +143,17 @@ void kiln__trace_queue(kiln_queue_t *queue) {
  * (which waits for the work already on it). Called with the lock held. */
 static void queue_align_locked(kiln_queue_t *queue) { queue_locked(queue); }
 
+static void memory_locked(kiln_device_t *device, uint64_t in_use, uint64_t pooled, int64_t ts);
+
+/* The device's memory, when it changed since its last sample. Called with
+ * the lock held. */
+static void memory_sample_locked(kiln_device_t *device, int64_t ts) {
+  if (device->index >= TRACE_DEVICES) return;
+  if (!atomic_exchange_explicit(&memory_now[device->index].changed, false, memory_order_acquire)) return;
+  memory_locked(device, atomic_load_explicit(&memory_now[device->index].in_use, memory_order_relaxed),
+                atomic_load_explicit(&memory_now[device->index].pooled, memory_order_relaxed), ts);
+}
+
 /* Append `r` (filled by the caller but for seq) and an event after it on
  * `queue` for its device side. */
 static void append_timed(kiln_queue_t *queue, const kiln__trace_record_t *filled) {
@@ -146,9 +167,12 @@ static void append_timed(kiln_queue_t *queue, const kiln__trace_record_t *filled
   const uint64_t seq = r->seq;
   *r = *filled;
   r->seq = seq;
+  memory_sample_locked(queue->device, filled->host_t0);
   if (q) {
     kiln_device_t *device = queue->device;
-    resolve_locked(q, false);
+    /* Asked in batches: a query per op would cost more than the op on a
+     * fast queue. */
+    if (q->count % 32 == 31) resolve_locked(q, false);
     /* Full: the oldest is long done in practice (a queue holds at most
      * KILN__QUEUE_DEPTH ops in flight). */
     if (q->count == KILN__TRACE_PENDING) {
@@ -247,22 +271,23 @@ void kiln__trace_wait(kiln_queue_t *queue, int64_t t0) {
   append_timed(queue, &r);
 }
 
-static void memory_locked(kiln_device_t *device, uint64_t in_use, uint64_t pooled) {
+static void memory_locked(kiln_device_t *device, uint64_t in_use, uint64_t pooled, int64_t ts) {
   kiln__trace_record_t *r = append_locked();
   r->type = KILN__TRACE_MEMORY;
   r->name = "memory";
   r->device = device;
   r->thread = this_thread();
-  r->host_t0 = r->host_t1 = kiln__trace_now();
+  r->host_t0 = r->host_t1 = ts;
   r->bytes_read = in_use;
   r->bytes_written = pooled;
   for (int s = 0; s < 3; s++) r->ndim[s] = -1;
 }
 
 void kiln__trace_memory(kiln_device_t *device, uint64_t in_use, uint64_t pooled) {
-  pthread_mutex_lock(&lock);
-  if (tr.active) memory_locked(device, in_use, pooled);
-  pthread_mutex_unlock(&lock);
+  if (device->index >= TRACE_DEVICES) return;
+  atomic_store_explicit(&memory_now[device->index].in_use, in_use, memory_order_relaxed);
+  atomic_store_explicit(&memory_now[device->index].pooled, pooled, memory_order_relaxed);
+  atomic_store_explicit(&memory_now[device->index].changed, true, memory_order_release);
 }
 
 /* ---- start and stop ---------------------------------------------------------------- */
@@ -323,7 +348,8 @@ kiln_status_t kiln__trace_start(const char *path, size_t events) {
     kiln__queues_each(kiln__rt.devices[d], queue_align_locked);
     kiln_memory_stats_t stats;
     if (kiln_device_memory_stats(kiln__rt.devices[d], &stats) == KILN_OK)
-      memory_locked(kiln__rt.devices[d], stats.in_use_bytes, stats.pooled_bytes);
+      memory_locked(kiln__rt.devices[d], stats.in_use_bytes, stats.pooled_bytes, tr.t_start);
+    if (kiln__rt.devices[d]->index < TRACE_DEVICES) atomic_store(&memory_now[kiln__rt.devices[d]->index].changed, false);
   }
   atomic_store(&kiln__trace_on, true);
   pthread_mutex_unlock(&lock);
@@ -356,10 +382,11 @@ kiln_status_t kiln_trace_stop(void) {
   atomic_store(&kiln__trace_on, false);
   resolve_all_locked();
   /* The counters end on what kiln_device_memory_stats says now. */
+  const int64_t end = kiln__trace_now();
   for (size_t d = 0; d < kiln__rt.device_count; d++) {
     kiln_memory_stats_t stats;
     if (kiln_device_memory_stats(kiln__rt.devices[d], &stats) == KILN_OK)
-      memory_locked(kiln__rt.devices[d], stats.in_use_bytes, stats.pooled_bytes);
+      memory_locked(kiln__rt.devices[d], stats.in_use_bytes, stats.pooled_bytes, end);
   }
   tr.active = false;
   tr.t_stop = kiln__trace_now();

@@ -42,7 +42,9 @@ void kiln__trace_copy(kiln_queue_t *queue, kiln__trace_copy_t direction, size_t 
 void kiln__trace_wait(kiln_queue_t *queue, int64_t t0);
 
 /* A device's memory after an allocation or a free: bytes in live buffers and
- * bytes pooled (kiln_device_memory_stats' in_use_bytes and pooled_bytes). */
+ * bytes pooled (kiln_device_memory_stats' in_use_bytes and pooled_bytes).
+ * Two stores: the counter track samples it at the device's next traced op,
+ * copy or wait, and at the trace's stop. Never blocks. */
 void kiln__trace_memory(kiln_device_t *device, uint64_t in_use, uint64_t pooled);
 
 /* A queue created while a trace records: its clock is aligned now, before
