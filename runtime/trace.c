@@ -292,6 +292,18 @@ void kiln__trace_memory(kiln_device_t *device, uint64_t in_use, uint64_t pooled)
 
 /* ---- start and stop ---------------------------------------------------------------- */
 
+/* A sample of what kiln_device_memory_stats says, read from the pool itself:
+ * the public call would start kiln, and a KILN_TRACE start runs inside
+ * kiln's start-up. Called with the lock held. */
+static void memory_stats_locked(kiln_device_t *device, int64_t ts) {
+  kiln__pool_t *pool = &device->pool;
+  pthread_mutex_lock(&pool->lock);
+  const uint64_t in_use = pool->live_bytes, pooled = pool->pooled_bytes;
+  pthread_mutex_unlock(&pool->lock);
+  memory_locked(device, in_use, pooled, ts);
+  if (device->index < TRACE_DEVICES) atomic_store(&memory_now[device->index].changed, false);
+}
+
 static void stop_at_exit(void) {
   if (atomic_load(&kiln__trace_on)) kiln_trace_stop();
 }
@@ -346,10 +358,7 @@ kiln_status_t kiln__trace_start(const char *path, size_t events) {
    * counters' first values. */
   for (size_t d = 0; d < kiln__rt.device_count; d++) {
     kiln__queues_each(kiln__rt.devices[d], queue_align_locked);
-    kiln_memory_stats_t stats;
-    if (kiln_device_memory_stats(kiln__rt.devices[d], &stats) == KILN_OK)
-      memory_locked(kiln__rt.devices[d], stats.in_use_bytes, stats.pooled_bytes, tr.t_start);
-    if (kiln__rt.devices[d]->index < TRACE_DEVICES) atomic_store(&memory_now[kiln__rt.devices[d]->index].changed, false);
+    memory_stats_locked(kiln__rt.devices[d], tr.t_start);
   }
   atomic_store(&kiln__trace_on, true);
   pthread_mutex_unlock(&lock);
@@ -383,11 +392,7 @@ kiln_status_t kiln_trace_stop(void) {
   resolve_all_locked();
   /* The counters end on what kiln_device_memory_stats says now. */
   const int64_t end = kiln__trace_now();
-  for (size_t d = 0; d < kiln__rt.device_count; d++) {
-    kiln_memory_stats_t stats;
-    if (kiln_device_memory_stats(kiln__rt.devices[d], &stats) == KILN_OK)
-      memory_locked(kiln__rt.devices[d], stats.in_use_bytes, stats.pooled_bytes, end);
-  }
+  for (size_t d = 0; d < kiln__rt.device_count; d++) memory_stats_locked(kiln__rt.devices[d], end);
   tr.active = false;
   tr.t_stop = kiln__trace_now();
   kiln_status_t status = kiln__trace_write_json(&tr, tr.file);

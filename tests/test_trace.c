@@ -339,6 +339,54 @@ START_TEST(test_trace_bad_input) {
 }
 END_TEST
 
+START_TEST(test_trace_from_environment) {
+  make_dir();
+  char path[4200];
+  snprintf(path, sizeof path, "%s/env.json", dir);
+  setenv("KILN_TRACE", path, 1);
+  kiln_device_t *device = traced_device();
+  ck_assert(kiln_trace_active());
+  kiln_device_info_t info;
+  KT_OK(kiln_device_info(device, &info));
+  const int pid = 2 + (int)info.index;
+  kiln_tensor_t *x = filled(device, 4, 4, 1.0f), *y = NULL;
+  KT_OK(kiln_tensor_add(x, x, &y));
+  kiln_tensor_release(x);
+  kiln_tensor_release(y);
+  /* kiln_deinitialize stops the trace and writes it. */
+  kiln_deinitialize();
+  ck_assert(!kiln_trace_active());
+  checked_t c = check_json(path, pid);
+  ck_assert_int_eq(c.ops, 1);
+  ck_assert_int_eq(c.copies, 1);
+  ck_assert_int_eq(c.last_in_use, 0);
+  unsetenv("KILN_TRACE");
+  remove_dir();
+}
+END_TEST
+
+START_TEST(test_trace_environment_refused) {
+  make_dir();
+  char path[4200];
+  snprintf(path, sizeof path, "%s/absent/env.json", dir);
+  setenv("KILN_TRACE", path, 1);
+  kiln_device_t *device = NULL;
+  KT_FAILS(kiln_device_find("cpu:0", &device), KILN_IO, "KILN_TRACE=");
+  ck_assert_ptr_nonnull(strstr(kiln_last_error(), "absent/env.json"));
+  unsetenv("KILN_TRACE");
+  remove_dir();
+}
+END_TEST
+
+START_TEST(test_trace_events_refused) {
+  setenv("KILN_TRACE_EVENTS", "12", 1);
+  kiln_device_t *device = NULL;
+  KT_FAILS(kiln_device_find("cpu:0", &device), KILN_INVALID_ARGUMENT,
+           "KILN_TRACE_EVENTS=\"12\" is not an event count; use an integer from 16 to 100000000");
+  unsetenv("KILN_TRACE_EVENTS");
+}
+END_TEST
+
 int main(void) {
   kt_private_cache_dir();
   unsetenv("KILN_TRACE");
@@ -367,6 +415,9 @@ int main(void) {
   tcase_add_test(tc, test_trace_bad_input);
   tcase_add_test(tc, test_trace_run);
   tcase_add_test(tc, test_trace_ring_drops);
+  tcase_add_test(tc, test_trace_from_environment);
+  tcase_add_test(tc, test_trace_environment_refused);
+  tcase_add_test(tc, test_trace_events_refused);
   suite_add_tcase(s, tc);
   return kt_run_suite(s);
 }
