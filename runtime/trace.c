@@ -79,7 +79,12 @@ static void resolve_one(kiln__trace_queue_t *q, const kiln__trace_pending_t *p) 
   if (q->host_timing) end = kiln__trace_now();
   kiln__trace_record_t *r = &tr.ring[p->seq % tr.capacity];
   if (r->seq != p->seq) return; /* overwritten since */
-  int64_t start = q->last_end > r->host_t0 ? q->last_end : r->host_t0;
+  /* On an idle queue an op starts once its enqueue returned (a first use may
+   * spend seconds compiling its kernel before that), but not after its end;
+   * a copy or a wait, from its call's start. */
+  int64_t earliest = r->type == KILN__TRACE_OP ? r->host_t1 : r->host_t0;
+  if (earliest > end) earliest = end;
+  int64_t start = q->last_end > earliest ? q->last_end : earliest;
   if (end < start) end = start;
   q->last_end = end;
   r->dev_t0 = start;
@@ -205,6 +210,7 @@ static uint64_t tensor_bytes(const kiln_tensor_t *t) {
 
 void kiln__trace_op(kiln_queue_t *queue, const kiln_op_t *op, const char *name, const kiln_tensor_t *out,
                     const kiln_tensor_t *const *inputs, const char *provider, const char *why, int64_t t0) {
+  const int64_t t1 = kiln__trace_now();
   kiln__trace_record_t r;
   memset(&r, 0, sizeof r);
   r.type = KILN__TRACE_OP;
@@ -236,7 +242,7 @@ void kiln__trace_op(kiln_queue_t *queue, const kiln_op_t *op, const char *name, 
     break;
   default: break;
   }
-  r.host_t1 = kiln__trace_now();
+  r.host_t1 = t1;
   append_timed(queue, &r);
 }
 
