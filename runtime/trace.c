@@ -336,7 +336,9 @@ kiln_status_t kiln__trace_start(const char *path, size_t events) {
     return kiln__set_error(KILN_IO, "kiln_trace_start: cannot create \"%s\" (%s); pass a path in a directory that "
                            "exists and is writable", path, strerror(err));
   }
-  kiln__trace_record_t *ring = calloc(events, sizeof *ring);
+  kiln__trace_record_t *ring = malloc(events * sizeof *ring);
+  /* Touched now, so that no traced op takes the ring's page faults. */
+  if (ring) memset(ring, 0, events * sizeof *ring);
   char *copy = strdup(path);
   if (!ring || !copy) {
     free(ring);
