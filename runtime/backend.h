@@ -197,6 +197,8 @@ typedef struct kiln_op_t {
    *   A(i,l) at i*lda + l; trans_a: A(i,l) at l*lda + i. Likewise B with
    *   ldb, stride_b. C = out, contiguous: ldc = n, stride_c = m*n. in[0] and
    *   in[1] views carry buffer, offset, dtype only. k may be 0 (C is zeros).
+   *   in[0], in[1] and out have one float dtype; f16 and bf16 accumulate
+   *   in f32 and round C once (nearest even).
    * REDUCE (reduce.op, a kiln_reduce_op_t): in[0] contiguous, viewed as
    *   [outer, len, inner]; out [outer, inner].
    * SOFTMAX: in[0] contiguous [rows, cols], over cols. SOFTMAX_BACKWARD:

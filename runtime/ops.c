@@ -402,6 +402,25 @@ static kiln_status_t mm_side(const char *call, const kiln_tensor_t *t, bool tran
   return KILN_OK;
 }
 
+/* Operands of two float dtypes: both converted to kiln_result_dtype (f16
+ * with bf16 gives f32, anything with f64 gives f64) by kiln_tensor_cast, as
+ * binary ops promote, then the product in that dtype. */
+static kiln_status_t matmul_promoted(const char *call, const kiln_tensor_t *a, const kiln_tensor_t *b, bool trans_a,
+                                     bool trans_b, kiln_tensor_t **out) {
+  kiln_dtype_t dtype;
+  kiln_status_t status = kiln_result_dtype(a->dtype, b->dtype, &dtype);
+  if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
+  kiln_tensor_t *ca = NULL, *cb = NULL;
+  if (a->dtype != dtype) status = kiln_tensor_cast(a, dtype, &ca);
+  if (status == KILN_OK && b->dtype != dtype) status = kiln_tensor_cast(b, dtype, &cb);
+  if (status == KILN_OK) status = kiln_tensor_matmul(ca ? ca : a, cb ? cb : b, trans_a, trans_b, out);
+  else status = kiln__wrap_error(status, "%s: promoting %s and %s to %s", call, kiln_dtype_name(a->dtype),
+                                 kiln_dtype_name(b->dtype), kiln_dtype_name(dtype));
+  kiln_tensor_release(ca);
+  kiln_tensor_release(cb);
+  return status;
+}
+
 kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b, bool trans_a, bool trans_b,
                                  kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_matmul";
@@ -409,9 +428,11 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
   if (status == KILN_OK) status = kiln__op_need(call, "b", b);
   if (status == KILN_OK) status = kiln__op_need_out(call, out);
   if (status == KILN_OK) status = kiln__op_same_device(call, "a", a, "b", b);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "matmul", "a", a, false);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "matmul", "b", b, false);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "matmul", "a", a, KILN__DT_FLOAT);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "matmul", "b", b, KILN__DT_FLOAT);
   if (status != KILN_OK) return status;
+  if (a->dtype != b->dtype) return matmul_promoted(call, a, b, trans_a, trans_b, out);
+  const kiln_dtype_t dtype = a->dtype;
   if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3)
     return kiln__set_error(KILN_SHAPE_MISMATCH,
                            "%s: a has %d dimensions and b has %d; each must be [M,K] or [B,M,K] (2 or 3 dimensions)",
@@ -449,9 +470,9 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
     op.kind = KILN_OP_FILL;
     op.n_in = 0;
     op.u.fill.value = kiln__scalar(0.0);
-    return kiln__op_enqueue(call, device, &op, KILN_F32, ndim, shape, NULL, out);
+    return kiln__op_enqueue(call, device, &op, dtype, ndim, shape, NULL, out);
   }
-  if (numel_of(ndim, shape) == 0) return kiln__op_enqueue(call, device, &op, KILN_F32, ndim, shape, NULL, out);
+  if (numel_of(ndim, shape) == 0) return kiln__op_enqueue(call, device, &op, dtype, ndim, shape, NULL, out);
   mm_side_t sa, sb;
   status = mm_side(call, a, trans_a, &sa);
   if (status != KILN_OK) return status;
@@ -477,7 +498,7 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
   op.u.matmul.stride_b = sb.batch_stride;
   op.u.matmul.stride_c = m * n;
   const kiln_tensor_t *inputs[2] = {sa.t, sb.t};
-  status = kiln__op_enqueue(call, device, &op, KILN_F32, ndim, shape, inputs, out);
+  status = kiln__op_enqueue(call, device, &op, dtype, ndim, shape, inputs, out);
   kiln_tensor_release(sa.dense);
   kiln_tensor_release(sb.dense);
   return status;

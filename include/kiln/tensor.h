@@ -290,7 +290,10 @@ kiln_status_t kiln_tensor_cast(const kiln_tensor_t *a, kiln_dtype_t dtype, kiln_
 
 /* op(a) @ op(b), op = transpose of the last two dims when trans_* is set.
  * a: [M,K] or [B,M,K]; b: [K,N] or [B,K,N] (a 2-D operand broadcasts over the
- * batch). f32 only. Result [M,N] or [B,M,N], contiguous. */
+ * batch). Float dtypes (f32, f64, f16, bf16; KILN_DTYPE_MISMATCH naming the
+ * cast for others); operands of two float dtypes promote as binary ops do
+ * (kiln_result_dtype). f16 and bf16 multiply and accumulate in f32 and round
+ * once to the dtype. Result of that dtype, [M,N] or [B,M,N], contiguous. */
 kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b, bool trans_a,
                                  bool trans_b, kiln_tensor_t **out);
 

@@ -1,0 +1,272 @@
+/* tests/test_matmul_dtypes.c: matmul in f64, f16 and bf16 on cpu:0 through every provider, promotion and refusals. */
+#include <math.h>
+#include <stdint.h>
+
+#include "common.h"
+
+static kiln_device_t *kt_cpu(void) {
+  kiln_device_t *device = NULL;
+  KT_OK(kiln_device_find("cpu:0", &device));
+  return device;
+}
+
+/* The providers of matmul on cpu:0 ("native", and "blas" when kiln was built
+ * with a CBLAS). */
+static int kt_providers(const char *names[2]) {
+  const char *list = kiln_device_providers(kt_cpu(), "matmul");
+  int n = 0;
+  names[n++] = "native";
+  if (list && strstr(list, "blas")) names[n++] = "blas";
+  return n;
+}
+
+static void kt_force(const char *provider) {
+  char spec[64];
+  snprintf(spec, sizeof spec, "matmul=%s", provider);
+  KT_OK(kiln_set_providers(spec));
+}
+
+/* A reproducible sequence: small integers in [-8, 8], or values in [-1, 1). */
+static uint64_t kt_state;
+static double kt_next(bool integer) {
+  kt_state = kt_state * 6364136223846793005ull + 1442695040888963407ull;
+  const uint32_t r = (uint32_t)(kt_state >> 33);
+  return integer ? (double)(int)(r % 17u) - 8.0 : (double)r / 2147483648.0 - 1.0;
+}
+
+/* One product shape: batch (a_batch, b_batch: 0 for a 2-D operand), m, n, k
+ * and the transposes. */
+typedef struct kt_shape_t {
+  int64_t a_batch, b_batch, m, n, k;
+  bool ta, tb;
+} kt_shape_t;
+
+static const kt_shape_t kt_shapes[] = {
+    {0, 0, 13, 37, 300, false, false}, /* edge tiles both ways, two k blocks */
+    {0, 0, 64, 48, 32, true, false},   {0, 0, 7, 19, 11, false, true}, {0, 0, 20, 33, 270, true, true},
+    {0, 0, 1, 40, 17, false, false},   /* one row */
+    {0, 0, 40, 1, 17, false, true},    /* one column */
+    {3, 3, 9, 10, 12, false, false},   {3, 0, 6, 17, 5, true, false}, /* b shared by the batch */
+    {0, 2, 5, 16, 8, false, true},
+};
+
+/* Storage of op's operand: [batch,] rows x cols, rows/cols swapped when
+ * transposed, as a 2-D or 3-D tensor. */
+static void kt_dims(int64_t batch, int64_t r, int64_t c, bool t, int *ndim, int64_t shape[3]) {
+  *ndim = 0;
+  if (batch) shape[(*ndim)++] = batch;
+  shape[(*ndim)++] = t ? c : r;
+  shape[(*ndim)++] = t ? r : c;
+}
+
+/* C = op(A) op(B) in double (long double sums), from host copies. */
+static void kt_reference(const kt_shape_t *s, const double *a, const double *b, double *c) {
+  const int64_t nb = s->a_batch > s->b_batch ? s->a_batch : s->b_batch ? s->b_batch : 1;
+  for (int64_t t = 0; t < nb; t++) {
+    const double *at = a + (s->a_batch ? t * s->m * s->k : 0), *bt = b + (s->b_batch ? t * s->k * s->n : 0);
+    for (int64_t i = 0; i < s->m; i++)
+      for (int64_t j = 0; j < s->n; j++) {
+        long double sum = 0;
+        for (int64_t l = 0; l < s->k; l++) {
+          const double x = s->ta ? at[l * s->m + i] : at[i * s->k + l];
+          const double y = s->tb ? bt[j * s->k + l] : bt[l * s->n + j];
+          sum += (long double)x * y;
+        }
+        c[(t * s->m + i) * s->n + j] = (double)sum;
+      }
+  }
+}
+
+static int64_t kt_batch(const kt_shape_t *s) {
+  const int64_t b = s->a_batch > s->b_batch ? s->a_batch : s->b_batch;
+  return b ? b : 1;
+}
+
+/* f64 matmul through `provider` against the double reference: exact for
+ * small integers (every partial sum is an integer below 2^53), within 1e-12
+ * of sum |a||b| otherwise. */
+static void kt_check_f64(const char *provider, const kt_shape_t *s, bool integer) {
+  kiln_device_t *d = kt_cpu();
+  const int64_t na = (s->a_batch ? s->a_batch : 1) * s->m * s->k, nb = (s->b_batch ? s->b_batch : 1) * s->k * s->n;
+  const int64_t nc = kt_batch(s) * s->m * s->n;
+  double *a = malloc(sizeof(double) * (size_t)na), *b = malloc(sizeof(double) * (size_t)nb);
+  double *ref = malloc(sizeof(double) * (size_t)nc), *got = malloc(sizeof(double) * (size_t)nc);
+  double *aa = malloc(sizeof(double) * (size_t)na), *ab = malloc(sizeof(double) * (size_t)nb);
+  double *bound = malloc(sizeof(double) * (size_t)nc);
+  for (int64_t i = 0; i < na; i++) aa[i] = fabs(a[i] = kt_next(integer));
+  for (int64_t i = 0; i < nb; i++) ab[i] = fabs(b[i] = kt_next(integer));
+  kt_reference(s, a, b, ref);
+  kt_reference(s, aa, ab, bound);
+  int ndim;
+  int64_t shape[3];
+  kiln_tensor_t *ta = NULL, *tb = NULL, *tc = NULL;
+  kt_dims(s->a_batch, s->m, s->k, s->ta, &ndim, shape);
+  KT_OK(kiln_tensor_from_host(d, KILN_F64, ndim, shape, a, &ta));
+  kt_dims(s->b_batch, s->k, s->n, s->tb, &ndim, shape);
+  KT_OK(kiln_tensor_from_host(d, KILN_F64, ndim, shape, b, &tb));
+  kt_force(provider);
+  KT_OK(kiln_tensor_matmul(ta, tb, s->ta, s->tb, &tc));
+  ck_assert_str_eq(kiln_last_provider(), provider);
+  ck_assert_int_eq(kiln_tensor_dtype(tc), KILN_F64);
+  KT_OK(kiln_tensor_read(tc, got, sizeof(double) * (size_t)nc));
+  for (int64_t i = 0; i < nc; i++) {
+    if (integer)
+      ck_assert_msg(got[i] == ref[i], "%s f64 %lldx%lldx%lld: C[%lld] = %.17g, expected %.17g", provider,
+                    (long long)s->m, (long long)s->n, (long long)s->k, (long long)i, got[i], ref[i]);
+    else
+      ck_assert_msg(fabs(got[i] - ref[i]) <= 1e-12 * bound[i], "%s f64: C[%lld] = %.17g, expected %.17g", provider,
+                    (long long)i, got[i], ref[i]);
+  }
+  kiln_tensor_release(tc);
+  kiln_tensor_release(tb);
+  kiln_tensor_release(ta);
+  free(a), free(b), free(ref), free(got), free(aa), free(ab), free(bound);
+}
+
+START_TEST(test_matmul_f64) {
+  const char *providers[2];
+  const int np = kt_providers(providers);
+  kt_state = 1;
+  for (int p = 0; p < np; p++)
+    for (size_t i = 0; i < sizeof kt_shapes / sizeof kt_shapes[0]; i++) {
+      kt_check_f64(providers[p], &kt_shapes[i], true);
+      kt_check_f64(providers[p], &kt_shapes[i], false);
+    }
+  /* Large enough to be split across the device's threads and the k blocks. */
+  const kt_shape_t big = {0, 0, 203, 170, 530, false, false};
+  for (int p = 0; p < np; p++) {
+    kt_check_f64(providers[p], &big, true);
+    kt_check_f64(providers[p], &big, false);
+  }
+  KT_OK(kiln_set_providers(""));
+}
+END_TEST
+
+/* f16 and bf16: the bits of the f32 product of the widened operands, rounded
+ * once to the dtype (the f32 op run here gives the expectation). The `blas`
+ * provider has no 16-bit GEMM: forcing it runs `native`. */
+static void kt_check_lowp(kiln_dtype_t dtype, const kt_shape_t *s) {
+  kiln_device_t *d = kt_cpu();
+  const int64_t na = (s->a_batch ? s->a_batch : 1) * s->m * s->k, nb = (s->b_batch ? s->b_batch : 1) * s->k * s->n;
+  const int64_t nc = kt_batch(s) * s->m * s->n;
+  float *a = malloc(sizeof(float) * (size_t)na), *b = malloc(sizeof(float) * (size_t)nb);
+  for (int64_t i = 0; i < na; i++) a[i] = (float)(kt_next(false) * 3.0);
+  for (int64_t i = 0; i < nb; i++) b[i] = (float)(kt_next(false) * 3.0);
+  int ndim;
+  int64_t shape[3];
+  kiln_tensor_t *fa = NULL, *fb = NULL, *ha = NULL, *hb = NULL, *wa = NULL, *wb = NULL;
+  kt_dims(s->a_batch, s->m, s->k, s->ta, &ndim, shape);
+  KT_OK(kiln_tensor_from_host(d, KILN_F32, ndim, shape, a, &fa));
+  kt_dims(s->b_batch, s->k, s->n, s->tb, &ndim, shape);
+  KT_OK(kiln_tensor_from_host(d, KILN_F32, ndim, shape, b, &fb));
+  KT_OK(kiln_tensor_cast(fa, dtype, &ha));
+  KT_OK(kiln_tensor_cast(fb, dtype, &hb));
+  KT_OK(kiln_tensor_cast(ha, KILN_F32, &wa));
+  KT_OK(kiln_tensor_cast(hb, KILN_F32, &wb));
+  kiln_tensor_t *want32 = NULL, *want = NULL;
+  KT_OK(kiln_set_providers("matmul=native"));
+  KT_OK(kiln_tensor_matmul(wa, wb, s->ta, s->tb, &want32));
+  KT_OK(kiln_tensor_cast(want32, dtype, &want));
+  uint16_t *expect = malloc(sizeof(uint16_t) * (size_t)nc), *got = malloc(sizeof(uint16_t) * (size_t)nc);
+  KT_OK(kiln_tensor_read(want, expect, sizeof(uint16_t) * (size_t)nc));
+  const char *providers[2];
+  const int np = kt_providers(providers);
+  for (int p = 0; p < np; p++) {
+    kiln_tensor_t *c = NULL;
+    kt_force(providers[p]);
+    KT_OK(kiln_tensor_matmul(ha, hb, s->ta, s->tb, &c));
+    ck_assert_str_eq(kiln_last_provider(), "native");
+    ck_assert_int_eq(kiln_tensor_dtype(c), dtype);
+    KT_OK(kiln_tensor_read(c, got, sizeof(uint16_t) * (size_t)nc));
+    for (int64_t i = 0; i < nc; i++)
+      ck_assert_msg(got[i] == expect[i], "%s %s %lldx%lldx%lld: C[%lld] = 0x%04x, expected 0x%04x",
+                    kiln_dtype_name(dtype), providers[p], (long long)s->m, (long long)s->n, (long long)s->k,
+                    (long long)i, got[i], expect[i]);
+    kiln_tensor_release(c);
+  }
+  KT_OK(kiln_set_providers(""));
+  kiln_tensor_release(want);
+  kiln_tensor_release(want32);
+  kiln_tensor_release(wb);
+  kiln_tensor_release(wa);
+  kiln_tensor_release(hb);
+  kiln_tensor_release(ha);
+  kiln_tensor_release(fb);
+  kiln_tensor_release(fa);
+  free(a), free(b), free(expect), free(got);
+}
+
+START_TEST(test_matmul_f16_bf16) {
+  kt_state = 2;
+  for (size_t i = 0; i < sizeof kt_shapes / sizeof kt_shapes[0]; i++) {
+    kt_check_lowp(KILN_F16, &kt_shapes[i]);
+    kt_check_lowp(KILN_BF16, &kt_shapes[i]);
+  }
+  const kt_shape_t big = {0, 0, 130, 97, 400, false, true};
+  kt_check_lowp(KILN_F16, &big);
+  kt_check_lowp(KILN_BF16, &big);
+}
+END_TEST
+
+/* Mixed float operands promote as binary ops do: f64 with anything is f64,
+ * f16 with bf16 is f32. */
+START_TEST(test_matmul_promotes) {
+  kiln_device_t *d = kt_cpu();
+  const int64_t shape[2] = {2, 2};
+  kiln_tensor_t *x64 = NULL, *x32 = NULL, *x16 = NULL, *xb = NULL, *r = NULL;
+  KT_OK(kiln_tensor_from_host(d, KILN_F64, 2, shape, (const double[]){1, 2, 3, 4}, &x64));
+  KT_OK(kiln_tensor_from_host(d, KILN_F32, 2, shape, (const float[]){0.5f, -1, 2, 0.25f}, &x32));
+  KT_OK(kiln_tensor_cast(x32, KILN_F16, &x16));
+  KT_OK(kiln_tensor_cast(x32, KILN_BF16, &xb));
+  KT_OK(kiln_tensor_matmul(x64, x32, false, false, &r));
+  ck_assert_int_eq(kiln_tensor_dtype(r), KILN_F64);
+  double c64[4];
+  KT_OK(kiln_tensor_read(r, c64, sizeof c64));
+  ck_assert(c64[0] == 4.5 && c64[1] == -0.5 && c64[2] == 9.5 && c64[3] == -2.0);
+  kiln_tensor_release(r);
+  r = NULL;
+  KT_OK(kiln_tensor_matmul(x16, xb, false, false, &r));
+  ck_assert_int_eq(kiln_tensor_dtype(r), KILN_F32);
+  float c32[4];
+  KT_OK(kiln_tensor_read(r, c32, sizeof c32));
+  ck_assert(c32[0] == -1.75f && c32[1] == -0.75f && c32[2] == 1.5f && c32[3] == -1.9375f);
+  kiln_tensor_release(r);
+  kiln_tensor_release(xb);
+  kiln_tensor_release(x16);
+  kiln_tensor_release(x32);
+  kiln_tensor_release(x64);
+}
+END_TEST
+
+START_TEST(test_matmul_refusals) {
+  kiln_device_t *d = kt_cpu();
+  kiln_tensor_t *i = NULL, *m = NULL, *f = NULL, *r = NULL;
+  KT_OK(kiln_tensor_zeros(d, KILN_I32, 2, (const int64_t[]){2, 2}, &i));
+  KT_OK(kiln_tensor_zeros(d, KILN_BOOL, 2, (const int64_t[]){2, 2}, &m));
+  KT_OK(kiln_tensor_zeros(d, KILN_F32, 2, (const int64_t[]){2, 2}, &f));
+  KT_FAILS(kiln_tensor_matmul(i, i, false, false, &r), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_matmul: matmul does not support dtype i32 (a); matmul takes f32, f16, bf16 or f64: cast to "
+           "f32 first (kiln_tensor_cast(a, KILN_F32, &a2))");
+  KT_FAILS(kiln_tensor_matmul(f, m, false, false, &r), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_matmul: matmul does not support dtype bool (b); matmul takes f32, f16, bf16 or f64: cast to "
+           "f32 first (kiln_tensor_cast(b, KILN_F32, &b2))");
+  ck_assert_ptr_null(r);
+  kiln_tensor_release(f);
+  kiln_tensor_release(m);
+  kiln_tensor_release(i);
+}
+END_TEST
+
+int main(void) {
+  kt_private_cache_dir();
+  setenv("KILN_BACKEND", "cpu", 1);
+  Suite *s = suite_create("matmul_dtypes");
+  TCase *tc = tcase_create("matmul_dtypes");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_matmul_f64);
+  tcase_add_test(tc, test_matmul_f16_bf16);
+  tcase_add_test(tc, test_matmul_promotes);
+  tcase_add_test(tc, test_matmul_refusals);
+  suite_add_tcase(s, tc);
+  return kt_run_suite(s);
+}
