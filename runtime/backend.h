@@ -179,7 +179,8 @@ typedef struct kiln_op_t {
    * read as they are; flags are 0 or 1, op codes the enum's value):
    * FILL: out[i] = value in out's dtype.
    * ARANGE: out[i] = start + i*step (1-D).
-   * RANDOM: f32 out, element i from Philox counter i of `seed`; normal 0:
+   * RANDOM: float out (f32, f64, f16, bf16; kernels/philox.h says how
+   *   each dtype draws), element i from Philox counter i of `seed`; normal 0:
    *   uniform [a, b); 1: normal(mean a, stddev b).
    * COPY: in[0] of out's dtype. CAST: in[0] of the other dtype (f32 <->
    *   i32): f32 -> i32 truncates toward zero with NaN -> 0 and saturation,

@@ -602,7 +602,7 @@ START_TEST(test_compute_refusals) {
   KT_FAILS(kiln_tensor_sqrt(l, &r), KILN_DTYPE_MISMATCH, "sqrt of i64 has no kernel yet, cast to f32 first");
   KT_FAILS(kiln_tensor_neg(l, &r), KILN_DTYPE_MISMATCH, "neg of i64 has no kernel yet, cast to i32 first");
   KT_FAILS(kiln_tensor_exp(h, &r), KILN_DTYPE_MISMATCH, "exp of f16 has no kernel yet, cast to f32 first");
-  /* matmul takes the four float dtypes (tests/test_matmul_dtypes.c). */
+  /* matmul takes the four float dtypes (tests/test_compute_dtypes.c). */
   KT_FAILS(kiln_tensor_matmul(m, m, false, false, &r), KILN_DTYPE_MISMATCH,
            "matmul does not support dtype bool (a); matmul takes f32, f16, bf16 or f64: cast to f32 first");
   KT_FAILS(kiln_tensor_sum(x, KILN_ALL_AXES, false, &r), KILN_DTYPE_MISMATCH, "sum of f64");

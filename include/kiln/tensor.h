@@ -199,6 +199,19 @@ kiln_status_t kiln_tensor_uniform(kiln_device_t *device, int ndim, const int64_t
                                   uint64_t seed, float low, float high, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_normal(kiln_device_t *device, int ndim, const int64_t *shape,
                                  uint64_t seed, float mean, float stddev, kiln_tensor_t **out);
+/* The same in any float dtype (f32, f64, f16, bf16), bit for bit the same
+ * per dtype on every backend that serves it: f32 as above; f16 and bf16 the
+ * f32 numbers rounded to nearest even (so a uniform may round up to `high`);
+ * f64 from 53-bit uniforms of the same counters, computed in double
+ * (kernels/philox.h defines each). The bounds are f32 values in every dtype.
+ * Another dtype: KILN_DTYPE_MISMATCH; a device without kernels for it:
+ * KILN_UNSUPPORTED. */
+kiln_status_t kiln_tensor_uniform_dtype(kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+                                        const int64_t *shape, uint64_t seed, float low, float high,
+                                        kiln_tensor_t **out);
+kiln_status_t kiln_tensor_normal_dtype(kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+                                       const int64_t *shape, uint64_t seed, float mean, float stddev,
+                                       kiln_tensor_t **out);
 
 /* ---- movement ---------------------------------------------------------- */
 

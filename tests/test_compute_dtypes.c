@@ -1,4 +1,4 @@
-/* tests/test_matmul_dtypes.c: matmul in f64, f16 and bf16 on cpu:0 through every provider, promotion and refusals. */
+/* tests/test_compute_dtypes.c: the compute ops in f64, f16 and bf16 on cpu:0: matmul through every provider, random, conv2d; promotion and refusals. */
 #include <math.h>
 #include <stdint.h>
 
@@ -257,16 +257,133 @@ START_TEST(test_matmul_refusals) {
 }
 END_TEST
 
+
+/* ---- random ------------------------------------------------------------------------ */
+
+/* Philox4x32-10 written out again (Salmon et al. 2011), checked against
+ * Random123's known answer below: counter (lo(i), hi(i), 0, 0), key seed. */
+static void kt_philox(uint64_t i, uint64_t seed, uint32_t w[4]) {
+  uint32_t c[4] = {(uint32_t)i, (uint32_t)(i >> 32), 0, 0}, k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int r = 0; r < 10; r++) {
+    const uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2];
+    const uint32_t n[4] = {(uint32_t)(p1 >> 32) ^ c[1] ^ k0, (uint32_t)p1, (uint32_t)(p0 >> 32) ^ c[3] ^ k1,
+                           (uint32_t)p0};
+    memcpy(c, n, sizeof c);
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  memcpy(w, c, sizeof c);
+}
+
+static double kt_u53(uint32_t hi, uint32_t lo) { return (double)((((uint64_t)hi << 32) | lo) >> 11) * 0x1p-53; }
+
+static kiln_tensor_t *kt_random(kiln_dtype_t dtype, bool normal, int64_t n, uint64_t seed, float a, float b) {
+  kiln_tensor_t *t = NULL;
+  const int64_t shape[1] = {n};
+  if (normal)
+    KT_OK(kiln_tensor_normal_dtype(kt_cpu(), dtype, 1, shape, seed, a, b, &t));
+  else
+    KT_OK(kiln_tensor_uniform_dtype(kt_cpu(), dtype, 1, shape, seed, a, b, &t));
+  ck_assert_int_eq(kiln_tensor_dtype(t), dtype);
+  return t;
+}
+
+/* Every float dtype: the same seed gives the same bits; f16 and bf16 are the
+ * f32 numbers rounded (kiln_tensor_cast rounds to nearest even); f64 is the
+ * scheme of kernels/philox.h, recomputed here. */
+START_TEST(test_random_dtypes) {
+  enum { N = 70001 }; /* split over the device's threads, odd tail */
+  static const kiln_dtype_t dtypes[] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16};
+  uint8_t *x = malloc(8 * N), *y = malloc(8 * N);
+  for (int normal = 0; normal < 2; normal++) {
+    const float a = normal ? 0.5f : -2.0f, b = normal ? 3.0f : 3.0f;
+    kiln_tensor_t *f32 = kt_random(KILN_F32, normal, N, 99, a, b);
+    for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+      const size_t bytes = kiln_dtype_size(dtypes[d]) * N;
+      kiln_tensor_t *t = kt_random(dtypes[d], normal, N, 99, a, b), *u = kt_random(dtypes[d], normal, N, 99, a, b);
+      KT_OK(kiln_tensor_read(t, x, bytes));
+      KT_OK(kiln_tensor_read(u, y, bytes));
+      ck_assert_msg(memcmp(x, y, bytes) == 0, "%s %s is not reproducible", kiln_dtype_name(dtypes[d]),
+                    normal ? "normal" : "uniform");
+      kiln_tensor_release(u);
+      u = kt_random(dtypes[d], normal, N, 100, a, b);
+      KT_OK(kiln_tensor_read(u, y, bytes));
+      ck_assert_msg(memcmp(x, y, bytes) != 0, "another seed gave the same numbers");
+      kiln_tensor_release(u);
+      if (dtypes[d] == KILN_F16 || dtypes[d] == KILN_BF16) {
+        kiln_tensor_t *want = NULL;
+        KT_OK(kiln_tensor_cast(f32, dtypes[d], &want));
+        KT_OK(kiln_tensor_read(want, y, bytes));
+        for (int64_t i = 0; i < N; i++)
+          ck_assert_msg(((uint16_t *)x)[i] == ((uint16_t *)y)[i], "%s %s[%lld] = 0x%04x, rounded f32 0x%04x",
+                        kiln_dtype_name(dtypes[d]), normal ? "normal" : "uniform", (long long)i,
+                        ((uint16_t *)x)[i], ((uint16_t *)y)[i]);
+        kiln_tensor_release(want);
+      }
+      if (dtypes[d] == KILN_F64) {
+        const double *v = (const double *)x;
+        bool low_bits = false;
+        for (int64_t i = 0; i < N; i++) {
+          uint32_t w[4];
+          kt_philox((uint64_t)i, 99, w);
+          double want;
+          if (normal) {
+            const double u1 = kt_u53(w[0], w[1]) + 0x1p-53, u2 = kt_u53(w[2], w[3]);
+            want = (double)a + (double)b * sqrt(-2.0 * log(u1)) * cos(6.28318530717958647692 * u2);
+          } else {
+            volatile double span = (double)b - (double)a, scaled = span * kt_u53(w[0], w[1]);
+            want = (double)a + scaled;
+            ck_assert(v[i] >= a && v[i] < b);
+          }
+          ck_assert_msg(v[i] == want, "f64 %s[%lld] = %.17g, expected %.17g", normal ? "normal" : "uniform",
+                        (long long)i, v[i], want);
+          /* More than f32's 24 bits reach the result. */
+          if (!normal && (float)v[i] != v[i]) low_bits = true;
+        }
+        if (!normal) ck_assert(low_bits);
+      }
+      kiln_tensor_release(t);
+    }
+    kiln_tensor_release(f32);
+  }
+  free(x);
+  free(y);
+  /* Random123's known answer for Philox4x32-10, counter 0, key 0. */
+  uint32_t w[4];
+  kt_philox(0, 0, w);
+  ck_assert(w[0] == 0x6627e8d5u && w[1] == 0xe169c58du && w[2] == 0xbc57ac4cu && w[3] == 0x9b00dbd8u);
+  kiln_tensor_t *t = kt_random(KILN_F64, false, 1, 0, 0.0f, 1.0f);
+  double v;
+  KT_OK(kiln_tensor_read(t, &v, sizeof v));
+  ck_assert(v == (double)((0x6627e8d5e169c58dull) >> 11) * 0x1p-53);
+  kiln_tensor_release(t);
+}
+END_TEST
+
+START_TEST(test_random_refusals) {
+  kiln_tensor_t *t = NULL;
+  const int64_t shape[1] = {4};
+  KT_FAILS(kiln_tensor_uniform_dtype(kt_cpu(), KILN_I32, 1, shape, 1, 0.0f, 1.0f, &t), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_uniform_dtype: uniform does not support dtype i32; random tensors are f32, f16, bf16 or f64: "
+           "draw f32 and cast it to i32 (kiln_tensor_cast)");
+  KT_FAILS(kiln_tensor_normal_dtype(kt_cpu(), KILN_BOOL, 1, shape, 1, 0.0f, 1.0f, &t), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_normal_dtype: normal does not support dtype bool");
+  ck_assert_ptr_null(t);
+}
+END_TEST
+
 int main(void) {
   kt_private_cache_dir();
   setenv("KILN_BACKEND", "cpu", 1);
-  Suite *s = suite_create("matmul_dtypes");
-  TCase *tc = tcase_create("matmul_dtypes");
+  Suite *s = suite_create("compute_dtypes");
+  TCase *tc = tcase_create("compute_dtypes");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_matmul_f64);
   tcase_add_test(tc, test_matmul_f16_bf16);
   tcase_add_test(tc, test_matmul_promotes);
   tcase_add_test(tc, test_matmul_refusals);
+  tcase_add_test(tc, test_random_dtypes);
+  tcase_add_test(tc, test_random_refusals);
   suite_add_tcase(s, tc);
   return kt_run_suite(s);
 }
