@@ -125,6 +125,21 @@ kiln_status_t kiln__op_need_dtypes(const char *call, const char *what, const cha
                          operand);
 }
 
+kiln_status_t kiln__op_same_dtype(const char *call, const char *what, const char *na, const kiln_tensor_t *a,
+                                  const char *nb, const kiln_tensor_t *b) {
+  if (a->dtype == b->dtype) return KILN_OK;
+  const char *name = kiln_dtype_name(a->dtype);
+  char upper[8];
+  size_t n = 0;
+  for (; name[n] && n + 1 < sizeof upper; n++)
+    upper[n] = (char)(name[n] >= 'a' && name[n] <= 'z' ? name[n] - 'a' + 'A' : name[n]);
+  upper[n] = '\0';
+  return kiln__set_error(KILN_DTYPE_MISMATCH,
+                         "%s: %s is %s but %s is %s; %s takes operands of one dtype: cast %s to %s first "
+                         "(kiln_tensor_cast(%s, KILN_%s, &%s2))",
+                         call, na, name, nb, kiln_dtype_name(b->dtype), what, nb, name, nb, upper, nb);
+}
+
 kiln_status_t kiln__op_need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
                                   bool i32_ok) {
   return kiln__op_need_dtypes(call, what, name, t, i32_ok ? KILN__DT(F32) | KILN__DT(I32) : KILN__DT(F32));
@@ -704,10 +719,11 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
   if (status == KILN_OK) status = kiln__op_need_out(call, out);
   if (status == KILN_OK) status = kiln__op_same_device(call, "x", x, "weight", weight);
   if (status == KILN_OK && bias) status = kiln__op_same_device(call, "x", x, "bias", bias);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "conv2d", "x", x, false);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "conv2d", "weight", weight, false);
-  if (status == KILN_OK && bias) status = kiln__op_need_dtype(call, "conv2d", "bias", bias, false);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "conv2d", "x", x, KILN__DT_FLOAT);
+  if (status == KILN_OK) status = kiln__op_same_dtype(call, "conv2d", "x", x, "weight", weight);
+  if (status == KILN_OK && bias) status = kiln__op_same_dtype(call, "conv2d", "x", x, "bias", bias);
   if (status != KILN_OK) return status;
+  const kiln_dtype_t dtype = x->dtype;
   kiln_conv2d_params_t p = params ? *params : kiln_conv2d_params_default();
   for (int i = 0; i < 2; i++)
     if (p.stride[i] < 1 || p.padding[i] < 0 || p.dilation[i] < 1)
@@ -757,7 +773,7 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
     op.u.conv2d.dil[i] = p.dilation[i];
   }
   op.u.conv2d.has_bias = bias != NULL;
-  if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, NULL, out);
+  if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, dtype, 4, shape, NULL, out);
   kiln_tensor_t *dx = NULL, *dw = NULL, *dbias = NULL;
   status = kiln__op_dense(call, x, &dx);
   if (status == KILN_OK) status = kiln__op_dense(call, weight, &dw);
@@ -767,7 +783,7 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
     kiln__tensor_view(dw, &op.in[1]);
     if (dbias) kiln__tensor_view(dbias, &op.in[2]);
     const kiln_tensor_t *inputs[3] = {dx, dw, dbias};
-    status = kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, inputs, out);
+    status = kiln__op_enqueue(call, x->buffer->device, &op, dtype, 4, shape, inputs, out);
   }
   kiln_tensor_release(dx);
   kiln_tensor_release(dw);
@@ -779,7 +795,8 @@ kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_p
   static const char call[] = "kiln_tensor_max_pool2d";
   kiln_status_t status = kiln__op_need(call, "x", x);
   if (status == KILN_OK) status = kiln__op_need_out(call, out);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "max_pool2d", "x", x, false);
+  if (status == KILN_OK)
+    status = kiln__op_need_dtypes(call, "max_pool2d", "x", x, KILN__DT_FLOAT32ISH);
   if (status != KILN_OK) return status;
   if (!params)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: params is NULL; pass the kernel size (and stride, padding)", call);
@@ -808,13 +825,13 @@ kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_p
   op.kind = KILN_OP_MAX_POOL2D;
   op.n_in = 1;
   kiln__pooling_op_sizes(&op, x, P, Q, &p);
-  if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, NULL, out);
+  if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, x->dtype, 4, shape, NULL, out);
   kiln_tensor_t *dx = NULL;
   status = kiln__op_dense(call, x, &dx);
   if (status != KILN_OK) return status;
   kiln__tensor_view(dx, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {dx};
-  status = kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, inputs, out);
+  status = kiln__op_enqueue(call, x->buffer->device, &op, x->dtype, 4, shape, inputs, out);
   kiln_tensor_release(dx);
   return status;
 }

@@ -372,6 +372,176 @@ START_TEST(test_random_refusals) {
 }
 END_TEST
 
+/* ---- conv2d, its gradients, max_pool2d ---------------------------------------------- */
+
+/* A tensor of `dtype` holding vals (f32 values, cast by kiln_tensor_cast). */
+static kiln_tensor_t *kt_make(kiln_dtype_t dtype, const float *vals, int ndim, const int64_t *shape) {
+  kiln_tensor_t *f = NULL, *t = NULL;
+  KT_OK(kiln_tensor_from_host(kt_cpu(), KILN_F32, ndim, shape, vals, &f));
+  if (dtype == KILN_F32) return f;
+  KT_OK(kiln_tensor_cast(f, dtype, &t));
+  kiln_tensor_release(f);
+  return t;
+}
+
+static kiln_tensor_t *kt_cast(kiln_tensor_t *t, kiln_dtype_t dtype) {
+  kiln_tensor_t *r = NULL;
+  KT_OK(kiln_tensor_cast(t, dtype, &r));
+  return r;
+}
+
+/* got and want (both of got's dtype) hold the same bits. */
+static void kt_same_bits(const char *what, kiln_tensor_t *got, kiln_tensor_t *want) {
+  ck_assert_int_eq(kiln_tensor_dtype(got), kiln_tensor_dtype(want));
+  const int64_t n = kiln_tensor_numel(got);
+  ck_assert_int_eq(n, kiln_tensor_numel(want));
+  const size_t bytes = (size_t)n * kiln_dtype_size(kiln_tensor_dtype(got));
+  uint16_t *a = malloc(bytes), *b = malloc(bytes);
+  KT_OK(kiln_tensor_read(got, a, bytes));
+  KT_OK(kiln_tensor_read(want, b, bytes));
+  for (size_t i = 0; i < bytes / 2; i++)
+    ck_assert_msg(a[i] == b[i], "%s %s: element %zu is 0x%04x, expected 0x%04x", what,
+                  kiln_dtype_name(kiln_tensor_dtype(got)), i, a[i], b[i]);
+  free(a);
+  free(b);
+}
+
+/* f16 and bf16: the f32 op (native) of the widened operands, cast back, bit
+ * for bit; for conv2d, both gradients, max_pool2d and its gradient. */
+START_TEST(test_conv_pool_f16_bf16) {
+  static const kiln_dtype_t dtypes[] = {KILN_F16, KILN_BF16};
+  const int64_t xs[4] = {2, 3, 9, 11}, ws[4] = {5, 3, 3, 3}, bs[1] = {5};
+  const kiln_conv2d_params_t cp = {{2, 1}, {1, 2}, {1, 1}};
+  const kiln_pool2d_params_t pp = {{3, 2}, {2, 2}, {1, 0}};
+  float xv[2 * 3 * 9 * 11], wv[5 * 3 * 3 * 3], bv[5], dyv[2 * 5 * 5 * 13], dpv[2 * 3 * 5 * 5];
+  kt_state = 3;
+  for (size_t i = 0; i < sizeof xv / sizeof xv[0]; i++) xv[i] = (float)(kt_next(false) * 4.0);
+  for (size_t i = 0; i < sizeof wv / sizeof wv[0]; i++) wv[i] = (float)kt_next(false);
+  for (size_t i = 0; i < sizeof bv / sizeof bv[0]; i++) bv[i] = (float)kt_next(false);
+  for (size_t i = 0; i < sizeof dyv / sizeof dyv[0]; i++) dyv[i] = (float)kt_next(false);
+  for (size_t i = 0; i < sizeof dpv / sizeof dpv[0]; i++) dpv[i] = (float)kt_next(false);
+  /* The f32 expectations from kiln's own f32 kernels. */
+  KT_OK(kiln_set_providers("conv2d=native,conv2d_backward_input=native,conv2d_backward_weight=native"));
+  for (size_t d = 0; d < 2; d++) {
+    const kiln_dtype_t dt = dtypes[d];
+    kiln_tensor_t *x = kt_make(dt, xv, 4, xs), *w = kt_make(dt, wv, 4, ws), *b = kt_make(dt, bv, 1, bs);
+    kiln_tensor_t *x32 = kt_cast(x, KILN_F32), *w32 = kt_cast(w, KILN_F32), *b32 = kt_cast(b, KILN_F32);
+    kiln_tensor_t *y = NULL, *y32 = NULL, *want = NULL;
+    KT_OK(kiln_tensor_conv2d(x, w, b, &cp, &y));
+    KT_OK(kiln_tensor_conv2d(x32, w32, b32, &cp, &y32));
+    ck_assert_int_eq(kiln_tensor_shape(y)[2], 5);
+    ck_assert_int_eq(kiln_tensor_shape(y)[3], 13);
+    want = kt_cast(y32, dt);
+    kt_same_bits("conv2d", y, want);
+    kiln_tensor_release(want);
+    const int64_t ys[4] = {2, 5, 5, 13};
+    kiln_tensor_t *dy = kt_make(dt, dyv, 4, ys), *dy32 = kt_cast(dy, KILN_F32), *g = NULL, *g32 = NULL;
+    KT_OK(kiln_tensor_conv2d_backward_input(dy, w, xs, &cp, &g));
+    KT_OK(kiln_tensor_conv2d_backward_input(dy32, w32, xs, &cp, &g32));
+    want = kt_cast(g32, dt);
+    kt_same_bits("conv2d_backward_input", g, want);
+    kiln_tensor_release(want), kiln_tensor_release(g), kiln_tensor_release(g32);
+    KT_OK(kiln_tensor_conv2d_backward_weight(x, dy, ws, &cp, &g));
+    KT_OK(kiln_tensor_conv2d_backward_weight(x32, dy32, ws, &cp, &g32));
+    want = kt_cast(g32, dt);
+    kt_same_bits("conv2d_backward_weight", g, want);
+    kiln_tensor_release(want), kiln_tensor_release(g), kiln_tensor_release(g32);
+    KT_OK(kiln_tensor_max_pool2d(x, &pp, &g));
+    KT_OK(kiln_tensor_max_pool2d(x32, &pp, &g32));
+    ck_assert_int_eq(kiln_tensor_shape(g)[2], 5);
+    ck_assert_int_eq(kiln_tensor_shape(g)[3], 5);
+    want = kt_cast(g32, dt);
+    kt_same_bits("max_pool2d", g, want);
+    kiln_tensor_release(want), kiln_tensor_release(g), kiln_tensor_release(g32);
+    const int64_t ps[4] = {2, 3, 5, 5};
+    kiln_tensor_t *dp = kt_make(dt, dpv, 4, ps), *dp32 = kt_cast(dp, KILN_F32);
+    KT_OK(kiln_tensor_max_pool2d_backward(x, dp, &pp, &g));
+    KT_OK(kiln_tensor_max_pool2d_backward(x32, dp32, &pp, &g32));
+    want = kt_cast(g32, dt);
+    kt_same_bits("max_pool2d_backward", g, want);
+    kiln_tensor_release(want), kiln_tensor_release(g), kiln_tensor_release(g32);
+    kiln_tensor_release(dp), kiln_tensor_release(dp32);
+    kiln_tensor_release(dy), kiln_tensor_release(dy32);
+    kiln_tensor_release(y), kiln_tensor_release(y32);
+    kiln_tensor_release(x), kiln_tensor_release(w), kiln_tensor_release(b);
+    kiln_tensor_release(x32), kiln_tensor_release(w32), kiln_tensor_release(b32);
+  }
+  KT_OK(kiln_set_providers(""));
+}
+END_TEST
+
+/* f64 conv2d against a double reference: exact on small integers. */
+static void kt_conv_f64(const int64_t xs[4], const int64_t ws[4], const kiln_conv2d_params_t *cp, bool with_bias) {
+  const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], K = ws[0], R = ws[2], S = ws[3];
+  const int64_t P = (H + 2 * cp->padding[0] - cp->dilation[0] * (R - 1) - 1) / cp->stride[0] + 1;
+  const int64_t Q = (W + 2 * cp->padding[1] - cp->dilation[1] * (S - 1) - 1) / cp->stride[1] + 1;
+  double *x = malloc(sizeof(double) * (size_t)(N * C * H * W)), *w = malloc(sizeof(double) * (size_t)(K * C * R * S));
+  double b[64], *ref = malloc(sizeof(double) * (size_t)(N * K * P * Q)), *got = malloc(sizeof(double) * (size_t)(N * K * P * Q));
+  for (int64_t i = 0; i < N * C * H * W; i++) x[i] = kt_next(true);
+  for (int64_t i = 0; i < K * C * R * S; i++) w[i] = kt_next(true);
+  for (int64_t i = 0; i < K; i++) b[i] = kt_next(true);
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t p = 0; p < P; p++)
+        for (int64_t q = 0; q < Q; q++) {
+          double sum = with_bias ? b[k] : 0.0;
+          for (int64_t c = 0; c < C; c++)
+            for (int64_t r = 0; r < R; r++)
+              for (int64_t s = 0; s < S; s++) {
+                const int64_t h = p * cp->stride[0] - cp->padding[0] + r * cp->dilation[0];
+                const int64_t ww = q * cp->stride[1] - cp->padding[1] + s * cp->dilation[1];
+                if (h >= 0 && h < H && ww >= 0 && ww < W)
+                  sum += w[((k * C + c) * R + r) * S + s] * x[((n * C + c) * H + h) * W + ww];
+              }
+          ref[((n * K + k) * P + p) * Q + q] = sum;
+        }
+  kiln_tensor_t *tx = NULL, *tw = NULL, *tb = NULL, *ty = NULL;
+  KT_OK(kiln_tensor_from_host(kt_cpu(), KILN_F64, 4, xs, x, &tx));
+  KT_OK(kiln_tensor_from_host(kt_cpu(), KILN_F64, 4, ws, w, &tw));
+  KT_OK(kiln_tensor_from_host(kt_cpu(), KILN_F64, 1, &ws[0], b, &tb));
+  KT_OK(kiln_tensor_conv2d(tx, tw, with_bias ? tb : NULL, cp, &ty));
+  ck_assert_int_eq(kiln_tensor_dtype(ty), KILN_F64);
+  KT_OK(kiln_tensor_read(ty, got, sizeof(double) * (size_t)(N * K * P * Q)));
+  for (int64_t i = 0; i < N * K * P * Q; i++)
+    ck_assert_msg(got[i] == ref[i], "f64 conv2d: y[%lld] = %.17g, expected %.17g", (long long)i, got[i], ref[i]);
+  kiln_tensor_release(ty), kiln_tensor_release(tb), kiln_tensor_release(tw), kiln_tensor_release(tx);
+  free(x), free(w), free(ref), free(got);
+}
+
+START_TEST(test_conv_f64) {
+  kt_state = 4;
+  const kiln_conv2d_params_t plain = {{1, 1}, {0, 0}, {1, 1}}, odd = {{2, 1}, {1, 2}, {1, 2}};
+  kt_conv_f64((const int64_t[]){2, 3, 9, 11}, (const int64_t[]){5, 3, 3, 3}, &odd, true);
+  kt_conv_f64((const int64_t[]){2, 3, 9, 11}, (const int64_t[]){5, 3, 3, 3}, &plain, false);
+  kt_conv_f64((const int64_t[]){1, 8, 12, 12}, (const int64_t[]){7, 8, 1, 1}, &plain, true); /* pointwise */
+  kt_conv_f64((const int64_t[]){1, 16, 40, 40}, (const int64_t[]){20, 16, 5, 5}, &plain, true); /* several panels */
+}
+END_TEST
+
+START_TEST(test_conv_refusals) {
+  kiln_tensor_t *x = NULL, *w = NULL, *h = NULL, *r = NULL;
+  const int64_t xs[4] = {1, 2, 4, 4}, ws[4] = {3, 2, 3, 3};
+  KT_OK(kiln_tensor_zeros(kt_cpu(), KILN_F64, 4, xs, &x));
+  KT_OK(kiln_tensor_zeros(kt_cpu(), KILN_F64, 4, ws, &w));
+  KT_OK(kiln_tensor_zeros(kt_cpu(), KILN_F16, 4, ws, &h));
+  KT_FAILS(kiln_tensor_conv2d(x, h, NULL, NULL, &r), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_conv2d: x is f64 but weight is f16; conv2d takes operands of one dtype: cast weight to f64 "
+           "first (kiln_tensor_cast(weight, KILN_F64, &weight2))");
+  const int64_t ys[4] = {1, 3, 2, 2};
+  kiln_tensor_t *dy = NULL;
+  KT_OK(kiln_tensor_zeros(kt_cpu(), KILN_F64, 4, ys, &dy));
+  KT_FAILS(kiln_tensor_conv2d_backward_input(dy, w, xs, NULL, &r), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_conv2d_backward_input: conv2d_backward_input does not support dtype f64 (dy); "
+           "conv2d_backward_input takes f32, f16 or bf16: cast to f32 first (kiln_tensor_cast(dy, KILN_F32, &dy2))");
+  const kiln_pool2d_params_t pp = {{2, 2}, {0, 0}, {0, 0}};
+  KT_FAILS(kiln_tensor_max_pool2d(x, &pp, &r), KILN_DTYPE_MISMATCH,
+           "kiln_tensor_max_pool2d: max_pool2d does not support dtype f64 (x); max_pool2d takes f32, f16 or bf16: "
+           "cast to f32 first (kiln_tensor_cast(x, KILN_F32, &x2))");
+  ck_assert_ptr_null(r);
+  kiln_tensor_release(dy), kiln_tensor_release(h), kiln_tensor_release(w), kiln_tensor_release(x);
+}
+END_TEST
+
 int main(void) {
   kt_private_cache_dir();
   setenv("KILN_BACKEND", "cpu", 1);
@@ -384,6 +554,9 @@ int main(void) {
   tcase_add_test(tc, test_matmul_refusals);
   tcase_add_test(tc, test_random_dtypes);
   tcase_add_test(tc, test_random_refusals);
+  tcase_add_test(tc, test_conv_pool_f16_bf16);
+  tcase_add_test(tc, test_conv_f64);
+  tcase_add_test(tc, test_conv_refusals);
   suite_add_tcase(s, tc);
   return kt_run_suite(s);
 }

@@ -346,8 +346,9 @@ typedef struct kiln_conv2d_params_t {
 /* Stride 1, padding 0, dilation 1. */
 kiln_conv2d_params_t kiln_conv2d_params_default(void);
 
-/* Cross-correlation as in deep-learning frameworks. x f32 [N,C,H,W], weight f32
- * [K,C,R,S], bias f32 [K] or NULL; result [N,K,P,Q] with
+/* Cross-correlation as in deep-learning frameworks. x [N,C,H,W], weight
+ * [K,C,R,S], bias [K] or NULL, all of one float dtype (f32, f64, f16, bf16;
+ * f16/bf16 compute in f32 and round once); result of that dtype, [N,K,P,Q] with
  * P = (H + 2*pad_h - dil_h*(R-1) - 1) / stride_h + 1 (likewise Q). params NULL
  * means the defaults. KILN_SHAPE_MISMATCH when channels differ or the output
  * would be empty of positions (P or Q < 1). */

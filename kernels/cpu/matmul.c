@@ -57,37 +57,6 @@ static int64_t operand_span(int64_t rows, int64_t cols, int64_t ld, int64_t coun
   return stride > 0 && count > 1 ? (count - 1) * stride + one : one;
 }
 
-typedef struct lowp_convert_t {
-  kiln_dtype_t dtype;
-  const uint16_t *src; /* widen: src -> dst */
-  float *dst;
-  const float *from;   /* narrow: from -> to */
-  uint16_t *to;
-} lowp_convert_t;
-
-static void widen_task(void *ctx, int64_t begin, int64_t end, int thread) {
-  (void)thread;
-  const lowp_convert_t *c = ctx;
-  const uint16_t *restrict s = c->src;
-  float *restrict d = c->dst;
-  if (c->dtype == KILN_BF16)
-    for (int64_t i = begin; i < end; i++) d[i] = kiln_dc_bf16_to_f32(s[i]);
-  else
-    for (int64_t i = begin; i < end; i++) d[i] = kiln_dc_f16_to_f32(s[i]);
-}
-
-static void narrow_task(void *ctx, int64_t begin, int64_t end, int thread) {
-  (void)thread;
-  const lowp_convert_t *c = ctx;
-  const float *restrict s = c->from;
-  uint16_t *restrict d = c->to;
-  /* f32 -> f64 is exact, so one rounding to the 16-bit format. */
-  if (c->dtype == KILN_BF16)
-    for (int64_t i = begin; i < end; i++) d[i] = kiln_dc_f64_to_bf16((double)s[i]);
-  else
-    for (int64_t i = begin; i < end; i++) d[i] = kiln_dc_f64_to_f16((double)s[i]);
-}
-
 static float lowp_load(kiln_dtype_t dtype, const uint16_t *p, int64_t i) {
   return dtype == KILN_BF16 ? kiln_dc_bf16_to_f32(p[i]) : kiln_dc_f16_to_f32(p[i]);
 }
@@ -131,16 +100,11 @@ void kiln_cpu_matmul_via_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, voi
     return;
   }
   float *fa = wide, *fb = wide + span_a, *fc = fb + span_b;
-  lowp_convert_t cv = {.dtype = op->out.dtype, .src = in[0], .dst = fa};
-  kiln_cpu_parallel_for(par, span_a, KILN_CPU_GRAIN_ELEMENTWISE, widen_task, &cv);
-  cv.src = in[1];
-  cv.dst = fb;
-  kiln_cpu_parallel_for(par, span_b, KILN_CPU_GRAIN_ELEMENTWISE, widen_task, &cv);
+  kiln_cpu_widen_f32(par, op->out.dtype, in[0], fa, span_a);
+  kiln_cpu_widen_f32(par, op->out.dtype, in[1], fb, span_b);
   const void *const f32_in[2] = {fa, fb};
   f32_kernel(par, op, fc, f32_in);
-  cv.from = fc;
-  cv.to = out;
-  kiln_cpu_parallel_for(par, span_c, KILN_CPU_GRAIN_ELEMENTWISE, narrow_task, &cv);
+  kiln_cpu_narrow_f32(par, op->out.dtype, fc, out, span_c);
   free(wide);
 }
 
