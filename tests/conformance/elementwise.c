@@ -16,6 +16,41 @@ static const kt_shape_t kt_broadcast_pairs[][2] = {
     {{2, {13, 257}, true, true}, {1, {257}, false, true}},
 };
 
+/* ---- every other dtype --------------------------------------------------------------
+ * The dtypes beyond f32 and i32 over a few shapes (a permuted view, a large
+ * one): values drawn in f32 (the floats) or i32 (the rest) and converted on
+ * the reference, so every device computes on the same bits. An op a dtype
+ * has no formula for must fail alike everywhere. */
+static const kiln_dtype_t kt_more[] = {KILN_F64, KILN_F16, KILN_BF16, KILN_I64, KILN_I8, KILN_U8, KILN_I16, KILN_BOOL};
+static const kt_shape_t kt_more_shapes[] = {
+    {1, {7}, false, false}, {2, {3, 5}, true, false}, {2, {13, 257}, true, true}, {-1, {0}, false, false}};
+
+static kt_gen_t kt_more_gen(const kt_row_t *row, kiln_dtype_t dtype) {
+  if (row->gen == KT_STEPS) return KT_STEPS;
+  if (kiln_dtype_class(dtype) != KILN_DTYPE_CLASS_FLOAT) return KT_INT_EDGE;
+  return row->gen != KT_UNSET ? row->gen : KT_WIDE;
+}
+
+/* `n_in` operands of each other dtype (the first a view where the shape
+ * says), with `scalar` when given. */
+static void kt_more_dtypes(const kt_row_t *row, int n_in, const double *scalar) {
+  for (size_t d = 0; d < sizeof kt_more / sizeof kt_more[0]; d++) {
+    for (const kt_shape_t *s = kt_more_shapes; s->ndim >= 0; s++) {
+      if (kt_skip(s)) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = n_in;
+      for (int i = 0; i < n_in; i++)
+        c.in[i] = kt_in(kt_more[d], kt_more_gen(row, kt_more[d]), 41 + (uint32_t)i, s->ndim, s->s, s->view && i == 0);
+      if (scalar) c.scalar = *scalar;
+      char a[160];
+      kt_in_text(&c.in[0], a, sizeof a);
+      snprintf(c.label, sizeof c.label, "%s %s%s", row->name, a, n_in > 1 ? " (both operands)" : "");
+      if (scalar) snprintf(c.label + strlen(c.label), sizeof c.label - strlen(c.label), ", %g", *scalar);
+      kt_check(&c);
+    }
+  }
+}
+
 /* f32 with the row's values and i32 over the whole range, over the
  * elementwise shapes; i32 once only, for the status, where the op has no i32
  * formula. */
@@ -34,6 +69,7 @@ static void kt_build_unary(const kt_row_t *row) {
       kt_check(&c);
     }
   }
+  kt_more_dtypes(row, 1, NULL);
 }
 
 KT_RUN_SHARED(kt_run_unary) { return kiln_tensor_unary((kiln_unary_op_t)c->row->sub, in[0], out); }
@@ -75,6 +111,7 @@ static void kt_build_binary(const kt_row_t *row) {
       }
     }
   }
+  kt_more_dtypes(row, 2, NULL);
   if (!strcmp(row->op, "compare")) return; /* comparisons take bool too */
   const int64_t shape[1] = {4};
   kt_case_t c = kt_case(row);
@@ -113,6 +150,8 @@ static void kt_build_binary_scalar(const kt_row_t *row) {
       }
     }
   }
+  static const double more_scalars[] = {-3.25, 300};
+  for (size_t k = 0; k < 2; k++) kt_more_dtypes(row, 1, &more_scalars[k]);
 }
 
 KT_RUN_SHARED(kt_run_binary_scalar) {
@@ -144,6 +183,50 @@ KT_RUN(kt_run_cast) { return kiln_tensor_cast(in[0], c->dtype, out); }
  * values beyond the range the nearest limit; i32 -> f32 rounds to nearest,
  * ties to even (C's conversion in the default rounding mode); to the same
  * dtype the values, bit for bit. */
+/* Every pair of dtypes (cast and copy), on a vector and a permuted view:
+ * float sources with the cast's edge values (NaN, infinities, -0, values
+ * past each integer range, halfway cases), integer sources with theirs. The
+ * reference is cpu:0 (tests/test_dtypes.c checks it against a host
+ * reference written apart). */
+static void kt_build_cast_every(const kt_row_t *row) {
+  static const kt_shape_t shapes[] = {{1, {263}, false, false}, {2, {13, 257}, true, true}, {-1, {0}, false, false}};
+  for (int from = 0; from < KILN_DTYPE_COUNT_; from++) {
+    for (int to = 0; to < KILN_DTYPE_COUNT_; to++) {
+      if ((from == KILN_F32 || from == KILN_I32) && (to == KILN_F32 || to == KILN_I32)) continue; /* above */
+      for (const kt_shape_t *s = shapes; s->ndim >= 0; s++) {
+        if (kt_skip(s)) continue;
+        kt_case_t c = kt_case(row);
+        c.n_in = 1;
+        const bool fl = kiln_dtype_class((kiln_dtype_t)from) == KILN_DTYPE_CLASS_FLOAT;
+        c.in[0] = kt_in((kiln_dtype_t)from, fl ? KT_CAST_F32 : KT_CAST_I32, 107, s->ndim, s->s, s->view);
+        c.dtype = (kiln_dtype_t)to;
+        char in[160];
+        kt_in_text(&c.in[0], in, sizeof in);
+        snprintf(c.label, sizeof c.label, "%s %s to %s", row->name, in, kiln_dtype_name(c.dtype));
+        kt_check(&c);
+      }
+    }
+  }
+}
+
+/* where with a bool condition and values of each other dtype. */
+static void kt_build_where_every(const kt_row_t *row) {
+  for (size_t d = 0; d < sizeof kt_more / sizeof kt_more[0]; d++) {
+    for (const kt_shape_t *s = kt_more_shapes; s->ndim >= 0; s++) {
+      if (kt_skip(s)) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = 3;
+      c.in[0] = kt_in(KILN_BOOL, KT_INT_DIV, 311, s->ndim, s->s, s->view);
+      c.in[1] = kt_in(kt_more[d], kt_more_gen(row, kt_more[d]), 312, s->ndim, s->s, false);
+      c.in[2] = kt_in(kt_more[d], kt_more_gen(row, kt_more[d]), 313, s->ndim, s->s, s->view);
+      char t[3][160];
+      for (int i = 0; i < 3; i++) kt_in_text(&c.in[i], t[i], sizeof t[i]);
+      snprintf(c.label, sizeof c.label, "%s %s, %s, %s", row->name, t[0], t[1], t[2]);
+      kt_check(&c);
+    }
+  }
+}
+
 static void kt_expect_cast(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
   out->status = KILN_OK;
   out->dtype = c->dtype;
@@ -334,6 +417,9 @@ static const kt_row_t kt_rows[] = {
      .tol = kt_tol_bits, .expect = kt_expect_cast},
     {.name = "where", .op = "where", .build = kt_build_where, .run = kt_run_where,
      .tol = kt_tol_bits, .expect = kt_expect_where},
+    {.name = "cast", .op = "cast", .build = kt_build_cast_every, .run = kt_run_cast, .tol = kt_tol_bits},
+    {.name = "where", .op = "where", .build = kt_build_where_every, .run = kt_run_where, .tol = kt_tol_bits,
+     .gen = KT_WIDE},
     /* comparisons -> bool: small integers (KT_STEPS), so that equal pairs
      * are common, and the edge values of each dtype. */
 #define KT_COMPARE_ROW(OP, op_, gen_)                                                                    \

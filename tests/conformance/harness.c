@@ -14,6 +14,7 @@
 #include <stdarg.h>
 
 #include "harness.h"
+#include "kernels/dtype_convert.h"
 
 /* ---- devices and the tally -------------------------------------------------- */
 
@@ -97,6 +98,45 @@ static bool kt_close(float got, float want, kt_tol_t tol) {
   if (fabs((double)got - (double)want) <= tol.atol + tol.rtol * fabs((double)want)) return true;
   int64_t d = kt_ordered(got) - kt_ordered(want);
   return tol.ulps > 0 && (d < 0 ? -d : d) <= tol.ulps;
+}
+
+/* f64 results: the same rule in double (ulps counted in double). */
+static int64_t kt_ordered_f64(double x) {
+  int64_t i;
+  memcpy(&i, &x, sizeof i);
+  return i < 0 ? INT64_MIN - i : i;
+}
+
+static bool kt_close_f64(double got, double want, kt_tol_t tol) {
+  if (isnan(got) || isnan(want)) return isnan(got) && isnan(want);
+  if (tol.bits) return memcmp(&got, &want, sizeof got) == 0;
+  if (got == want) return true;
+  if (isinf(got) || isinf(want)) return false;
+  if (fabs(got - want) <= tol.atol + tol.rtol * fabs(want)) return true;
+  const int64_t d = kt_ordered_f64(got) - kt_ordered_f64(want);
+  return tol.ulps > 0 && (d < 0 ? -d : d) <= tol.ulps;
+}
+
+static float kt_half_to_f32(kiln_dtype_t dtype, uint16_t bits) {
+  return dtype == KILN_F16 ? kiln_dc_f16_to_f32(bits) : kiln_dc_bf16_to_f32(bits);
+}
+
+/* f16 and bf16 results, computed in f32 and rounded once: exact where the
+ * row is exact; otherwise one unit of the 16-bit type (an f32 result a few
+ * f32 ulps apart rounds to a neighbour near a tie), or the row's relative
+ * tolerance, at least the type's own (f16 1e-3, bf16 8e-3: one rounding to
+ * 11 and 8 significant bits) for sums in another order. */
+static bool kt_close_16(kiln_dtype_t dtype, uint16_t got, uint16_t want, kt_tol_t tol) {
+  const float g = kt_half_to_f32(dtype, got), w = kt_half_to_f32(dtype, want);
+  if (isnan(g) || isnan(w)) return isnan(g) && isnan(w);
+  if (got == want) return true;
+  if (tol.bits || (tol.rtol == 0 && tol.atol == 0 && tol.ulps == 0)) return false;
+  if (isinf(g) || isinf(w)) return false;
+  const int32_t og = (got & 0x8000u) ? -(int32_t)(got & 0x7fffu) : (int32_t)got;
+  const int32_t ow = (want & 0x8000u) ? -(int32_t)(want & 0x7fffu) : (int32_t)want;
+  if (og - ow <= 1 && ow - og <= 1) return true;
+  const double rtol = tol.rtol > (dtype == KILN_F16 ? 1e-3 : 8e-3) ? tol.rtol : (dtype == KILN_F16 ? 1e-3 : 8e-3);
+  return fabs((double)g - (double)w) <= tol.atol + rtol * fabs((double)w);
 }
 
 static void kt_tol_text(kiln_dtype_t dtype, kt_tol_t tol, char *out, size_t size) {
@@ -190,28 +230,50 @@ void kt_fill(const kt_in_t *in, void *data, int64_t n) {
   }
 }
 
-/* Make the input on `dev`; *out is the tensor the op receives. */
+/* The 4-byte dtype an input's values are drawn in: f32 for the floats, i32
+ * for the integers and bool (converted by the cast rule afterwards). */
+static kiln_dtype_t kt_drawn_dtype(kiln_dtype_t dtype) {
+  return kiln_dtype_class(dtype) == KILN_DTYPE_CLASS_FLOAT ? KILN_F32 : KILN_I32;
+}
+
+/* Make the input on `dev`; *out is the tensor the op receives. Values of the
+ * dtypes other than f32 and i32 are drawn in one of those and converted on
+ * the reference (kiln_tensor_cast), then copied to `dev`: every device sees
+ * the same bits. */
 kiln_status_t kt_make(kiln_device_t *dev, const kt_in_t *in, kiln_tensor_t **out) {
   int64_t n = kt_numel(in->ndim, in->shape);
   void *data = malloc((size_t)(n > 0 ? n : 1) * 4);
   if (!data) return KILN_OUT_OF_MEMORY;
-  kt_fill(in, data, n);
+  kt_in_t drawn = *in;
+  drawn.dtype = kt_drawn_dtype(in->dtype);
+  kt_fill(&drawn, data, n);
+  int64_t storage[KILN_MAX_DIMS];
+  int perm[KILN_MAX_DIMS];
+  const bool view = in->view && in->ndim >= 2;
+  for (int i = 0; i < in->ndim; i++) {
+    storage[i] = view ? in->shape[in->ndim - 1 - i] : in->shape[i];
+    perm[i] = in->ndim - 1 - i;
+  }
+  kiln_tensor_t *base = NULL;
   kiln_status_t status;
-  if (!in->view || in->ndim < 2) {
-    status = kiln_tensor_from_host(dev, in->dtype, in->ndim, in->shape, data, out);
-  } else {
-    int64_t storage[KILN_MAX_DIMS];
-    int perm[KILN_MAX_DIMS];
-    for (int i = 0; i < in->ndim; i++) {
-      storage[i] = in->shape[in->ndim - 1 - i];
-      perm[i] = in->ndim - 1 - i;
-    }
-    kiln_tensor_t *base = NULL;
+  if (drawn.dtype == in->dtype) {
     status = kiln_tensor_from_host(dev, in->dtype, in->ndim, storage, data, &base);
-    if (status == KILN_OK) status = kiln_tensor_permute(base, perm, out);
-    kiln_tensor_release(base);
+  } else {
+    kiln_tensor_t *raw = NULL, *cast = NULL;
+    status = kiln_tensor_from_host(kt_ref, drawn.dtype, in->ndim, storage, data, &raw);
+    if (status == KILN_OK) status = kiln_tensor_cast(raw, in->dtype, &cast);
+    if (status == KILN_OK && dev != kt_ref) status = kiln_tensor_to(cast, dev, &base);
+    else if (status == KILN_OK) base = kiln_tensor_retain(cast);
+    kiln_tensor_release(raw);
+    kiln_tensor_release(cast);
   }
   free(data);
+  if (status != KILN_OK || !view) {
+    *out = status == KILN_OK ? base : NULL;
+    return status;
+  }
+  status = kiln_tensor_permute(base, perm, out);
+  kiln_tensor_release(base);
   return status;
 }
 
@@ -359,6 +421,21 @@ static void kt_compare(const kt_case_t *c, kiln_device_t *dev, const char *provi
       ok = g == w;
       snprintf(gv, sizeof gv, "%d", g);
       snprintf(wv, sizeof wv, "%d", w);
+    } else if (want->dtype == KILN_I16) {
+      const int g = ((const int16_t *)got->data)[i], w = ((const int16_t *)want->data)[i];
+      ok = g == w;
+      snprintf(gv, sizeof gv, "%d", g);
+      snprintf(wv, sizeof wv, "%d", w);
+    } else if (want->dtype == KILN_F64) {
+      const double g = ((const double *)got->data)[i], w = ((const double *)want->data)[i];
+      ok = kt_close_f64(g, w, tolerance);
+      snprintf(gv, sizeof gv, "%.17g", g);
+      snprintf(wv, sizeof wv, "%.17g", w);
+    } else if (want->dtype == KILN_F16 || want->dtype == KILN_BF16) {
+      const uint16_t g = ((const uint16_t *)got->data)[i], w = ((const uint16_t *)want->data)[i];
+      ok = kt_close_16(want->dtype, g, w, tolerance);
+      snprintf(gv, sizeof gv, "%.6g (0x%04x)", (double)kt_half_to_f32(want->dtype, g), g);
+      snprintf(wv, sizeof wv, "%.6g (0x%04x)", (double)kt_half_to_f32(want->dtype, w), w);
     } else {
       float g = ((const float *)got->data)[i], w = ((const float *)want->data)[i];
       ok = kt_close(g, w, tolerance);
@@ -432,12 +509,18 @@ void kt_check(const kt_case_t *c) {
     /* A result of a dtype the device does not serve (the sum of i32 is
      * i64): the device refuses it before dispatch, once, with
      * KILN_UNSUPPORTED, whatever the providers. */
-    if (want.status == KILN_OK && kiln_device_dtype_support(kt_devs[d], want.dtype) == KILN_DTYPE_UNSUPPORTED) {
+    bool unserved = want.status == KILN_OK && kiln_device_dtype_support(kt_devs[d], want.dtype) == KILN_DTYPE_UNSUPPORTED;
+    for (int i = 0; i < c->n_in; i++)
+      unserved = unserved || (want.status == KILN_OK &&
+                              kiln_device_dtype_support(kt_devs[d], c->in[i].dtype) == KILN_DTYPE_UNSUPPORTED);
+    if (unserved) {
       kt_result_t got;
       kt_result_get(kt_devs[d], c, &got);
       kt_count(d, "unsupported");
       if (got.status != KILN_UNSUPPORTED)
-        kt_fail("%s on %s: got %s (%s), but the device does not serve the result's dtype %s: expected %s", c->label,
+        kt_fail("%s on %s: got %s (%s), but the device does not serve an operand's or the result's dtype (result %s): "
+                "expected %s",
+                c->label,
                 kiln_device_name(kt_devs[d]), kiln_status_name(got.status), got.message, kiln_dtype_name(want.dtype),
                 kiln_status_name(KILN_UNSUPPORTED));
       kt_result_free(&got);
