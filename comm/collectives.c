@@ -194,7 +194,21 @@ static kiln_status_t check_comm(const char *call, kiln_comm_t *comm) {
   return comm ? KILN_OK : kiln_set_error(KILN_INVALID_ARGUMENT, "%s: comm is NULL", call);
 }
 
-/* Start `start`'s request and wait for it with the deadline. */
+/* The status of a collective's data phase. It runs as MPI's blocking
+ * collective: the fingerprints just showed every rank arrived, and Open
+ * MPI 4.1's blocking collectives (coll/tuned) are much faster than its
+ * non-blocking ones (libnbc): allreduce of 1 MiB between two ranks of one
+ * host, 0.23 ms against 5.5 ms. A rank that dies during it ends the job
+ * (mpirun's default); a rank that never came is caught by the fingerprint's
+ * deadline. */
+static kiln_status_t done(kiln_comm_t *comm, int err, const char *call, const kiln_comm_fingerprint_t *fp) {
+  if (err == MPI_SUCCESS) return KILN_OK;
+  char what[160];
+  kiln__comm_describe(fp, what, sizeof what);
+  return kiln__comm_mpi_error(comm, err, call, what);
+}
+
+/* Send or receive: started, then waited for with the deadline. */
 static kiln_status_t run(kiln_comm_t *comm, int err, MPI_Request *request, const char *call,
                          const kiln_comm_fingerprint_t *fp) {
   char what[160];
@@ -221,10 +235,8 @@ kiln_status_t kiln_comm_allreduce(kiln_comm_t *comm, kiln_tensor_t *tensor, kiln
   host_view_t view;
   status = view_open(tensor, true, &view);
   if (status == KILN_OK) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    int err = MPI_Iallreduce(MPI_IN_PLACE, view.ptr, count, mpi_type(dtype), mpi_op(comm, dtype, op), comm->data,
-                             &request);
-    status = run(comm, err, &request, "MPI_Iallreduce", &fp);
+    int err = MPI_Allreduce(MPI_IN_PLACE, view.ptr, count, mpi_type(dtype), mpi_op(comm, dtype, op), comm->data);
+    status = done(comm, err, "MPI_Allreduce", &fp);
   }
   if (status == KILN_OK && op == KILN_COMM_MEAN) divide(view.ptr, dtype, (size_t)count, comm->size);
   if (status == KILN_OK) status = view_store(tensor, &view);
@@ -250,9 +262,8 @@ kiln_status_t kiln_comm_broadcast(kiln_comm_t *comm, kiln_tensor_t *tensor, int 
   host_view_t view;
   status = view_open(tensor, comm->rank == root, &view);
   if (status == KILN_OK) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    int err = MPI_Ibcast(view.ptr, count, mpi_type(dtype), root, comm->data, &request);
-    status = run(comm, err, &request, "MPI_Ibcast", &fp);
+    int err = MPI_Bcast(view.ptr, count, mpi_type(dtype), root, comm->data);
+    status = done(comm, err, "MPI_Bcast", &fp);
   }
   if (status == KILN_OK && comm->rank != root) status = view_store(tensor, &view);
   view_close(comm, &view);
@@ -285,10 +296,8 @@ kiln_status_t kiln_comm_allgather(kiln_comm_t *comm, const kiln_tensor_t *input,
   status = view_open(input, true, &in);
   if (status == KILN_OK) status = view_open(output, false, &out);
   if (status == KILN_OK) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    int err = MPI_Iallgather(in.ptr, (int)count, mpi_type(dtype), out.ptr, (int)count, mpi_type(dtype), comm->data,
-                             &request);
-    status = run(comm, err, &request, "MPI_Iallgather", &fp);
+    int err = MPI_Allgather(in.ptr, (int)count, mpi_type(dtype), out.ptr, (int)count, mpi_type(dtype), comm->data);
+    status = done(comm, err, "MPI_Allgather", &fp);
   }
   if (status == KILN_OK) status = view_store(output, &out);
   view_close(comm, &in);
@@ -325,10 +334,9 @@ kiln_status_t kiln_comm_reduce_scatter(kiln_comm_t *comm, const kiln_tensor_t *i
   status = view_open(input, true, &in);
   if (status == KILN_OK) status = view_open(output, false, &out);
   if (status == KILN_OK) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    int err = MPI_Ireduce_scatter_block(in.ptr, out.ptr, (int)part, mpi_type(dtype), mpi_op(comm, dtype, op),
-                                        comm->data, &request);
-    status = run(comm, err, &request, "MPI_Ireduce_scatter_block", &fp);
+    int err = MPI_Reduce_scatter_block(in.ptr, out.ptr, (int)part, mpi_type(dtype), mpi_op(comm, dtype, op),
+                                       comm->data);
+    status = done(comm, err, "MPI_Reduce_scatter_block", &fp);
   }
   if (status == KILN_OK && op == KILN_COMM_MEAN) divide(out.ptr, dtype, (size_t)part, comm->size);
   if (status == KILN_OK) status = view_store(output, &out);

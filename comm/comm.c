@@ -98,10 +98,12 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Poll until every request completed or the deadline passed. Spinning
- * first keeps small collectives' latency; yielding, then sleeping, after
- * that leaves the cores to the other ranks sharing them. On a timeout
- * `pending` (if not NULL) gets 1 for each request still open. */
+/* Poll until every request completed or the deadline passed. MPI moves a
+ * non-blocking collective forward only inside MPI_Test, so the loop keeps
+ * testing: spinning first (small collectives' latency), yielding the core
+ * after 1 ms (ranks may share cores), and sleeping between tests only after
+ * a second without completion (a rank that is late, not a large message).
+ * On a timeout `pending` (if not NULL) gets 1 for each request still open. */
 static int poll_all(kiln_comm_t *comm, int count, MPI_Request *requests, int *pending, bool *out_timed_out) {
   double start = now_s(), deadline = start + comm->timeout_s;
   *out_timed_out = false;
@@ -122,10 +124,10 @@ static int poll_all(kiln_comm_t *comm, int count, MPI_Request *requests, int *pe
         for (int i = 0; pending && i < count; i++) pending[i] = requests[i] != MPI_REQUEST_NULL;
         return MPI_SUCCESS;
       }
-      if (t - start > 0.01) {
-        struct timespec pause = {0, 100000};
+      if (t - start > 1.0) {
+        struct timespec pause = {0, 50000};
         nanosleep(&pause, NULL);
-      } else if (t - start > 0.0001) {
+      } else if (t - start > 0.001) {
         sched_yield();
       }
     }
