@@ -74,14 +74,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "rank %d: no device: %s\n", rank, kiln_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  char names[2][128];
-  snprintf(names[0], sizeof names[0], "%s", kiln_device_selector(device));
+  /* Every rank's device, printed by rank 0. */
+  char mine[128], *all = calloc((size_t)size, sizeof mine);
+  snprintf(mine, sizeof mine, "%s (%s)", kiln_device_selector(device), kiln_device_name(device));
+  MPI_Gather(mine, (int)sizeof mine, MPI_CHAR, all, (int)sizeof mine, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (rank == 0) {
-    printf("kiln-bench-comm: %d ranks, engine %s; rank 0 on %s; allreduce(sum, f32) in place\n", size,
-           kiln_comm_engine(b.comm), names[0]);
+    printf("kiln-bench-comm: %d ranks, engine %s; allreduce(sum, f32) in place\n", size, kiln_comm_engine(b.comm));
+    for (int r = 0; r < size; r++) printf("  rank %d on %s\n", r, all + (size_t)r * sizeof mine);
     printf("%12s %12s %12s %14s %14s %8s\n", "bytes", "kiln us", "MPI us", "kiln busbw GB/s", "MPI busbw GB/s",
            "ratio");
   }
+  free(all);
   double bus = size > 1 ? 2.0 * (size - 1) / size : 1.0;
   int rounds = quick ? 2 : 5;
   for (size_t bytes = 8; bytes <= max_bytes; bytes *= 2) {

@@ -27,11 +27,15 @@
  *   (the in-place ones, outputs, recv) must be contiguous, else
  *   KILN_INVALID_ARGUMENT naming kiln_tensor_contiguous.
  * - A rank that does not arrive within KILN_COMM_TIMEOUT seconds (default
- *   120) makes the call return KILN_UNAVAILABLE naming the ranks waited for.
- *   An MPI error (a rank that died, where Open MPI reports it rather than
- *   ending the job) is KILN_UNAVAILABLE with MPI's message and the call. After
- *   either the communicator is broken: every later call on it returns
- *   KILN_UNAVAILABLE saying why; destroy it and end the job.
+ *   120) makes the call return KILN_UNAVAILABLE naming the ranks waited for
+ *   (the fingerprints travel by non-blocking MPI, tested until the
+ *   deadline). Once every rank arrived, the data moves by MPI's blocking
+ *   collective (Open MPI's non-blocking ones are many times slower); a rank
+ *   that dies then ends the job (mpirun's default). An MPI error (where Open
+ *   MPI reports one rather than ending the job) is KILN_UNAVAILABLE with
+ *   MPI's message and the call. After a timeout or an MPI error the
+ *   communicator is broken: every later call on it returns KILN_UNAVAILABLE
+ *   saying why; destroy it and end the job.
  * - A communicator is used by one thread at a time (MPI needs every rank to
  *   issue the collectives in one order, which two threads of one rank would
  *   not keep). Different communicators may be used from different threads
