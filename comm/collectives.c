@@ -219,6 +219,61 @@ static kiln_status_t run(kiln_comm_t *comm, int err, MPI_Request *request, const
 
 /* ---- the collectives ------------------------------------------------------------ */
 
+/* The data phase's unit: large enough for MPI's full bandwidth, small
+ * enough that copying the next chunk off the device overlaps this one's
+ * transfer. */
+#define CHUNK_BYTES ((size_t)4 << 20)
+
+/* Allreduce of a device tensor through two staging buffers: while chunk k
+ * crosses the network, chunk k+1 comes off the device and chunk k-1 goes
+ * back. The device's current queue runs in order, so a read into a buffer
+ * waits for the write that last used it without the host waiting. */
+static kiln_status_t allreduce_staged(kiln_comm_t *comm, kiln_tensor_t *tensor, kiln_comm_reduce_t op,
+                                      const kiln_comm_fingerprint_t *fp, size_t chunk) {
+  kiln_dtype_t dtype = kiln_tensor_dtype(tensor);
+  kiln_device_t *device = kiln_tensor_device(tensor);
+  kiln_queue_t *queue = kiln_device_current_queue(device);
+  kiln_buffer_t *buffer = kiln_tensor_buffer(tensor);
+  size_t item = kiln_dtype_size(dtype), base = kiln_tensor_offset_bytes(tensor);
+  size_t count = (size_t)kiln_tensor_numel(tensor);
+  size_t chunks = (count + chunk - 1) / chunk;
+  size_t staging = (count < chunk ? count : chunk) * item;
+  void *bufs[2] = {NULL, NULL};
+  kiln_event_t *read_done = NULL;
+  kiln_status_t status = kiln_host_allocate(device, staging, &bufs[0]);
+  if (status == KILN_OK && chunks > 1) status = kiln_host_allocate(device, staging, &bufs[1]);
+  if (status == KILN_OK && count)
+    status = kiln_buffer_read(queue, buffer, base, bufs[0], (chunk < count ? chunk : count) * item, false, 0, NULL,
+                              &read_done);
+  for (size_t k = 0; status == KILN_OK && k < chunks; k++) {
+    size_t first = k * chunk, n = count - first < chunk ? count - first : chunk;
+    void *data = bufs[k % 2];
+    status = kiln_event_wait(read_done);
+    kiln_event_release(read_done);
+    read_done = NULL;
+    if (status == KILN_OK && k + 1 < chunks) {
+      size_t next = (k + 1) * chunk, m = count - next < chunk ? count - next : chunk;
+      status = kiln_buffer_read(queue, buffer, base + next * item, bufs[(k + 1) % 2], m * item, false, 0, NULL,
+                                &read_done);
+    }
+    if (status != KILN_OK) break;
+    int err = MPI_Allreduce(MPI_IN_PLACE, data, (int)n, mpi_type(dtype), mpi_op(comm, dtype, op), comm->data);
+    status = done(comm, err, "MPI_Allreduce", fp);
+    if (status == KILN_OK && op == KILN_COMM_MEAN) divide(data, dtype, n, comm->size);
+    if (status == KILN_OK)
+      status = kiln_buffer_write(queue, buffer, base + first * item, data, n * item, false, 0, NULL, NULL);
+  }
+  kiln_event_release(read_done);
+  /* The staging must outlive the copies that use it. */
+  kiln_status_t finish = kiln_queue_finish(queue);
+  if (status == KILN_OK) status = finish;
+  if (!comm->broken) {
+    kiln_host_free(device, bufs[0]);
+    kiln_host_free(device, bufs[1]);
+  }
+  return status;
+}
+
 kiln_status_t kiln_comm_allreduce(kiln_comm_t *comm, kiln_tensor_t *tensor, kiln_comm_reduce_t op) {
   const char *call = "kiln_comm_allreduce";
   kiln_status_t status = check_comm(call, comm);
@@ -232,16 +287,27 @@ kiln_status_t kiln_comm_allreduce(kiln_comm_t *comm, kiln_tensor_t *tensor, kiln
   if (status != KILN_OK) return status;
   fp.seq = comm->seq - 1;
 
+  /* Zero-copy where the tensor's memory is the host's, else staged chunk by
+   * chunk, and the chunking must match on every rank whatever its device:
+   * it follows from the count and dtype only. */
+  size_t item = kiln_dtype_size(dtype);
+  size_t chunk = CHUNK_BYTES / item;
   host_view_t view;
-  status = view_open(tensor, true, &view);
-  if (status == KILN_OK) {
-    int err = MPI_Allreduce(MPI_IN_PLACE, view.ptr, count, mpi_type(dtype), mpi_op(comm, dtype, op), comm->data);
-    status = done(comm, err, "MPI_Allreduce", &fp);
+  memset(&view, 0, sizeof view);
+  if (is_cpu(kiln_tensor_device(tensor))) {
+    status = view_open(tensor, true, &view);
+    for (size_t first = 0; status == KILN_OK && first < (size_t)count; first += chunk) {
+      size_t n = (size_t)count - first < chunk ? (size_t)count - first : chunk;
+      void *data = (char *)view.ptr + first * item;
+      int err = MPI_Allreduce(MPI_IN_PLACE, data, (int)n, mpi_type(dtype), mpi_op(comm, dtype, op), comm->data);
+      status = done(comm, err, "MPI_Allreduce", &fp);
+      if (status == KILN_OK && op == KILN_COMM_MEAN) divide(data, dtype, n, comm->size);
+    }
+    if (status == KILN_OK) status = view_store(tensor, &view);
+    view_close(comm, &view);
+    return status;
   }
-  if (status == KILN_OK && op == KILN_COMM_MEAN) divide(view.ptr, dtype, (size_t)count, comm->size);
-  if (status == KILN_OK) status = view_store(tensor, &view);
-  view_close(comm, &view);
-  return status;
+  return allreduce_staged(comm, tensor, op, &fp, chunk);
 }
 
 kiln_status_t kiln_comm_broadcast(kiln_comm_t *comm, kiln_tensor_t *tensor, int root) {

@@ -191,6 +191,23 @@ static void collectives(kiln_comm_t *comm, kiln_device_t *device, kiln_dtype_t d
   free(expected);
 }
 
+/* Past libkiln-comm's 4 MiB chunk: staged devices pipeline the chunks, the
+ * CPU splits its calls the same way. */
+static void chunked(kiln_comm_t *comm, kiln_device_t *device) {
+  const int64_t n = (int64_t)3 << 19 | 1; /* 6 MiB + 4 B of f32 */
+  int rank = kiln_comm_rank(comm), size = kiln_comm_size(comm);
+  double *expected = malloc((size_t)n * sizeof *expected);
+  kiln_comm_reduce_t ops[] = {KILN_COMM_SUM, KILN_COMM_MEAN};
+  for (int o = 0; o < 2; o++) {
+    kiln_tensor_t *t = make(device, KILN_F32, n, rank, 0);
+    CHECK_OK(kiln_comm_allreduce(comm, t, ops[o]));
+    for (int64_t i = 0; i < n; i++) expected[i] = reduced(KILN_F32, ops[o], size, i);
+    expect(ops[o] == KILN_COMM_SUM ? "chunked allreduce(sum)" : "chunked allreduce(mean)", KILN_F32, t, expected, n);
+    kiln_tensor_release(t);
+  }
+  free(expected);
+}
+
 /* ---- errors -------------------------------------------------------------------- */
 
 static void local_refusals(kiln_comm_t *comm, kiln_device_t *device) {
@@ -287,6 +304,7 @@ int main(int argc, char **argv) {
   note("device %s (%s)", kiln_device_selector(device), kiln_device_name(device));
 
   for (int d = 0; d < KILN_DTYPE_COUNT_; d++) collectives(world, device, (kiln_dtype_t)d);
+  chunked(world, device);
   local_refusals(world, device);
   if (kiln_comm_size(world) == 2) {
     mismatch(world, device);
