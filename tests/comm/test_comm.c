@@ -228,6 +228,24 @@ static void local_refusals(kiln_comm_t *comm, kiln_device_t *device) {
   CHECK(s == KILN_INVALID_ARGUMENT && strstr(kiln_last_error(), "root 7 is not a rank"), "root 7 -> %s: %s",
         kiln_status_name(s), kiln_last_error());
   kiln_tensor_release(i);
+
+  /* The variables, refused before any communication. */
+  kiln_comm_t *other = NULL;
+  setenv("KILN_COMM_TIMEOUT", "soon", 1);
+  s = kiln_comm_create_world(&other);
+  CHECK(s == KILN_INVALID_ARGUMENT && strstr(kiln_last_error(), "KILN_COMM_TIMEOUT=\"soon\""), "timeout soon -> %s: %s",
+        kiln_status_name(s), kiln_last_error());
+  unsetenv("KILN_COMM_TIMEOUT");
+  setenv("KILN_COMM_ENGINE", "nccl", 1);
+  s = kiln_comm_create_world(&other);
+  CHECK(s == KILN_UNAVAILABLE && strstr(kiln_last_error(), "libnccl.so.2"), "engine nccl -> %s: %s",
+        kiln_status_name(s), kiln_last_error());
+  setenv("KILN_COMM_ENGINE", "gloo", 1);
+  s = kiln_comm_create_world(&other);
+  CHECK(s == KILN_INVALID_ARGUMENT && strstr(kiln_last_error(), "use one of: auto, mpi, nccl"),
+        "engine gloo -> %s: %s", kiln_status_name(s), kiln_last_error());
+  unsetenv("KILN_COMM_ENGINE");
+  CHECK(other == NULL, "a refused kiln_comm_create_world wrote *out_comm");
 }
 
 /* Rank 0 allreduces 1024 f32, rank 1 broadcasts 512: both ranks fail with
