@@ -407,7 +407,7 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
 static const char *const known_variables[] = {
     "KILN_BACKEND", "KILN_DEVICE", "KILN_POLICY", "KILN_PROVIDER", "KILN_CACHE_DIR", "KILN_CPU_DEVICES",
     "KILN_BACKEND_PATH", "KILN_LOG", "KILN_TRACE", "KILN_TRACE_EVENTS", "KILN_OPENCL_BUILD_OPTIONS", "KILN_CUDA_TF32", "KILN_CUDA_VENDOR_LIBS",
-    "KILN_DATA_DIR", "KILN_BENCH_PYTHON", "KILN_BENCH_SCRIPTS", "KILN_BENCH_TRAIN_EPOCHS",
+    "KILN_DATA_DIR", "KILN_COMM_TIMEOUT", "KILN_COMM_ENGINE", "KILN_BENCH_PYTHON", "KILN_BENCH_SCRIPTS", "KILN_BENCH_TRAIN_EPOCHS",
     "KILN_PYTHON_EXTENSION_DIR",
 };
 /* What kiln's own tests, benchmark and scripts pass to themselves: never

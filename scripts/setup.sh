@@ -12,6 +12,7 @@ KILN_PACKAGES=(
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd oclgrind libclblast-dev
   clinfo python3 valgrind
   zlib1g-dev libjson-c-dev dataset-fashion-mnist libdlpack-dev
+  libopenmpi-dev openmpi-bin
 )
 
 kiln_section() {
