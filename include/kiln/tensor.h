@@ -121,6 +121,20 @@ typedef enum kiln_binary_op_t {
   KILN_BINARY_COUNT_
 } kiln_binary_op_t;
 
+/* Comparisons and logical operations: (a, b) of one dtype -> bool. The
+ * Array API's names. */
+#define KILN_COMPARE_OPS(X)                                                                               \
+  X(EQUAL, equal) X(NOT_EQUAL, not_equal) X(LESS, less) X(LESS_EQUAL, less_equal) X(GREATER, greater)     \
+  X(GREATER_EQUAL, greater_equal) X(LOGICAL_AND, logical_and) X(LOGICAL_OR, logical_or)                   \
+  X(LOGICAL_XOR, logical_xor)
+
+typedef enum kiln_compare_op_t {
+#define KILN_COMPARE_ENUM_(NAME, name) KILN_COMPARE_##NAME,
+  KILN_COMPARE_OPS(KILN_COMPARE_ENUM_)
+#undef KILN_COMPARE_ENUM_
+  KILN_COMPARE_COUNT_
+} kiln_compare_op_t;
+
 /* Conventions for every function below:
  * - Operations are enqueued on the current queue of the operands' device
  *   (kiln_device_current_queue) and return at once; the result is a new tensor
@@ -265,6 +279,21 @@ KILN_UNARY_OPS(KILN_UNARY_DECL_)
 KILN_BINARY_OPS(KILN_BINARY_DECL_)
 #undef KILN_BINARY_DECL_
 
+/* a (op) b elementwise into a bool tensor (1 where it holds), for every
+ * dtype: operands of two dtypes are promoted first (kiln_result_dtype), and
+ * broadcast as binary ops are. Floats compare as IEEE does (NaN is unequal
+ * to everything, so not_equal holds for it); the logical operations take
+ * nonzero as true (NaN is true). f16 and bf16 compare exactly (through
+ * f32). */
+kiln_status_t kiln_tensor_compare(kiln_compare_op_t op, const kiln_tensor_t *a, const kiln_tensor_t *b,
+                                  kiln_tensor_t **out);
+#define KILN_COMPARE_DECL_(NAME, name) \
+  kiln_status_t kiln_tensor_##name(const kiln_tensor_t *a, const kiln_tensor_t *b, kiln_tensor_t **out);
+KILN_COMPARE_OPS(KILN_COMPARE_DECL_)
+#undef KILN_COMPARE_DECL_
+/* a == 0 into a bool tensor (NaN is true, so not NaN's negation). */
+kiln_status_t kiln_tensor_logical_not(const kiln_tensor_t *a, kiln_tensor_t **out);
+
 /* The values of `a` converted to `dtype`, any dtype to any dtype, by one
  * rule on every device (bit-exact; kernels/dtype_convert.h):
  * - into f16 and bf16: round to nearest, ties to even, from the exact value
@@ -296,14 +325,20 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
 
 /* ---- reductions ----------------------------------------------------------
  * Along `axis` (negative counts from the end) or KILN_ALL_AXES; keepdim keeps
- * the reduced axis with size 1. sum and max on f32 and i32; mean on f32;
- * argmax returns i32 indices (first maximum). max/argmax of an empty axis is
- * KILN_INVALID_ARGUMENT; the sum of nothing is 0 and its mean NaN. */
+ * the reduced axis with size 1. sum takes every dtype: the sum of an
+ * integer or bool tensor is i64 (wrapping modulo 2^64, accumulated in i64),
+ * of a float tensor the same float (f16 and bf16 accumulated in f32, f64 in
+ * f64). mean takes the floats and keeps the dtype; max every dtype but bool
+ * (same dtype; NaN wins); argmax the same, returning i32 indices (first
+ * maximum). A dtype an op does not take is KILN_DTYPE_MISMATCH naming the
+ * cast to make. max/argmax of an empty axis is KILN_INVALID_ARGUMENT; the
+ * sum of nothing is 0 and its mean NaN. */
 kiln_status_t kiln_tensor_sum(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_mean(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_max(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_argmax(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
-/* Frobenius norm, sqrt(sum(a*a)), over all elements: a 0-d f32 tensor. */
+/* Frobenius norm, sqrt(sum(a*a)), over all elements: a 0-d tensor of a's
+ * dtype, which is a float (f16 and bf16 computed in f32). */
 kiln_status_t kiln_tensor_norm(const kiln_tensor_t *a, kiln_tensor_t **out);
 
 /* ---- neural-network operations ----------------------------------------- */
@@ -364,10 +399,11 @@ kiln_status_t kiln_tensor_unary_backward(kiln_unary_op_t op, const kiln_tensor_t
 /* The sum of `a` over the axes along which `shape` (ndim dims) broadcasts to
  * a's shape, NumPy's rule read backwards: the gradient of a broadcast operand
  * of a binary op. Result of `shape`. KILN_SHAPE_MISMATCH when shape does not
- * broadcast to a's. f32 and i32. */
+ * broadcast to a's. Every dtype; the result keeps a's dtype (integers wrap
+ * modulo 2^bits, a bool result is whether any term was true). */
 kiln_status_t kiln_tensor_sum_to(const kiln_tensor_t *a, int ndim, const int64_t *shape, kiln_tensor_t **out);
 /* `a` broadcast to `shape` (NumPy's rule) as a new contiguous tensor: a
- * reduced gradient spread back. f32 and i32. */
+ * reduced gradient spread back. Every dtype. */
 kiln_status_t kiln_tensor_broadcast_to(const kiln_tensor_t *a, int ndim, const int64_t *shape, kiln_tensor_t **out);
 
 /* softmax / log_softmax backward along the last axis, from the forward's
