@@ -13,3 +13,21 @@ KILN_CL_KERNEL(random_f32) {
     KILN_FOR_EACH(i, op.n) out[i] = kiln_philox_uniform((ulong)i, seed, a, b);
   }
 }
+
+/* f16 and bf16: the f32 sample rounded to nearest even (the rule of every
+ * backend). f64 waits for kernels/philox.h's double scheme: no random_f64
+ * kernel, so such an op is refused naming the kernel. */
+#define KILN_CL_RANDOM_16_(TN, STORE)                                                              \
+  KILN_CL_KERNEL(random_##TN) {                                                                    \
+    __global ushort *out = KILN_CL_OUT(ushort);                                                    \
+    const ulong seed = op.u.random.seed;                                                           \
+    const float a = op.u.random.a, b = op.u.random.b;                                              \
+    if (op.u.random.normal) {                                                                      \
+      KILN_FOR_EACH(i, op.n) out[i] = STORE(kiln_philox_normal((ulong)i, seed, a, b));             \
+    } else {                                                                                       \
+      KILN_FOR_EACH(i, op.n) out[i] = STORE(kiln_philox_uniform((ulong)i, seed, a, b));            \
+    }                                                                                              \
+  }
+KILN_CL_RANDOM_16_(f16, KILN_CL_FROM_F32_f16)
+KILN_CL_RANDOM_16_(bf16, KILN_CL_FROM_F32_bf16)
+#undef KILN_CL_RANDOM_16_
