@@ -351,8 +351,8 @@ START_TEST(test_elementwise_every_dtype) {
         KT_OK(kiln_tensor_reshape(a_cpu, 2, two, &a2c));
         {
           /* the first row of b as its own tensor */
-          unsigned char *host = malloc((size_t)(n / 2) * kiln_dtype_size(dt));
-          KT_OK(kiln_tensor_read(b_cpu, host, (size_t)(n / 2) * kiln_dtype_size(dt)));
+          unsigned char *host = malloc((size_t)n * kiln_dtype_size(dt));
+          KT_OK(kiln_tensor_read(b_cpu, host, (size_t)n * kiln_dtype_size(dt)));
           KT_OK(kiln_tensor_from_host(cpu, dt, 2, one, host, &row_cpu));
           KT_OK(kiln_tensor_to(row_cpu, devices[d], &row_dev));
           free(host);
