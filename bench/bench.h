@@ -230,6 +230,8 @@ int bench_kiln_tiny(const bench_options_t *opts, kiln_device_t *device, long n, 
 
 /* OpenBLAS cblas_sgemm, n x n x n, seconds per call. */
 int bench_openblas_sgemm(const bench_options_t *opts, int n, bench_stats_t *out);
+/* The same with cblas_dgemm on f64 matrices. */
+int bench_openblas_dgemm(const bench_options_t *opts, int n, bench_stats_t *out);
 /* "OpenBLAS 0.3.21 (Haswell, 2 threads)". */
 const char *bench_openblas_describe(void);
 /* c = a + b over n floats by a plain C loop on all usable cores (pthreads). */

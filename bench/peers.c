@@ -55,6 +55,41 @@ int bench_openblas_sgemm(const bench_options_t *opts, int n, bench_stats_t *out)
   return rc;
 }
 
+typedef struct bench_dgemm_ctx_t {
+  int n;
+  double *a, *b, *c;
+} bench_dgemm_ctx_t;
+
+static int bench_dgemm_run(void *ctx, long iters) {
+  bench_dgemm_ctx_t *g = ctx;
+  for (long i = 0; i < iters; i++)
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->n, g->n, g->n, 1.0, g->a, g->n, g->b, g->n, 0.0, g->c,
+                g->n);
+  return 0;
+}
+
+int bench_openblas_dgemm(const bench_options_t *opts, int n, bench_stats_t *out) {
+  size_t count = (size_t)n * (size_t)n;
+  bench_dgemm_ctx_t g = {n, malloc(count * sizeof(double)), malloc(count * sizeof(double)),
+                         calloc(count, sizeof(double))};
+  float *tmp = malloc(count * sizeof(float));
+  int rc = -1;
+  if (!g.a || !g.b || !g.c || !tmp) {
+    bench_set_error("out of host memory for three %dx%d f64 matrices", n, n);
+  } else {
+    bench_fill_random(tmp, count, 1);
+    for (size_t i = 0; i < count; i++) g.a[i] = tmp[i];
+    bench_fill_random(tmp, count, 2);
+    for (size_t i = 0; i < count; i++) g.b[i] = tmp[i];
+    rc = bench_measure(opts, bench_dgemm_run, &g, out);
+  }
+  free(tmp);
+  free(g.a);
+  free(g.b);
+  free(g.c);
+  return rc;
+}
+
 const char *bench_openblas_describe(void) {
   static char text[256];
   snprintf(text, sizeof text, "OpenBLAS cblas_sgemm (%s; core %s; %d threads)", openblas_get_config(),

@@ -125,6 +125,57 @@ static bench_row_t bench_peer_row(int section, const char *name, const char *dev
 
 /* ---- section 1 --------------------------------------------------------------------- */
 
+/* f64 matmul on cpu:0 (issue 20), each provider against cblas_dgemm called
+ * directly, in the same run: blas >= 0.95x, native >= 0.5x. */
+static void bench_matmul_f64(const bench_options_t *opts) {
+  const int S = BENCH_SECTION_MATMUL;
+  const int n = opts->quick ? 256 : 1024;
+  char params[32];
+  snprintf(params, sizeof params, "%d^3 f64", n);
+  const double work = 2.0 * n * (double)n * n / 1e9;
+  bench_stats_t blas_sec, blas;
+  bool blas_ok = bench_openblas_dgemm(opts, n, &blas_sec) == 0;
+  if (blas_ok) blas = bench_stats_rate(&blas_sec, work);
+  bench_row_t row = bench_peer_row(S, "matmul", "host", "OpenBLAS dgemm", params, "GFLOPS", blas_ok, &blas,
+                                   bench_error());
+  bench_add(&row);
+  const double blas_value = blas_ok ? blas.median : NAN;
+  const bench_device_t *devs;
+  size_t ndev = bench_devices(&devs);
+  for (size_t di = 0; di < ndev; di++) {
+    const bench_device_t *d = &devs[di];
+    if (!bench_is_cpu_backend(d) || strcmp(d->info.selector, "cpu:0") != 0) continue;
+    char providers[8][32];
+    int np = bench_providers(d, "matmul", providers, 8);
+    for (int pi = 0; pi < np; pi++) {
+      char spec[64];
+      snprintf(spec, sizeof spec, "matmul=%.31s", providers[pi]);
+      if (kiln_set_providers(spec) != KILN_OK) continue;
+      bench_op_t op = {.kind = BENCH_OP_MATMUL, .device = d->device};
+      const int64_t shape[2] = {n, n};
+      kiln_status_t st = kiln_tensor_uniform_dtype(d->device, KILN_F64, 2, shape, 1, -1.0f, 1.0f, &op.a);
+      if (st == KILN_OK) st = kiln_tensor_uniform_dtype(d->device, KILN_F64, 2, shape, 2, -1.0f, 1.0f, &op.b);
+      bench_stats_t sec;
+      int rc = st == KILN_OK ? bench_measure(opts, bench_op_run, &op, &sec)
+                             : bench_kiln_error("kiln_tensor_uniform_dtype", st);
+      bench_op_release(&op);
+      bench_reset_providers();
+      if (rc != 0) {
+        bench_section_error(S, "matmul %s on %s with %s: %s", params, d->info.selector, providers[pi], bench_error());
+        continue;
+      }
+      row = bench_row_make(S, "matmul", d->info.selector, op.provider, params, "GFLOPS", true);
+      row.st = bench_stats_rate(&sec, work);
+      if (strcmp(op.provider, providers[pi]) != 0) bench_row_note(&row, "asked for %s, kiln ran %s", providers[pi],
+                                                                  op.provider);
+      bench_row_compare(&row, "OpenBLAS dgemm", blas_value);
+      if (!strcmp(op.provider, "blas")) bench_row_target_ratio(&row, 0.95);
+      if (!strcmp(op.provider, "native")) bench_row_target_ratio(&row, 0.5);
+      bench_add(&row);
+    }
+  }
+}
+
 void bench_section_matmul(const bench_options_t *opts) {
   const int S = BENCH_SECTION_MATMUL;
   const int full_sizes[] = {100, 1024, 2048}, quick_sizes[] = {100, 256};
@@ -231,9 +282,12 @@ void bench_section_matmul(const bench_options_t *opts) {
       }
     }
   }
+  bench_matmul_f64(opts);
   bench_section_note(S, "GFLOPS = 2*n^3 / time. Each provider forced with kiln_set_providers(\"matmul=<p>\"); the row "
                         "marked * ran under kiln_set_policy(KILN_POLICY_FASTEST) and names the provider it chose. "
-                        "Peers: cblas_sgemm called directly, CLBlastSgemm on the same OpenCL device, torch.mm on the CPU.");
+                        "Peers: cblas_sgemm called directly, CLBlastSgemm on the same OpenCL device, torch.mm on the CPU. "
+                        "The f64 rows: cpu:0's providers against cblas_dgemm called directly (targets: blas >= "
+                        "0.95x, native >= 0.5x).");
 }
 
 /* ---- section 2 ----------------------------------------------------------------------- */
@@ -338,6 +392,57 @@ static void bench_stream_op(const bench_options_t *opts, const bench_device_t *d
                         torch->valid ? torch_rate.median : NAN);
     }
     bench_add(&row);
+  }
+}
+
+/* add of 2^24 elements in f32, f16 and bf16 on cpu:0 (issue 20), side by side:
+ * bytes per second (three elements' bytes each), the 16-bit rows against
+ * the f32 row of this run (target >= 0.9x). */
+static void bench_add_dtypes(const bench_options_t *opts, const bench_device_t *devs, size_t ndev) {
+  const int S = BENCH_SECTION_NN;
+  const int64_t n = opts->quick ? (int64_t)1 << 22 : (int64_t)1 << 24;
+  static const kiln_dtype_t dtypes[] = {KILN_F32, KILN_F16, KILN_BF16};
+  for (size_t di = 0; di < ndev; di++) {
+    const bench_device_t *d = &devs[di];
+    if (!bench_is_cpu_backend(d) || strcmp(d->info.selector, "cpu:0") != 0) continue;
+    double f32_value = NAN;
+    for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++) {
+      const kiln_dtype_t dt = dtypes[t];
+      char params[64];
+      snprintf(params, sizeof params, "2^%d %s", (int)lround(log2((double)n)), kiln_dtype_name(dt));
+      bench_op_t op = {.kind = BENCH_OP_ADD, .device = d->device};
+      const int64_t shape[1] = {n};
+      kiln_status_t st = kiln_tensor_uniform_dtype(d->device, dt, 1, shape, 6, -1, 1, &op.a);
+      if (st == KILN_OK) st = kiln_tensor_uniform_dtype(d->device, dt, 1, shape, 7, -1, 1, &op.b);
+      kiln_tensor_t *probe = NULL;
+      if (st == KILN_OK && kiln_tensor_add(op.a, op.b, &probe) == KILN_DTYPE_MISMATCH) {
+        /* A dtype kiln has no add for yet: a row that says so, not an error. */
+        bench_row_t row = bench_row_make(S, "add", d->info.selector, "native", params, "GB/s", true);
+        row.valid = false;
+        bench_row_note(&row, "no %s add yet: %s", kiln_dtype_name(dt), kiln_last_error());
+        bench_add(&row);
+        bench_op_release(&op);
+        continue;
+      }
+      kiln_tensor_release(probe);
+      bench_stats_t sec;
+      int rc = st == KILN_OK ? bench_measure(opts, bench_op_run, &op, &sec)
+                             : bench_kiln_error("kiln_tensor_uniform_dtype", st);
+      bench_op_release(&op);
+      if (rc != 0) {
+        bench_section_error(S, "add %s on %s: %s", params, d->info.selector, bench_error());
+        continue;
+      }
+      bench_row_t row = bench_row_make(S, "add", d->info.selector, op.provider, params, "GB/s", true);
+      row.st = bench_stats_rate(&sec, 3.0 * (double)n * (double)kiln_dtype_size(dt) / 1e9);
+      if (dt == KILN_F32) {
+        f32_value = row.st.median;
+      } else {
+        bench_row_compare(&row, "f32 add", f32_value);
+        bench_row_target_ratio(&row, 0.9);
+      }
+      bench_add(&row);
+    }
   }
 }
 
@@ -513,6 +618,7 @@ void bench_section_nn(const bench_options_t *opts) {
   bool host_ok = bench_host_add(opts, (size_t)add_n, &host) == 0;
   if (!host_ok) bench_section_error(S, "the C loop peer of add failed: %s", bench_error());
   bench_stream_op(opts, devs, ndev, BENCH_OP_ADD, 1, add_n, 12.0, &torch[1], host_ok ? &host : NULL);
+  bench_add_dtypes(opts, devs, ndev);
   bench_stream_op(opts, devs, ndev, BENCH_OP_SOFTMAX, sm, sm, 8.0, &torch[2], NULL);
   for (int i = 0; i < 6; i++) bench_conv_backward(opts, devs, ndev, &shapes[i / 2], i % 2, &torch[3 + i]);
   bench_updates(opts, devs, ndev, upd_n, &torch[9], &torch[10]);
@@ -524,5 +630,7 @@ void bench_section_nn(const bench_options_t *opts) {
                         "(native >= 1.0x torch) is on the CPU backend. sgd_update (momentum 0.9, weight decay 1e-4) "
                         "counts 20 bytes per element, adam_update 28; each is compared with an add of the same size "
                         "on the same device measured just before (target >= 0.8x its bytes per second), and with "
-                        "torch.optim's step on one parameter.");
+                        "torch.optim's step on one parameter. add 2^24 f32/f16/bf16 on cpu:0: bytes per second of "
+                        "3 elements of the dtype each, the 16-bit rows against the f32 row of the same run "
+                        "(target >= 0.9x).");
 }

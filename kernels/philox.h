@@ -10,6 +10,17 @@
  * backend: bit for bit for uniform (the conformance suite checks it on every
  * device), within a few ulps for normal (log, sqrt and cos are the dialect's
  * own).
+ *
+ * Per dtype, element i of a random tensor is:
+ *   f32:  kiln_philox_uniform / kiln_philox_normal below.
+ *   f16, bf16: that f32 sample rounded to the dtype, nearest even
+ *         (kiln_dc_f64_to_f16((double)x) of kernels/dtype_convert.h).
+ *   f64:  kiln_philox_uniform_f64 / kiln_philox_normal_f64: the same counter
+ *         and key, 53-bit uniforms built from two 32-bit outputs each, the
+ *         arithmetic in double. Defined only where the includer defines
+ *         KILN_PHILOX_F64 (OpenCL C without cl_khr_fp64 has no double);
+ *         KILN_F_LOG, KILN_F_SQRT, KILN_F_COS must then take a double and
+ *         return one (C: _Generic over log/logf; OpenCL, CUDA: overloads).
  */
 #ifndef KILN_KERNELS_PHILOX_H
 #define KILN_KERNELS_PHILOX_H
@@ -84,5 +95,46 @@ KILN_PHILOX_FN float kiln_philox_normal(KILN_U64 i, KILN_U64 seed, float mean, f
   float radius = KILN_F_SQRT(-2.0f * KILN_F_LOG(u1));
   return mean + stddev * radius * KILN_F_COS(6.28318530717958647692f * u2);
 }
+
+#if defined(KILN_PHILOX_F64)
+/* A double in [0, 1) from two outputs: the top 53 bits of the 64-bit word
+ * hi:lo, times 2^-53 (exact). */
+KILN_PHILOX_FN double kiln_philox_u53(KILN_U32 hi, KILN_U32 lo) {
+  KILN_U64 word = ((KILN_U64)hi << 32) | (KILN_U64)lo;
+  return (double)(word >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Uniform in [low, high) in double: u = kiln_philox_u53(w[0], w[1]) of
+ * counter i, then low + (high - low) * u, each operation rounded (no FMA:
+ * the f32 function's reasons). */
+KILN_PHILOX_NO_CONTRACT_ KILN_PHILOX_FN double kiln_philox_uniform_f64(KILN_U64 i, KILN_U64 seed, double low,
+                                                                       double high) {
+#if defined(__OPENCL_VERSION__)
+#pragma OPENCL FP_CONTRACT OFF
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+  KILN_U32 w[4];
+  kiln_philox4x32_10(i, seed, w);
+  double u = kiln_philox_u53(w[0], w[1]);
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(low, __dmul_rn(high - low, u));
+#else
+  return low + (high - low) * u;
+#endif
+}
+
+/* Normal(mean, stddev) in double by Box-Muller: u1 = u53(w[0], w[1]) +
+ * 2^-53, in (0, 1] so that log is finite; u2 = u53(w[2], w[3]) in [0, 1);
+ * mean + stddev * sqrt(-2 log u1) * cos(2 pi u2). */
+KILN_PHILOX_FN double kiln_philox_normal_f64(KILN_U64 i, KILN_U64 seed, double mean, double stddev) {
+  KILN_U32 w[4];
+  kiln_philox4x32_10(i, seed, w);
+  double u1 = kiln_philox_u53(w[0], w[1]) + (1.0 / 9007199254740992.0);
+  double u2 = kiln_philox_u53(w[2], w[3]);
+  double radius = KILN_F_SQRT(-2.0 * KILN_F_LOG(u1));
+  return mean + stddev * radius * KILN_F_COS(6.28318530717958647692 * u2);
+}
+#endif /* KILN_PHILOX_F64 */
 
 #endif /* KILN_KERNELS_PHILOX_H */

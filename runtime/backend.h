@@ -181,7 +181,8 @@ typedef struct kiln_op_t {
    * read as they are; flags are 0 or 1, op codes the enum's value):
    * FILL: out[i] = value in out's dtype.
    * ARANGE: out[i] = start + i*step (1-D).
-   * RANDOM: f32 out, element i from Philox counter i of `seed`; normal 0:
+   * RANDOM: float out (f32, f64, f16, bf16; kernels/philox.h says how
+   *   each dtype draws), element i from Philox counter i of `seed`; normal 0:
    *   uniform [a, b); 1: normal(mean a, stddev b).
    * COPY: in[0] of out's dtype. CAST: in[0] of the other dtype (f32 <->
    *   i32): f32 -> i32 truncates toward zero with NaN -> 0 and saturation,
@@ -202,6 +203,8 @@ typedef struct kiln_op_t {
    *   A(i,l) at i*lda + l; trans_a: A(i,l) at l*lda + i. Likewise B with
    *   ldb, stride_b. C = out, contiguous: ldc = n, stride_c = m*n. in[0] and
    *   in[1] views carry buffer, offset, dtype only. k may be 0 (C is zeros).
+   *   in[0], in[1] and out have one float dtype; f16 and bf16 accumulate
+   *   in f32 and round C once (nearest even).
    * REDUCE (reduce.op, a kiln_reduce_op_t): in[0] contiguous, viewed as
    *   [outer, len, inner]; out [outer, inner].
    * SOFTMAX: in[0] contiguous [rows, cols], over cols. SOFTMAX_BACKWARD:

@@ -101,6 +101,8 @@ typedef struct kiln__config_t {
   bool log_level_set;                   /* KILN_LOG was given (off included) */
   int cpu_devices;                      /* >= 1 */
   char cpu_devices_text[16];            /* the same, as the host table's setting() gives it */
+  char *trace_path;                     /* KILN_TRACE, NULL when unset (malloc'ed) */
+  size_t trace_events;                  /* KILN_TRACE_EVENTS: the trace's ring, in records */
 } kiln__config_t;
 
 /* Merge an optional API config with the environment, validate every field.
@@ -487,6 +489,13 @@ kiln_dtype_support_t kiln__device_dtype_support(const kiln_device_t *device, kil
 #define KILN__DT_NUMERIC (KILN__DT_FLOAT | KILN__DT_INTEGER)
 #define KILN__DT_ALL (KILN__DT_NUMERIC | KILN__DT(BOOL))
 
+/* a and b have one dtype; else KILN_DTYPE_MISMATCH naming the cast of b to
+ * a's dtype. `what` names the op. */
+kiln_status_t kiln__op_same_dtype(const char *call, const char *what, const char *na, const kiln_tensor_t *a,
+                                  const char *nb, const kiln_tensor_t *b);
+/* The float dtypes the CPU runs through f32 besides f32 itself: ops without
+ * an f64 kernel take these. */
+#define KILN__DT_FLOAT32ISH (KILN__DT(F32) | KILN__DT(F16) | KILN__DT(BF16))
 /* t's dtype is in `allowed` (KILN__DT bits); KILN_DTYPE_MISMATCH naming
  * `what`, t's dtype, the dtypes it takes and the cast that makes it valid
  * otherwise. */

@@ -141,6 +141,21 @@ kiln_status_t kiln__op_need_dtypes(const char *call, const char *what, const cha
                          call, what, kiln_dtype_name(t->dtype), name, takes, kiln_dtype_name(to), operand, upper, operand);
 }
 
+kiln_status_t kiln__op_same_dtype(const char *call, const char *what, const char *na, const kiln_tensor_t *a,
+                                  const char *nb, const kiln_tensor_t *b) {
+  if (a->dtype == b->dtype) return KILN_OK;
+  const char *name = kiln_dtype_name(a->dtype);
+  char upper[8];
+  size_t n = 0;
+  for (; name[n] && n + 1 < sizeof upper; n++)
+    upper[n] = (char)(name[n] >= 'a' && name[n] <= 'z' ? name[n] - 'a' + 'A' : name[n]);
+  upper[n] = '\0';
+  return kiln__set_error(KILN_DTYPE_MISMATCH,
+                         "%s: %s is %s but %s is %s; %s takes operands of one dtype: cast %s to %s first "
+                         "(kiln_tensor_cast(%s, KILN_%s, &%s2))",
+                         call, na, name, nb, kiln_dtype_name(b->dtype), what, nb, name, nb, upper, nb);
+}
+
 kiln_status_t kiln__op_need_dtype(const char *call, const char *what, const char *name, const kiln_tensor_t *t,
                                   bool i32_ok) {
   return kiln__op_need_dtypes(call, what, name, t, i32_ok ? KILN__DT(F32) | KILN__DT(I32) : KILN__DT(F32));
@@ -501,6 +516,25 @@ static kiln_status_t mm_side(const char *call, const kiln_tensor_t *t, bool tran
   return KILN_OK;
 }
 
+/* Operands of two float dtypes: both converted to kiln_result_dtype (f16
+ * with bf16 gives f32, anything with f64 gives f64) by kiln_tensor_cast, as
+ * binary ops promote, then the product in that dtype. */
+static kiln_status_t matmul_promoted(const char *call, const kiln_tensor_t *a, const kiln_tensor_t *b, bool trans_a,
+                                     bool trans_b, kiln_tensor_t **out) {
+  kiln_dtype_t dtype;
+  kiln_status_t status = kiln_result_dtype(a->dtype, b->dtype, &dtype);
+  if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
+  kiln_tensor_t *ca = NULL, *cb = NULL;
+  if (a->dtype != dtype) status = kiln_tensor_cast(a, dtype, &ca);
+  if (status == KILN_OK && b->dtype != dtype) status = kiln_tensor_cast(b, dtype, &cb);
+  if (status == KILN_OK) status = kiln_tensor_matmul(ca ? ca : a, cb ? cb : b, trans_a, trans_b, out);
+  else status = kiln__wrap_error(status, "%s: promoting %s and %s to %s", call, kiln_dtype_name(a->dtype),
+                                 kiln_dtype_name(b->dtype), kiln_dtype_name(dtype));
+  kiln_tensor_release(ca);
+  kiln_tensor_release(cb);
+  return status;
+}
+
 kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b, bool trans_a, bool trans_b,
                                  kiln_tensor_t **out) {
   static const char call[] = "kiln_tensor_matmul";
@@ -508,9 +542,11 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
   if (status == KILN_OK) status = kiln__op_need(call, "b", b);
   if (status == KILN_OK) status = kiln__op_need_out(call, out);
   if (status == KILN_OK) status = kiln__op_same_device(call, "a", a, "b", b);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "matmul", "a", a, false);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "matmul", "b", b, false);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "matmul", "a", a, KILN__DT_FLOAT);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "matmul", "b", b, KILN__DT_FLOAT);
   if (status != KILN_OK) return status;
+  if (a->dtype != b->dtype) return matmul_promoted(call, a, b, trans_a, trans_b, out);
+  const kiln_dtype_t dtype = a->dtype;
   if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3)
     return kiln__set_error(KILN_SHAPE_MISMATCH,
                            "%s: a has %d dimensions and b has %d; each must be [M,K] or [B,M,K] (2 or 3 dimensions)",
@@ -547,10 +583,10 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
     /* The sum of no products: zeros, without bothering a GEMM. */
     op.kind = KILN_OP_FILL;
     op.n_in = 0;
-    op.u.fill.value = kiln__scalar(0.0, KILN_F32);
-    return kiln__op_enqueue(call, device, &op, KILN_F32, ndim, shape, NULL, out);
+    op.u.fill.value = kiln__scalar(0.0, dtype);
+    return kiln__op_enqueue(call, device, &op, dtype, ndim, shape, NULL, out);
   }
-  if (numel_of(ndim, shape) == 0) return kiln__op_enqueue(call, device, &op, KILN_F32, ndim, shape, NULL, out);
+  if (numel_of(ndim, shape) == 0) return kiln__op_enqueue(call, device, &op, dtype, ndim, shape, NULL, out);
   mm_side_t sa, sb;
   status = mm_side(call, a, trans_a, &sa);
   if (status != KILN_OK) return status;
@@ -576,7 +612,7 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
   op.u.matmul.stride_b = sb.batch_stride;
   op.u.matmul.stride_c = m * n;
   const kiln_tensor_t *inputs[2] = {sa.t, sb.t};
-  status = kiln__op_enqueue(call, device, &op, KILN_F32, ndim, shape, inputs, out);
+  status = kiln__op_enqueue(call, device, &op, dtype, ndim, shape, inputs, out);
   kiln_tensor_release(sa.dense);
   kiln_tensor_release(sb.dense);
   return status;
@@ -789,10 +825,11 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
   if (status == KILN_OK) status = kiln__op_need_out(call, out);
   if (status == KILN_OK) status = kiln__op_same_device(call, "x", x, "weight", weight);
   if (status == KILN_OK && bias) status = kiln__op_same_device(call, "x", x, "bias", bias);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "conv2d", "x", x, false);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "conv2d", "weight", weight, false);
-  if (status == KILN_OK && bias) status = kiln__op_need_dtype(call, "conv2d", "bias", bias, false);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "conv2d", "x", x, KILN__DT_FLOAT);
+  if (status == KILN_OK) status = kiln__op_same_dtype(call, "conv2d", "x", x, "weight", weight);
+  if (status == KILN_OK && bias) status = kiln__op_same_dtype(call, "conv2d", "x", x, "bias", bias);
   if (status != KILN_OK) return status;
+  const kiln_dtype_t dtype = x->dtype;
   kiln_conv2d_params_t p = params ? *params : kiln_conv2d_params_default();
   for (int i = 0; i < 2; i++)
     if (p.stride[i] < 1 || p.padding[i] < 0 || p.dilation[i] < 1)
@@ -842,7 +879,7 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
     op.u.conv2d.dil[i] = p.dilation[i];
   }
   op.u.conv2d.has_bias = bias != NULL;
-  if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, NULL, out);
+  if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, dtype, 4, shape, NULL, out);
   kiln_tensor_t *dx = NULL, *dw = NULL, *dbias = NULL;
   status = kiln__op_dense(call, x, &dx);
   if (status == KILN_OK) status = kiln__op_dense(call, weight, &dw);
@@ -852,7 +889,7 @@ kiln_status_t kiln_tensor_conv2d(const kiln_tensor_t *x, const kiln_tensor_t *we
     kiln__tensor_view(dw, &op.in[1]);
     if (dbias) kiln__tensor_view(dbias, &op.in[2]);
     const kiln_tensor_t *inputs[3] = {dx, dw, dbias};
-    status = kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, inputs, out);
+    status = kiln__op_enqueue(call, x->buffer->device, &op, dtype, 4, shape, inputs, out);
   }
   kiln_tensor_release(dx);
   kiln_tensor_release(dw);
@@ -864,7 +901,8 @@ kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_p
   static const char call[] = "kiln_tensor_max_pool2d";
   kiln_status_t status = kiln__op_need(call, "x", x);
   if (status == KILN_OK) status = kiln__op_need_out(call, out);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "max_pool2d", "x", x, false);
+  if (status == KILN_OK)
+    status = kiln__op_need_dtypes(call, "max_pool2d", "x", x, KILN__DT_FLOAT32ISH);
   if (status != KILN_OK) return status;
   if (!params)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: params is NULL; pass the kernel size (and stride, padding)", call);
@@ -893,13 +931,13 @@ kiln_status_t kiln_tensor_max_pool2d(const kiln_tensor_t *x, const kiln_pool2d_p
   op.kind = KILN_OP_MAX_POOL2D;
   op.n_in = 1;
   kiln__pooling_op_sizes(&op, x, P, Q, &p);
-  if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, NULL, out);
+  if (numel_of(4, shape) == 0) return kiln__op_enqueue(call, x->buffer->device, &op, x->dtype, 4, shape, NULL, out);
   kiln_tensor_t *dx = NULL;
   status = kiln__op_dense(call, x, &dx);
   if (status != KILN_OK) return status;
   kiln__tensor_view(dx, &op.in[0]);
   const kiln_tensor_t *inputs[1] = {dx};
-  status = kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, shape, inputs, out);
+  status = kiln__op_enqueue(call, x->buffer->device, &op, x->dtype, 4, shape, inputs, out);
   kiln_tensor_release(dx);
   return status;
 }

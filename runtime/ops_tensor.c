@@ -118,10 +118,20 @@ kiln_status_t kiln_tensor_from_host(kiln_device_t *device, kiln_dtype_t dtype, i
   return KILN_OK;
 }
 
-static kiln_status_t tensor_random(const char *call, kiln_device_t *device, int ndim, const int64_t *shape,
-                                        uint64_t seed, bool normal, float a, float b, kiln_tensor_t **out) {
-  kiln_status_t status = create_check(call, device, KILN_F32, ndim, shape, out);
+static kiln_status_t tensor_random(const char *call, kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+                                   const int64_t *shape, uint64_t seed, bool normal, float a, float b,
+                                   kiln_tensor_t **out) {
+  kiln_status_t status = create_check(call, device, dtype, ndim, shape, out);
   if (status != KILN_OK) return status;
+  if ((unsigned)dtype >= KILN_DTYPE_COUNT_ || !((KILN__DT_FLOAT >> (unsigned)dtype) & 1u)) {
+    char takes[96];
+    kiln__dtypes_text(KILN__DT_FLOAT, takes, sizeof takes);
+    return kiln__set_error(KILN_DTYPE_MISMATCH,
+                           "%s: %s does not support dtype %s; random tensors are %s: draw f32 and cast it to %s "
+                           "(kiln_tensor_cast)",
+                           call, normal ? "normal" : "uniform", kiln_dtype_name(dtype), takes,
+                           kiln_dtype_name(dtype));
+  }
   if (!isfinite(a) || !isfinite(b) || (normal ? b < 0.0f : a > b))
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: %s %g and %s %g are invalid; %s", call, normal ? "mean" : "low",
                            (double)a, normal ? "stddev" : "high", (double)b,
@@ -132,17 +142,27 @@ static kiln_status_t tensor_random(const char *call, kiln_device_t *device, int 
   op.u.random.normal = normal;
   op.u.random.a = a;
   op.u.random.b = b;
-  return create_op(call, device, &op, KILN_F32, ndim, shape, out);
+  return create_op(call, device, &op, dtype, ndim, shape, out);
 }
 
 kiln_status_t kiln_tensor_uniform(kiln_device_t *device, int ndim, const int64_t *shape, uint64_t seed, float low,
                                   float high, kiln_tensor_t **out) {
-  return tensor_random("kiln_tensor_uniform", device, ndim, shape, seed, false, low, high, out);
+  return tensor_random("kiln_tensor_uniform", device, KILN_F32, ndim, shape, seed, false, low, high, out);
 }
 
 kiln_status_t kiln_tensor_normal(kiln_device_t *device, int ndim, const int64_t *shape, uint64_t seed, float mean,
                                  float stddev, kiln_tensor_t **out) {
-  return tensor_random("kiln_tensor_normal", device, ndim, shape, seed, true, mean, stddev, out);
+  return tensor_random("kiln_tensor_normal", device, KILN_F32, ndim, shape, seed, true, mean, stddev, out);
+}
+
+kiln_status_t kiln_tensor_uniform_dtype(kiln_device_t *device, kiln_dtype_t dtype, int ndim, const int64_t *shape,
+                                        uint64_t seed, float low, float high, kiln_tensor_t **out) {
+  return tensor_random("kiln_tensor_uniform_dtype", device, dtype, ndim, shape, seed, false, low, high, out);
+}
+
+kiln_status_t kiln_tensor_normal_dtype(kiln_device_t *device, kiln_dtype_t dtype, int ndim, const int64_t *shape,
+                                       uint64_t seed, float mean, float stddev, kiln_tensor_t **out) {
+  return tensor_random("kiln_tensor_normal_dtype", device, dtype, ndim, shape, seed, true, mean, stddev, out);
 }
 
 /* ---- movement ----------------------------------------------------------------------- */

@@ -339,7 +339,7 @@ static kiln_status_t check_dy(const char *call, const kiln_tensor_t *dy, const k
 static kiln_status_t conv_run(const char *call, kiln_op_t *op, const kiln_tensor_t *a, const kiln_tensor_t *b,
                               const int64_t out_shape[4], kiln_tensor_t **out) {
   kiln_device_t *device = a->buffer->device;
-  if (kiln__numel(4, out_shape) == 0) return kiln__op_enqueue(call, device, op, KILN_F32, 4, out_shape, NULL, out);
+  if (kiln__numel(4, out_shape) == 0) return kiln__op_enqueue(call, device, op, a->dtype, 4, out_shape, NULL, out);
   kiln_tensor_t *da = NULL, *db = NULL;
   kiln_status_t status = kiln__op_dense(call, a, &da);
   if (status == KILN_OK) status = kiln__op_dense(call, b, &db);
@@ -348,7 +348,7 @@ static kiln_status_t conv_run(const char *call, kiln_op_t *op, const kiln_tensor
     kiln__tensor_view(da, &op->in[0]);
     kiln__tensor_view(db, &op->in[1]);
     const kiln_tensor_t *inputs[2] = {da, db};
-    status = kiln__op_enqueue(call, device, op, KILN_F32, 4, out_shape, inputs, out);
+    status = kiln__op_enqueue(call, device, op, a->dtype, 4, out_shape, inputs, out);
   }
   kiln_tensor_release(da);
   kiln_tensor_release(db);
@@ -365,8 +365,8 @@ kiln_status_t kiln_tensor_conv2d_backward_input(const kiln_tensor_t *dy, const k
   if (status == KILN_OK && !x_shape)
     status = kiln__set_error(KILN_INVALID_ARGUMENT, "%s: x_shape is NULL; pass the forward input's [N, C, H, W]", call);
   if (status == KILN_OK) status = kiln__op_same_device(call, "dy", dy, "weight", weight);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "conv2d_backward_input", "dy", dy, false);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "conv2d_backward_input", "weight", weight, false);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "conv2d_backward_input", "dy", dy, KILN__DT_FLOAT32ISH);
+  if (status == KILN_OK) status = kiln__op_same_dtype(call, "conv2d_backward_input", "dy", dy, "weight", weight);
   if (status != KILN_OK) return status;
   if (weight->ndim != 4) {
     char tw[128];
@@ -377,7 +377,7 @@ kiln_status_t kiln_tensor_conv2d_backward_input(const kiln_tensor_t *dy, const k
   op.kind = KILN_OP_CONV2D_BACKWARD_INPUT;
   status = conv_geometry(call, x_shape, weight->shape, params, &op);
   if (status == KILN_OK) status = check_dy(call, dy, &op);
-  if (status == KILN_OK) status = kiln__shape_check(call, 4, x_shape, KILN_F32, NULL, NULL);
+  if (status == KILN_OK) status = kiln__shape_check(call, 4, x_shape, dy->dtype, NULL, NULL);
   if (status != KILN_OK) return status;
   return conv_run(call, &op, dy, weight, x_shape, out_dx);
 }
@@ -392,8 +392,8 @@ kiln_status_t kiln_tensor_conv2d_backward_weight(const kiln_tensor_t *x, const k
   if (status == KILN_OK && !w_shape)
     status = kiln__set_error(KILN_INVALID_ARGUMENT, "%s: w_shape is NULL; pass the weight's [K, C, R, S]", call);
   if (status == KILN_OK) status = kiln__op_same_device(call, "x", x, "dy", dy);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "conv2d_backward_weight", "x", x, false);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "conv2d_backward_weight", "dy", dy, false);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "conv2d_backward_weight", "x", x, KILN__DT_FLOAT32ISH);
+  if (status == KILN_OK) status = kiln__op_same_dtype(call, "conv2d_backward_weight", "x", x, "dy", dy);
   if (status != KILN_OK) return status;
   if (x->ndim != 4) {
     char tx[128];
@@ -404,7 +404,7 @@ kiln_status_t kiln_tensor_conv2d_backward_weight(const kiln_tensor_t *x, const k
   op.kind = KILN_OP_CONV2D_BACKWARD_WEIGHT;
   status = conv_geometry(call, x->shape, w_shape, params, &op);
   if (status == KILN_OK) status = check_dy(call, dy, &op);
-  if (status == KILN_OK) status = kiln__shape_check(call, 4, w_shape, KILN_F32, NULL, NULL);
+  if (status == KILN_OK) status = kiln__shape_check(call, 4, w_shape, x->dtype, NULL, NULL);
   if (status != KILN_OK) return status;
   return conv_run(call, &op, x, dy, w_shape, out_dw);
 }
@@ -435,8 +435,8 @@ kiln_status_t kiln_tensor_max_pool2d_backward(const kiln_tensor_t *x, const kiln
   if (status == KILN_OK) status = kiln__op_need(call, "dy", dy);
   if (status == KILN_OK) status = kiln__op_need_out(call, out_dx);
   if (status == KILN_OK) status = kiln__op_same_device(call, "x", x, "dy", dy);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "max_pool2d_backward", "x", x, false);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "max_pool2d_backward", "dy", dy, false);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "max_pool2d_backward", "x", x, KILN__DT_FLOAT32ISH);
+  if (status == KILN_OK) status = kiln__op_same_dtype(call, "max_pool2d_backward", "x", x, "dy", dy);
   if (status != KILN_OK) return status;
   if (!params)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: params is NULL; pass the forward's kernel size (and stride, padding)",
@@ -472,7 +472,7 @@ kiln_status_t kiln_tensor_max_pool2d_backward(const kiln_tensor_t *x, const kiln
   op.n_in = 2;
   kiln__pooling_op_sizes(&op, x, P, Q, &p);
   if (kiln_tensor_numel(x) == 0)
-    return kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, x->shape, NULL, out_dx);
+    return kiln__op_enqueue(call, x->buffer->device, &op, x->dtype, 4, x->shape, NULL, out_dx);
   kiln_tensor_t *dx_ = NULL, *ddy = NULL;
   status = kiln__op_dense(call, x, &dx_);
   if (status == KILN_OK) status = kiln__op_dense(call, dy, &ddy);
@@ -480,7 +480,7 @@ kiln_status_t kiln_tensor_max_pool2d_backward(const kiln_tensor_t *x, const kiln
     kiln__tensor_view(dx_, &op.in[0]);
     kiln__tensor_view(ddy, &op.in[1]);
     const kiln_tensor_t *inputs[2] = {dx_, ddy};
-    status = kiln__op_enqueue(call, x->buffer->device, &op, KILN_F32, 4, x->shape, inputs, out_dx);
+    status = kiln__op_enqueue(call, x->buffer->device, &op, x->dtype, 4, x->shape, inputs, out_dx);
   }
   kiln_tensor_release(dx_);
   kiln_tensor_release(ddy);

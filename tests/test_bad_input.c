@@ -548,7 +548,8 @@ START_TEST(test_dtype_mismatch) {
   kiln_tensor_release(out);
   out = NULL;
   KT_FAILS(kiln_tensor_matmul(i, im, false, false, &out), KILN_DTYPE_MISMATCH, "i32");
-  KT_FAILS(kiln_tensor_matmul(f, im, false, false, &out), KILN_DTYPE_MISMATCH, "use f32");
+  KT_FAILS(kiln_tensor_matmul(f, im, false, false, &out), KILN_DTYPE_MISMATCH,
+           "use f32, f16, bf16 or f64: cast to f32 first");
   KT_FAILS3(kiln_tensor_exp(i, &out), KILN_DTYPE_MISMATCH, "exp", "i32", "use f32");
   KT_FAILS(kiln_tensor_mean(i, 0, false, &out), KILN_DTYPE_MISMATCH, "mean");
   KT_FAILS(kiln_tensor_norm(i, &out), KILN_DTYPE_MISMATCH, "norm");
@@ -689,17 +690,17 @@ START_TEST(test_training_dtypes) {
   KT_FAILS(kiln_tensor_conv2d_backward_input(dyi, wf, x4, NULL, &out), KILN_DTYPE_MISMATCH,
            "kiln_tensor_conv2d_backward_input: conv2d_backward_input does not support dtype i32 (dy); use f32");
   KT_FAILS(kiln_tensor_conv2d_backward_input(dyf, wi, x4, NULL, &out), KILN_DTYPE_MISMATCH,
-           "conv2d_backward_input does not support dtype i32 (weight); use f32");
+           "dy is f32 but weight is i32; conv2d_backward_input takes operands of one dtype: cast weight to f32 first");
   KT_FAILS(kiln_tensor_conv2d_backward_weight(xi, dyf, w4, NULL, &out), KILN_DTYPE_MISMATCH,
            "kiln_tensor_conv2d_backward_weight: conv2d_backward_weight does not support dtype i32 (x); use f32");
   KT_FAILS(kiln_tensor_conv2d_backward_weight(xf, dyi, w4, NULL, &out), KILN_DTYPE_MISMATCH,
-           "conv2d_backward_weight does not support dtype i32 (dy); use f32");
+           "x is f32 but dy is i32; conv2d_backward_weight takes operands of one dtype: cast dy to f32 first");
   KT_FAILS(kiln_tensor_conv2d_backward_bias(dyi, &out), KILN_DTYPE_MISMATCH,
            "kiln_tensor_conv2d_backward_bias: conv2d_backward_bias does not support dtype i32 (dy); use f32");
   KT_FAILS(kiln_tensor_max_pool2d_backward(xi, dyf, &pool, &out), KILN_DTYPE_MISMATCH,
            "kiln_tensor_max_pool2d_backward: max_pool2d_backward does not support dtype i32 (x); use f32");
   KT_FAILS(kiln_tensor_max_pool2d_backward(xf, dyi, &pool, &out), KILN_DTYPE_MISMATCH,
-           "max_pool2d_backward does not support dtype i32 (dy); use f32");
+           "x is f32 but dy is i32; max_pool2d_backward takes operands of one dtype: cast dy to f32 first");
   ck_assert_ptr_null(out);
   /* sum_to and broadcast_to take i32 too. */
   KT_OK(kiln_tensor_sum_to(i, 1, &s2[1], &out));

@@ -20,6 +20,10 @@ static bool blas_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *de
                           const kiln_op_t *op) {
   if (!kiln_cpu_blas_available()) return false;
   if (!op) return true;
+  /* The library has GEMMs in f32 and f64 only, and kiln lowers only f32
+   * convolutions onto it; the rest run natively (f16 and bf16 through kiln's
+   * f32 kernels). */
+  if (op->out.dtype != KILN_F32 && !(op->kind == KILN_OP_MATMUL && op->out.dtype == KILN_F64)) return false;
   switch (op->kind) {
   case KILN_OP_MATMUL:
     return fits_int(op->u.matmul.m) && fits_int(op->u.matmul.n) && fits_int(op->u.matmul.k) &&

@@ -213,6 +213,19 @@ kiln_status_t kiln_tensor_uniform(kiln_device_t *device, int ndim, const int64_t
                                   uint64_t seed, float low, float high, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_normal(kiln_device_t *device, int ndim, const int64_t *shape,
                                  uint64_t seed, float mean, float stddev, kiln_tensor_t **out);
+/* The same in any float dtype (f32, f64, f16, bf16), bit for bit the same
+ * per dtype on every backend that serves it: f32 as above; f16 and bf16 the
+ * f32 numbers rounded to nearest even (so a uniform may round up to `high`);
+ * f64 from 53-bit uniforms of the same counters, computed in double
+ * (kernels/philox.h defines each). The bounds are f32 values in every dtype.
+ * Another dtype: KILN_DTYPE_MISMATCH; a device without kernels for it:
+ * KILN_UNSUPPORTED. */
+kiln_status_t kiln_tensor_uniform_dtype(kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+                                        const int64_t *shape, uint64_t seed, float low, float high,
+                                        kiln_tensor_t **out);
+kiln_status_t kiln_tensor_normal_dtype(kiln_device_t *device, kiln_dtype_t dtype, int ndim,
+                                       const int64_t *shape, uint64_t seed, float mean, float stddev,
+                                       kiln_tensor_t **out);
 
 /* ---- movement ---------------------------------------------------------- */
 
@@ -319,7 +332,10 @@ kiln_status_t kiln_tensor_cast(const kiln_tensor_t *a, kiln_dtype_t dtype, kiln_
 
 /* op(a) @ op(b), op = transpose of the last two dims when trans_* is set.
  * a: [M,K] or [B,M,K]; b: [K,N] or [B,K,N] (a 2-D operand broadcasts over the
- * batch). f32 only. Result [M,N] or [B,M,N], contiguous. */
+ * batch). Float dtypes (f32, f64, f16, bf16; KILN_DTYPE_MISMATCH naming the
+ * cast for others); operands of two float dtypes promote as binary ops do
+ * (kiln_result_dtype). f16 and bf16 multiply and accumulate in f32 and round
+ * once to the dtype. Result of that dtype, [M,N] or [B,M,N], contiguous. */
 kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b, bool trans_a,
                                  bool trans_b, kiln_tensor_t **out);
 
@@ -365,8 +381,9 @@ typedef struct kiln_conv2d_params_t {
 /* Stride 1, padding 0, dilation 1. */
 kiln_conv2d_params_t kiln_conv2d_params_default(void);
 
-/* Cross-correlation as in deep-learning frameworks. x f32 [N,C,H,W], weight f32
- * [K,C,R,S], bias f32 [K] or NULL; result [N,K,P,Q] with
+/* Cross-correlation as in deep-learning frameworks. x [N,C,H,W], weight
+ * [K,C,R,S], bias [K] or NULL, all of one float dtype (f32, f64, f16, bf16;
+ * f16/bf16 compute in f32 and round once); result of that dtype, [N,K,P,Q] with
  * P = (H + 2*pad_h - dil_h*(R-1) - 1) / stride_h + 1 (likewise Q). params NULL
  * means the defaults. KILN_SHAPE_MISMATCH when channels differ or the output
  * would be empty of positions (P or Q < 1). */

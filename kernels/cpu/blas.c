@@ -124,12 +124,23 @@ typedef struct blas_gemm_t {
   float *c;
   int64_t ldc;
   int tm, tn; /* the grid of C blocks, one per thread */
+  /* f64 products (cblas_dgemm) read these instead of a, b, c. */
+  const double *da, *db;
+  double *dc;
 } blas_gemm_t;
 
 static int clamp_ld(int64_t ld) { return ld > 0 ? (int)ld : 1; }
 
 static void blas_sgemm_block(const blas_gemm_t *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   if (m1 <= m0 || n1 <= n0) return;
+  if (g->dc) {
+    const double *a = g->trans_a ? g->da + m0 : g->da + m0 * g->lda;
+    const double *b = g->trans_b ? g->db + n0 * g->ldb : g->db + n0;
+    cblas_dgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+                (int)(m1 - m0), (int)(n1 - n0), (int)g->k, 1.0, a, clamp_ld(g->lda), b, clamp_ld(g->ldb),
+                g->accumulate ? 1.0 : 0.0, g->dc + m0 * g->ldc + n0, clamp_ld(g->ldc));
+    return;
+  }
   const float *a = g->trans_a ? g->a + m0 : g->a + m0 * g->lda;
   const float *b = g->trans_b ? g->b + n0 * g->ldb : g->b + n0;
   /* CBLAS insists on ld >= 1 even where nothing is read; the core keeps the
@@ -181,11 +192,9 @@ static void blas_choose_grid(int64_t m, int64_t n, int threads, int *out_tm, int
 /* C = op(A) op(B) (C += ... when accumulate) with at most `limit` threads of
  * `par` (par NULL: this thread alone), each running one single-threaded
  * library call. */
-static void blas_sgemm_acc(const kiln_cpu_par_t *par, int limit, bool trans_a, bool trans_b, bool accumulate,
-                           int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                           float *c, int64_t ldc) {
+static void blas_gemm_split(const kiln_cpu_par_t *par, int limit, blas_gemm_t g) {
+  const int64_t m = g.m, n = g.n, k = g.k;
   if (m <= 0 || n <= 0) return;
-  blas_gemm_t g = {trans_a, trans_b, accumulate, m, n, k, a, lda, b, ldb, c, ldc, 1, 1};
   int threads = kiln_cpu_par_threads(par);
   if (threads > limit) threads = limit;
   const int64_t work = m * n * (k > 0 ? k : 1);
@@ -199,6 +208,20 @@ static void blas_sgemm_acc(const kiln_cpu_par_t *par, int limit, bool trans_a, b
   kiln_cpu_parallel_for(par, g.tm * g.tn, 1, blas_gemm_task, &g);
 }
 
+static void blas_sgemm_acc(const kiln_cpu_par_t *par, int limit, bool trans_a, bool trans_b, bool accumulate,
+                           int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                           float *c, int64_t ldc) {
+  const blas_gemm_t g = {trans_a, trans_b, accumulate, m, n, k, a, lda, b, ldb, c, ldc, 1, 1, NULL, NULL, NULL};
+  blas_gemm_split(par, limit, g);
+}
+
+/* The same in f64, split alike: cblas_dgemm per block of C. */
+static void blas_dgemm(const kiln_cpu_par_t *par, int limit, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                       int64_t k, const double *a, int64_t lda, const double *b, int64_t ldb, double *c, int64_t ldc) {
+  const blas_gemm_t g = {trans_a, trans_b, false, m, n, k, NULL, lda, NULL, ldb, NULL, ldc, 1, 1, a, b, c};
+  blas_gemm_split(par, limit, g);
+}
+
 static void blas_sgemm(const kiln_cpu_par_t *par, int limit, bool trans_a, bool trans_b, int64_t m, int64_t n,
                        int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc) {
   blas_sgemm_acc(par, limit, trans_a, trans_b, false, m, n, k, a, lda, b, ldb, c, ldc);
@@ -208,18 +231,30 @@ static void blas_sgemm(const kiln_cpu_par_t *par, int limit, bool trans_a, bool 
 
 typedef struct blas_batch_t {
   const kiln_op_t *op;
-  const float *a, *b;
+  const float *a, *b; /* f32 */
   float *c;
+  const double *da, *db; /* f64 */
+  double *dc;
 } blas_batch_t;
+
+/* One product of the batch, f32 or f64 as the op says. */
+static void blas_batch_one(const kiln_cpu_par_t *par, int limit, const blas_batch_t *bb, int64_t i) {
+  const kiln_op_t *op = bb->op;
+  if (op->out.dtype == KILN_F64) {
+    blas_dgemm(par, limit, op->u.matmul.trans_a, op->u.matmul.trans_b, op->u.matmul.m, op->u.matmul.n,
+               op->u.matmul.k, (const double *)bb->da + i * op->u.matmul.stride_a, op->u.matmul.lda,
+               (const double *)bb->db + i * op->u.matmul.stride_b, op->u.matmul.ldb,
+               bb->dc + i * op->u.matmul.stride_c, op->u.matmul.ldc);
+    return;
+  }
+  blas_sgemm(par, limit, op->u.matmul.trans_a, op->u.matmul.trans_b, op->u.matmul.m, op->u.matmul.n,
+             op->u.matmul.k, bb->a + i * op->u.matmul.stride_a, op->u.matmul.lda, bb->b + i * op->u.matmul.stride_b,
+             op->u.matmul.ldb, bb->c + i * op->u.matmul.stride_c, op->u.matmul.ldc);
+}
 
 static void blas_batch_task(void *ctx, int64_t begin, int64_t end, int thread) {
   const blas_batch_t *bb = ctx;
-  const kiln_op_t *op = bb->op;
-  for (int64_t i = begin; i < end; i++)
-    blas_sgemm(NULL, 1, op->u.matmul.trans_a, op->u.matmul.trans_b, op->u.matmul.m, op->u.matmul.n,
-               op->u.matmul.k, bb->a + i * op->u.matmul.stride_a, op->u.matmul.lda,
-               bb->b + i * op->u.matmul.stride_b, op->u.matmul.ldb, bb->c + i * op->u.matmul.stride_c,
-               op->u.matmul.ldc);
+  for (int64_t i = begin; i < end; i++) blas_batch_one(NULL, 1, bb, i);
 }
 
 void kiln_cpu_matmul_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
@@ -228,7 +263,16 @@ void kiln_cpu_matmul_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *
   if (batch <= 0 || m <= 0 || n <= 0) return;
   const blas_threading_t threading = blas_threading();
   const int limit = blas_calls_begin(threading);
-  blas_batch_t bb = {op, in[0], in[1], out};
+  blas_batch_t bb = {op, NULL, NULL, NULL, NULL, NULL, NULL};
+  if (op->out.dtype == KILN_F64) {
+    bb.da = in[0];
+    bb.db = in[1];
+    bb.dc = out;
+  } else {
+    bb.a = in[0];
+    bb.b = in[1];
+    bb.c = out;
+  }
   const int threads = kiln_cpu_par_threads(par);
   const int64_t work = m * n * (k > 0 ? k : 1);
   if (limit > 1 && threads > 1 && batch > 1 && work < (int64_t)threads * 4 * KILN_BLAS_MIN_WORK_PER_THREAD &&
@@ -236,10 +280,7 @@ void kiln_cpu_matmul_blas(const kiln_cpu_par_t *par, const kiln_op_t *op, void *
     /* Many small products: whole products per thread. */
     kiln_cpu_parallel_for(par, batch, 1, blas_batch_task, &bb);
   } else {
-    for (int64_t i = 0; i < batch; i++)
-      blas_sgemm(par, limit, op->u.matmul.trans_a, op->u.matmul.trans_b, m, n, k,
-                 bb.a + i * op->u.matmul.stride_a, op->u.matmul.lda, bb.b + i * op->u.matmul.stride_b,
-                 op->u.matmul.ldb, bb.c + i * op->u.matmul.stride_c, op->u.matmul.ldc);
+    for (int64_t i = 0; i < batch; i++) blas_batch_one(par, limit, &bb, i);
   }
   blas_calls_end(threading);
 }

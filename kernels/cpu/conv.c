@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/cpu_native.h"
 #include "kernels/cpu/gemm_internal.h"
 
 /* One im2col panel is kept near this size: large enough that the GEMM runs
@@ -197,7 +198,7 @@ void kiln_cpu_conv2d_im2col_parallel(const kiln_cpu_par_t *par, const kiln_op_t 
   }
 }
 
-void kiln_cpu_conv2d_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+static void conv2d_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   const float *x = in[0], *w = in[1], *bias = op->u.conv2d.has_bias ? in[2] : NULL;
   float *y = out;
   const int64_t n = op->u.conv2d.n, k = op->u.conv2d.k;
@@ -264,4 +265,96 @@ void kiln_cpu_conv2d_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void
     add_bias(&cp, yi, cols);
   }
   free(col);
+}
+
+/* ---- f64 ------------------------------------------------------------------------
+ * The f32 lowering, plainly: per image, im2col panels of doubles into kiln's
+ * DGEMM, each product split across the par. */
+
+/* Column panel [j0, j0 + cols) of image x (c x h x w) as a (c*r*s) x cols
+ * matrix; padded cells are 0. */
+static void im2col_f64(const kiln_op_t *op, const double *x, int64_t j0, int64_t cols, double *col) {
+  const int64_t h = op->u.conv2d.h, w = op->u.conv2d.w, q = op->u.conv2d.q;
+  const int64_t r = op->u.conv2d.r, s = op->u.conv2d.s;
+  for (int64_t ci = 0; ci < op->u.conv2d.c; ci++)
+    for (int64_t ri = 0; ri < r; ri++)
+      for (int64_t si = 0; si < s; si++) {
+        double *row = col + ((ci * r + ri) * s + si) * cols;
+        for (int64_t t = 0; t < cols; t++) {
+          const int64_t pp = (j0 + t) / q, qq = (j0 + t) % q;
+          const int64_t hh = pp * op->u.conv2d.stride[0] - op->u.conv2d.pad[0] + ri * op->u.conv2d.dil[0];
+          const int64_t ww = qq * op->u.conv2d.stride[1] - op->u.conv2d.pad[1] + si * op->u.conv2d.dil[1];
+          row[t] = hh >= 0 && hh < h && ww >= 0 && ww < w ? x[(ci * h + hh) * w + ww] : 0.0;
+        }
+      }
+}
+
+/* Without memory for a panel: each output summed directly. */
+static void conv2d_f64_direct(const kiln_op_t *op, double *y, const double *x, const double *wt,
+                              const double *bias) {
+  const int64_t c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w, k = op->u.conv2d.k;
+  const int64_t r = op->u.conv2d.r, s = op->u.conv2d.s, p = op->u.conv2d.p, q = op->u.conv2d.q;
+  for (int64_t ni = 0; ni < op->u.conv2d.n; ni++)
+    for (int64_t kk = 0; kk < k; kk++)
+      for (int64_t pp = 0; pp < p; pp++)
+        for (int64_t qq = 0; qq < q; qq++) {
+          double sum = 0.0;
+          for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t ri = 0; ri < r; ri++)
+              for (int64_t si = 0; si < s; si++) {
+                const int64_t hh = pp * op->u.conv2d.stride[0] - op->u.conv2d.pad[0] + ri * op->u.conv2d.dil[0];
+                const int64_t ww = qq * op->u.conv2d.stride[1] - op->u.conv2d.pad[1] + si * op->u.conv2d.dil[1];
+                if (hh >= 0 && hh < h && ww >= 0 && ww < w)
+                  sum += wt[((kk * c + ci) * r + ri) * s + si] * x[((ni * c + ci) * h + hh) * w + ww];
+              }
+          y[((ni * k + kk) * p + pp) * q + qq] = sum + (bias ? bias[kk] : 0.0);
+        }
+}
+
+static void conv2d_f64(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  const double *x = in[0], *w = in[1], *bias = op->u.conv2d.has_bias ? in[2] : NULL;
+  double *y = out;
+  const int64_t n = op->u.conv2d.n, k = op->u.conv2d.k;
+  const int64_t crs = op->u.conv2d.c * op->u.conv2d.r * op->u.conv2d.s, pq = op->u.conv2d.p * op->u.conv2d.q;
+  const int64_t chw = op->u.conv2d.c * op->u.conv2d.h * op->u.conv2d.w;
+  if (n <= 0 || k <= 0 || pq <= 0) return;
+  const bool pointwise = kiln_cpu_conv2d_is_pointwise(op);
+  int64_t chunk = pq;
+  double *col = NULL;
+  if (!pointwise) {
+    chunk = crs > 0 ? KILN_CONV_PANEL_BYTES / ((int64_t)sizeof(double) * crs) : pq;
+    if (chunk < KILN_CONV_PANEL_MIN_COLS) chunk = KILN_CONV_PANEL_MIN_COLS;
+    if (chunk > pq) chunk = pq;
+    col = malloc(sizeof(double) * (size_t)(crs * chunk));
+    if (!col) {
+      conv2d_f64_direct(op, y, x, w, bias);
+      return;
+    }
+  }
+  for (int64_t ni = 0; ni < n; ni++)
+    for (int64_t j0 = 0; j0 < pq; j0 += chunk) {
+      const int64_t cols = pq - j0 < chunk ? pq - j0 : chunk;
+      const double *xi = x + ni * chw;
+      double *yi = y + ni * k * pq + j0;
+      if (pointwise) {
+        kiln_cpu_dgemm(par, false, false, k, cols, crs, w, crs, xi + j0, pq, yi, pq);
+      } else {
+        im2col_f64(op, xi, j0, cols, col);
+        kiln_cpu_dgemm(par, false, false, k, cols, crs, w, crs, col, cols, yi, pq);
+      }
+      if (bias)
+        for (int64_t kk = 0; kk < k; kk++)
+          for (int64_t j = 0; j < cols; j++) yi[kk * pq + j] += bias[kk];
+    }
+  free(col);
+}
+
+/* f32 and f64 natively; f16 and bf16 through f32, rounded once. */
+void kiln_cpu_conv2d_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  switch (op->out.dtype) {
+  case KILN_F64: conv2d_f64(par, op, out, in); return;
+  case KILN_F16:
+  case KILN_BF16: kiln_cpu_run_via_f32(par, op, out, in, conv2d_f32); return;
+  default: conv2d_f32(par, op, out, in); return;
+  }
 }

@@ -509,12 +509,27 @@ static void native_gemm(void *ctx, const kiln_cpu_par_t *par, const kiln_cpu_gem
 
 static const kiln_cpu_conv_gemm_t native = {native_gemm, NULL, true, KILN_CONV_BWD_PANEL_FLOATS};
 
+static void backward_input_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  kiln_cpu_conv2d_backward_input_run(par, op, out, in[0], in[1], &native);
+}
+
+static void backward_weight_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  kiln_cpu_conv2d_backward_weight_run(par, op, out, in[0], in[1], &native);
+}
+
+/* f32, or f16/bf16 through f32 (the core refuses f64 here). */
 void kiln_cpu_conv2d_backward_input_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out,
                                            const void *const *in) {
-  kiln_cpu_conv2d_backward_input_run(par, op, out, in[0], in[1], &native);
+  if (op->out.dtype == KILN_F16 || op->out.dtype == KILN_BF16)
+    kiln_cpu_run_via_f32(par, op, out, in, backward_input_f32);
+  else
+    backward_input_f32(par, op, out, in);
 }
 
 void kiln_cpu_conv2d_backward_weight_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out,
                                             const void *const *in) {
-  kiln_cpu_conv2d_backward_weight_run(par, op, out, in[0], in[1], &native);
+  if (op->out.dtype == KILN_F16 || op->out.dtype == KILN_BF16)
+    kiln_cpu_run_via_f32(par, op, out, in, backward_weight_f32);
+  else
+    backward_weight_f32(par, op, out, in);
 }

@@ -84,4 +84,9 @@ bool kiln_cpu_conv2d_native_preferred(const kiln_op_t *op);
 void kiln_cpu_sgemm(const kiln_cpu_par_t *par, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                     const float *a, int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc);
 
+/* The same in f64 (kernels/cpu/dgemm.c): kiln's own DGEMM, f64 tiles for
+ * AVX-512F, AVX2+FMA or portable C, chosen at run time. */
+void kiln_cpu_dgemm(const kiln_cpu_par_t *par, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    const double *a, int64_t lda, const double *b, int64_t ldb, double *c, int64_t ldc);
+
 #endif /* KILN_CPU_KERNELS_H */

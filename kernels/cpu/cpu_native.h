@@ -71,4 +71,20 @@ typedef void (*kiln_cpu_row_fn)(void *ctx, int64_t pos, int64_t off0, int64_t of
 void kiln_cpu_walk_range(const kiln_cpu_walk_t *walk, int64_t begin, int64_t end, kiln_cpu_row_fn fn,
                          void *ctx);
 
+/* ---- f16 and bf16 through f32 (via_f32.c) --------------------------------------
+ * The numerics rule for the 16-bit floats: load to f32 exactly, compute the
+ * f32 formula, round once to nearest even. */
+
+/* n elements of `dtype` (f16 or bf16) at src to f32, and back. */
+void kiln_cpu_widen_f32(const kiln_cpu_par_t *par, kiln_dtype_t dtype, const void *src, float *dst, int64_t n);
+void kiln_cpu_narrow_f32(const kiln_cpu_par_t *par, kiln_dtype_t dtype, const float *src, void *dst, int64_t n);
+
+/* Run `op` (out and the inputs of out's dtype, f16 or bf16, dense) through
+ * its f32 kernel: the inputs widened into f32 copies, the kernel run on an op
+ * that says f32, its result rounded into `out`. The bits of the f32 op on
+ * the widened inputs, cast back. False when the copies could not be
+ * allocated: `out` is then NaN throughout. */
+bool kiln_cpu_run_via_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in,
+                          kiln_cpu_kernel_fn f32_kernel);
+
 #endif /* KILN_CPU_NATIVE_H */

@@ -526,7 +526,7 @@ void kiln_cpu_sgemm(const kiln_cpu_par_t *par, bool trans_a, bool trans_b, int64
   kiln_cpu_sgemm_isa(par, KILN_CPU_GEMM_ISA_AUTO, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
-/* ---- the MATMUL op ------------------------------------------------------------ */
+/* ---- the MATMUL op in f32 (kernels/cpu/matmul.c dispatches by dtype) ------------------------------------------------------------ */
 
 typedef struct matmul_batch_t {
   const kiln_op_t *op;
@@ -546,7 +546,7 @@ static void matmul_batch_task(void *ctx, int64_t begin, int64_t end, int thread)
   }
 }
 
-void kiln_cpu_matmul_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+void kiln_cpu_matmul_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   const int64_t batch = op->u.matmul.batch;
   const int64_t m = op->u.matmul.m, n = op->u.matmul.n, k = op->u.matmul.k;
   matmul_batch_t mb = {

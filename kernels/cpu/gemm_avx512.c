@@ -89,6 +89,81 @@ void kiln_cpu_gemm_ukernel_avx512(int64_t kc, const float *ap, const float *bp, 
   KILN_UKR_ROW(5, c50, c51);
 }
 
+/* ---- the 6x16 f64 tile -----------------------------------------------------------
+ * The f32 tile's schedule with eight doubles a vector: two B vectors of 8
+ * against six broadcast A values, twelve accumulators. */
+#define KILN_DUKR_STEP(AP, BP)                                       \
+  do {                                                               \
+    const __m512d b0 = _mm512_load_pd(BP);                           \
+    const __m512d b1 = _mm512_load_pd((BP) + 8);                     \
+    __m512d a = _mm512_set1_pd((AP)[0]);                             \
+    c00 = _mm512_fmadd_pd(a, b0, c00);                               \
+    c01 = _mm512_fmadd_pd(a, b1, c01);                               \
+    a = _mm512_set1_pd((AP)[1]);                                     \
+    c10 = _mm512_fmadd_pd(a, b0, c10);                               \
+    c11 = _mm512_fmadd_pd(a, b1, c11);                               \
+    a = _mm512_set1_pd((AP)[2]);                                     \
+    c20 = _mm512_fmadd_pd(a, b0, c20);                               \
+    c21 = _mm512_fmadd_pd(a, b1, c21);                               \
+    a = _mm512_set1_pd((AP)[3]);                                     \
+    c30 = _mm512_fmadd_pd(a, b0, c30);                               \
+    c31 = _mm512_fmadd_pd(a, b1, c31);                               \
+    a = _mm512_set1_pd((AP)[4]);                                     \
+    c40 = _mm512_fmadd_pd(a, b0, c40);                               \
+    c41 = _mm512_fmadd_pd(a, b1, c41);                               \
+    a = _mm512_set1_pd((AP)[5]);                                     \
+    c50 = _mm512_fmadd_pd(a, b0, c50);                               \
+    c51 = _mm512_fmadd_pd(a, b1, c51);                               \
+  } while (0)
+
+#define KILN_DUKR_ROW(I, LO, HI)                                                   \
+  do {                                                                             \
+    double *row = c + (I) * ldc;                                                   \
+    if (accumulate) {                                                              \
+      LO = _mm512_add_pd(LO, _mm512_loadu_pd(row));                                \
+      HI = _mm512_add_pd(HI, _mm512_loadu_pd(row + 8));                            \
+    }                                                                              \
+    _mm512_storeu_pd(row, LO);                                                     \
+    _mm512_storeu_pd(row + 8, HI);                                                 \
+  } while (0)
+
+void kiln_cpu_dgemm_ukernel_avx512(int64_t kc, const double *ap, const double *bp, double *c, int64_t ldc,
+                                   bool accumulate) {
+  __m512d c00 = _mm512_setzero_pd(), c01 = _mm512_setzero_pd();
+  __m512d c10 = _mm512_setzero_pd(), c11 = _mm512_setzero_pd();
+  __m512d c20 = _mm512_setzero_pd(), c21 = _mm512_setzero_pd();
+  __m512d c30 = _mm512_setzero_pd(), c31 = _mm512_setzero_pd();
+  __m512d c40 = _mm512_setzero_pd(), c41 = _mm512_setzero_pd();
+  __m512d c50 = _mm512_setzero_pd(), c51 = _mm512_setzero_pd();
+  for (int i = 0; i < 6; i++) {
+    _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+    _mm_prefetch((const char *)(c + i * ldc + 15), _MM_HINT_T0);
+  }
+  int64_t l = 0;
+  for (; l + 4 <= kc; l += 4) {
+    _mm_prefetch((const char *)(bp + 16 * 8), _MM_HINT_T0);
+    _mm_prefetch((const char *)(bp + 16 * 8 + 8), _MM_HINT_T0);
+    _mm_prefetch((const char *)(ap + 6 * 8), _MM_HINT_T0);
+    KILN_DUKR_STEP(ap, bp);
+    KILN_DUKR_STEP(ap + 6, bp + 16);
+    KILN_DUKR_STEP(ap + 12, bp + 32);
+    KILN_DUKR_STEP(ap + 18, bp + 48);
+    ap += 24;
+    bp += 64;
+  }
+  for (; l < kc; l++) {
+    KILN_DUKR_STEP(ap, bp);
+    ap += 6;
+    bp += 16;
+  }
+  KILN_DUKR_ROW(0, c00, c01);
+  KILN_DUKR_ROW(1, c10, c11);
+  KILN_DUKR_ROW(2, c20, c21);
+  KILN_DUKR_ROW(3, c30, c31);
+  KILN_DUKR_ROW(4, c40, c41);
+  KILN_DUKR_ROW(5, c50, c51);
+}
+
 /* ---- products too small to pack ------------------------------------------------
  * Packing B pays when each sliver is used by many row blocks; with few rows
  * (a conv gradient's W^T of 25 or 150 rows) it costs about as much as the

@@ -42,6 +42,23 @@ void kiln_cpu_gemm_small_avx512(bool trans_a, int64_t m0, int64_t m1, int64_t n0
                                 bool accumulate);
 #endif
 
+/* The f64 tiles (kernels/cpu/dgemm.c): MR rows by 8 columns (portable,
+ * AVX2) or 16 (AVX-512), the f32 tiles' shapes at half the lanes. */
+#define KILN_CPU_DGEMM_MR 6
+#define KILN_CPU_DGEMM_NR_MAX 16
+typedef void (*kiln_cpu_dgemm_ukernel_fn)(int64_t kc, const double *ap, const double *bp, double *c, int64_t ldc,
+                                          bool accumulate);
+void kiln_cpu_dgemm_ukernel_portable(int64_t kc, const double *ap, const double *bp, double *c, int64_t ldc,
+                                     bool accumulate);
+#if defined(KILN_HAVE_AVX2_KERNEL)
+void kiln_cpu_dgemm_ukernel_avx2(int64_t kc, const double *ap, const double *bp, double *c, int64_t ldc,
+                                 bool accumulate);
+#endif
+#if defined(KILN_HAVE_AVX512_KERNEL)
+void kiln_cpu_dgemm_ukernel_avx512(int64_t kc, const double *ap, const double *bp, double *c, int64_t ldc,
+                                   bool accumulate);
+#endif
+
 /* Which micro-kernel kiln_cpu_sgemm_isa runs. */
 typedef enum kiln_cpu_gemm_isa_t {
   KILN_CPU_GEMM_ISA_AUTO = 0, /* the widest the CPU has */
@@ -60,6 +77,11 @@ const char *kiln_cpu_gemm_isa_name(kiln_cpu_gemm_isa_t isa);
 void kiln_cpu_sgemm_isa(const kiln_cpu_par_t *par, kiln_cpu_gemm_isa_t isa, bool trans_a, bool trans_b,
                         int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                         int64_t ldb, float *c, int64_t ldc);
+
+/* kiln_cpu_dgemm with a chosen micro-kernel (par NULL: the calling thread). */
+void kiln_cpu_dgemm_isa(const kiln_cpu_par_t *par, kiln_cpu_gemm_isa_t isa, bool trans_a, bool trans_b, int64_t m,
+                        int64_t n, int64_t k, const double *a, int64_t lda, const double *b, int64_t ldb, double *c,
+                        int64_t ldc);
 
 /* One product for kiln_cpu_sgemm_run: C (m x n, ldc) = op(A) @ op(B), or
  * C += op(A) @ op(B) when `accumulate` (beta 1: C must hold values then; k 0
@@ -86,6 +108,19 @@ int64_t kiln_cpu_sgemm_scratch_floats(int64_t m, int64_t n, int64_t k);
  * otherwise (and with a par) it allocates its packing memory itself. */
 void kiln_cpu_sgemm_run(const kiln_cpu_par_t *par, kiln_cpu_gemm_isa_t isa, const kiln_cpu_gemm_t *g,
                         float *scratch);
+
+/* MATMUL in f32 with kiln's SGEMM (gemm.c), and in f64 with its DGEMM
+ * (matmul.c); kiln_cpu_matmul_native picks by the op's dtype. */
+void kiln_cpu_matmul_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in);
+void kiln_cpu_matmul_f64(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in);
+
+/* A MATMUL of f16 or bf16 operands through an f32 kernel: A and B widened to
+ * f32 (exactly), `f32_kernel` run on them with the op's own layout, C
+ * rounded once to the op's dtype (nearest even). The same bits as the f32
+ * op on the widened operands. */
+void kiln_cpu_matmul_via_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in,
+                             void (*f32_kernel)(const kiln_cpu_par_t *, const kiln_op_t *, void *,
+                                                const void *const *));
 
 /* Convolution lowering shared by the native and BLAS conv2d: the im2col panel
  * of image `x` (c x h x w) for output columns [j0, j0 + cols) of the p*q

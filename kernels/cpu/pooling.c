@@ -2,7 +2,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/cpu_native.h"
 
 /* Below this many window reads per chunk the par is not woken. */
 #define KILN_POOL_MIN_READS_PER_CHUNK ((int64_t)1 << 15)
@@ -126,7 +126,7 @@ static void max_pool_task(void *ctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
-void kiln_cpu_max_pool2d_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+static void max_pool2d_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   const float *x = in[0];
   float *y = out;
   const int64_t planes = op->u.pooling.n * op->u.pooling.c;
@@ -196,8 +196,8 @@ static void max_pool_backward_task(void *ctx, int64_t begin, int64_t end, int th
   }
 }
 
-void kiln_cpu_max_pool2d_backward_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out,
-                                         const void *const *in) {
+static void max_pool2d_backward_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out,
+                                    const void *const *in) {
   const int64_t planes = op->u.pooling.n * op->u.pooling.c;
   if (planes <= 0) return;
   pool_job_t job = {.op = op, .x = in[0], .dy = in[1], .y = out};
@@ -208,4 +208,22 @@ void kiln_cpu_max_pool2d_backward_native(const kiln_cpu_par_t *par, const kiln_o
   int64_t grain = work >= 1 ? (int64_t)(KILN_POOL_MIN_READS_PER_CHUNK / work) : planes;
   if (grain < 1) grain = 1;
   kiln_cpu_parallel_for(par, planes, grain, max_pool_backward_task, &job);
+}
+
+/* f32, or f16/bf16 through f32 (the core refuses f64 here): the maximum of
+ * widened values rounds back to itself; the gradient's sums where windows
+ * overlap are rounded once. */
+void kiln_cpu_max_pool2d_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  if (op->out.dtype == KILN_F16 || op->out.dtype == KILN_BF16)
+    kiln_cpu_run_via_f32(par, op, out, in, max_pool2d_f32);
+  else
+    max_pool2d_f32(par, op, out, in);
+}
+
+void kiln_cpu_max_pool2d_backward_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out,
+                                         const void *const *in) {
+  if (op->out.dtype == KILN_F16 || op->out.dtype == KILN_BF16)
+    kiln_cpu_run_via_f32(par, op, out, in, max_pool2d_backward_f32);
+  else
+    max_pool2d_backward_f32(par, op, out, in);
 }

@@ -7,9 +7,11 @@
 #define KILN_U32 uint32_t
 #define KILN_U64 uint64_t
 #define KILN_PHILOX_FN static inline
-#define KILN_F_LOG(x) logf(x)
-#define KILN_F_SQRT(x) sqrtf(x)
-#define KILN_F_COS(x) cosf(x)
+/* Type-generic, so that the f64 functions run in double. */
+#define KILN_F_LOG(x) _Generic((x), double: log, default: logf)(x)
+#define KILN_F_SQRT(x) _Generic((x), double: sqrt, default: sqrtf)(x)
+#define KILN_F_COS(x) _Generic((x), double: cos, default: cosf)(x)
+#define KILN_PHILOX_F64 1
 #include "philox.h"
 
 typedef struct gen_job_t {
@@ -86,17 +88,46 @@ void kiln_cpu_arange(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, 
   kiln_cpu_parallel_for(par, numel_of(&op->out), KILN_CPU_GRAIN_ELEMENTWISE, arange_task, &j);
 }
 
+/* The dtype's sample of element e (kernels/philox.h says it per dtype). */
+#define KILN_CPU_RANDOM_LOOP_(T, EXPR)                             \
+  do {                                                             \
+    T *restrict y = j->out;                                        \
+    for (int64_t e = begin; e < end; e++) y[e] = (EXPR);           \
+  } while (0)
+
 static void random_task(void *ctx, int64_t begin, int64_t end, int thread) {
   const gen_job_t *j = ctx;
   const uint64_t seed = j->op->u.random.seed;
   const float a = j->op->u.random.a, b = j->op->u.random.b;
-  float *restrict y = j->out;
-  if (j->op->u.random.normal) {
-    for (int64_t e = begin; e < end; e++) y[e] = kiln_philox_normal((uint64_t)e, seed, a, b);
-  } else {
-    for (int64_t e = begin; e < end; e++) y[e] = kiln_philox_uniform((uint64_t)e, seed, a, b);
+  const bool normal = j->op->u.random.normal;
+  switch (j->op->out.dtype) {
+  case KILN_F64:
+    if (normal)
+      KILN_CPU_RANDOM_LOOP_(double, kiln_philox_normal_f64((uint64_t)e, seed, a, b));
+    else
+      KILN_CPU_RANDOM_LOOP_(double, kiln_philox_uniform_f64((uint64_t)e, seed, a, b));
+    break;
+  case KILN_F16:
+    if (normal)
+      KILN_CPU_RANDOM_LOOP_(uint16_t, kiln_dc_f64_to_f16((double)kiln_philox_normal((uint64_t)e, seed, a, b)));
+    else
+      KILN_CPU_RANDOM_LOOP_(uint16_t, kiln_dc_f64_to_f16((double)kiln_philox_uniform((uint64_t)e, seed, a, b)));
+    break;
+  case KILN_BF16:
+    if (normal)
+      KILN_CPU_RANDOM_LOOP_(uint16_t, kiln_dc_f64_to_bf16((double)kiln_philox_normal((uint64_t)e, seed, a, b)));
+    else
+      KILN_CPU_RANDOM_LOOP_(uint16_t, kiln_dc_f64_to_bf16((double)kiln_philox_uniform((uint64_t)e, seed, a, b)));
+    break;
+  default:
+    if (normal)
+      KILN_CPU_RANDOM_LOOP_(float, kiln_philox_normal((uint64_t)e, seed, a, b));
+    else
+      KILN_CPU_RANDOM_LOOP_(float, kiln_philox_uniform((uint64_t)e, seed, a, b));
+    break;
   }
 }
+#undef KILN_CPU_RANDOM_LOOP_
 
 void kiln_cpu_random(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   gen_job_t j = {op, out, 0};

@@ -357,23 +357,27 @@ static PyObject *kp_fn_manual_seed(PyObject *self, PyObject *arg) {
 }
 
 static PyObject *kp_random(PyObject *args, PyObject *kwargs, bool normal, const char *name) {
-  static char *names[] = {"shape", "low", "high", "seed", "device", NULL};
-  static char *names_n[] = {"shape", "mean", "std", "seed", "device", NULL};
-  PyObject *shape_arg, *seed_arg = NULL, *device_arg = NULL;
+  static char *names[] = {"shape", "low", "high", "seed", "device", "dtype", NULL};
+  static char *names_n[] = {"shape", "mean", "std", "seed", "device", "dtype", NULL};
+  PyObject *shape_arg, *seed_arg = NULL, *device_arg = NULL, *dtype_arg = NULL;
   double p0 = normal ? 0.0 : 0.0, p1 = 1.0;
   char format[48];
-  snprintf(format, sizeof format, "O|dd$OO:%s", name);
+  snprintf(format, sizeof format, "O|dd$OOO:%s", name);
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, normal ? names_n : names, &shape_arg, &p0, &p1, &seed_arg,
-                                   &device_arg))
+                                   &device_arg, &dtype_arg))
     return NULL;
   int64_t shape[KILN_MAX_DIMS];
   int ndim = kp_shape_arg(shape_arg, shape, "shape");
   kiln_device_t *device;
+  kiln_dtype_t dtype;
   uint64_t seed;
-  if (ndim < 0 || kp_device_kw(device_arg, &device) < 0 || kp_seed_arg(seed_arg, &seed) < 0) return NULL;
+  if (ndim < 0 || kp_device_kw(device_arg, &device) < 0 || kp_seed_arg(seed_arg, &seed) < 0 ||
+      kp_dtype_arg(dtype_arg, KILN_F32, &dtype) < 0)
+    return NULL;
   kiln_tensor_t *out = NULL;
-  kiln_status_t status = normal ? kiln_tensor_normal(device, ndim, shape, seed, (float)p0, (float)p1, &out)
-                                : kiln_tensor_uniform(device, ndim, shape, seed, (float)p0, (float)p1, &out);
+  kiln_status_t status =
+      normal ? kiln_tensor_normal_dtype(device, dtype, ndim, shape, seed, (float)p0, (float)p1, &out)
+             : kiln_tensor_uniform_dtype(device, dtype, ndim, shape, seed, (float)p0, (float)p1, &out);
   return kp_result(status, &out);
 }
 
@@ -657,13 +661,14 @@ PyMethodDef kp_ops_methods[] = {
      "int32 unless dtype says otherwise. Blocks until the data has left host memory."},
     {"asarray", KP_KW(kp_fn_tensor), "asarray(data, dtype=None, *, device=None)\n--\n\nkiln.tensor(data, ...): a copy."},
     {"uniform", KP_KW(kp_fn_uniform),
-     "uniform(shape, low=0.0, high=1.0, *, seed=None, device=None)\n--\n\nfloat32 uniform in [low, high) from "
-     "Philox with key `seed` (the same numbers on every device); seed None takes the next of kiln.manual_seed's "
-     "counter."},
-    {"rand", KP_KW(kp_fn_uniform), "rand(shape, low=0.0, high=1.0, *, seed=None, device=None)\n--\n\nkiln.uniform."},
+     "uniform(shape, low=0.0, high=1.0, *, seed=None, device=None, dtype=None)\n--\n\nUniform in [low, high) "
+     "from Philox with key `seed` (the same numbers on every device); seed None takes the next of kiln.manual_seed's "
+     "counter. dtype: float32 (None), float64, float16 or bfloat16 (float32's numbers rounded)."},
+    {"rand", KP_KW(kp_fn_uniform), "rand(shape, low=0.0, high=1.0, *, seed=None, device=None, dtype=None)\n--\n\nkiln.uniform."},
     {"normal", KP_KW(kp_fn_normal),
-     "normal(shape, mean=0.0, std=1.0, *, seed=None, device=None)\n--\n\nfloat32 normal numbers (Philox, as uniform)."},
-    {"randn", KP_KW(kp_fn_normal), "randn(shape, mean=0.0, std=1.0, *, seed=None, device=None)\n--\n\nkiln.normal."},
+     "normal(shape, mean=0.0, std=1.0, *, seed=None, device=None, dtype=None)\n--\n\nNormal numbers (Philox, as "
+     "uniform; dtype as there)."},
+    {"randn", KP_KW(kp_fn_normal), "randn(shape, mean=0.0, std=1.0, *, seed=None, device=None, dtype=None)\n--\n\nkiln.normal."},
     {"manual_seed", kp_fn_manual_seed, METH_O,
      "manual_seed(seed)\n--\n\nRestart the counter that gives random tensors their seed when none is given."},
 #define KP_BINARY_ENTRY(NAME, name) {#name, KP_FAST(kp_fn_##name), #name "(a, b)\n--\n\nElementwise " #name " with NumPy's broadcasting; either side may be a number."},

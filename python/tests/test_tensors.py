@@ -161,6 +161,19 @@ def test_random_tensors_are_reproducible():
     assert kiln.randn(4).tolist() != first
 
 
+def test_random_tensors_in_every_float_dtype():
+    f32 = kiln.uniform((1000,), -2.0, 3.0, seed=3)
+    for dt in (kiln.float16, kiln.bfloat16):
+        t = kiln.uniform((1000,), -2.0, 3.0, seed=3, dtype=dt)
+        assert t.dtype == dt
+        assert t.tolist() == f32.astype(dt).tolist()
+    d = kiln.normal((1000,), 1.0, 2.0, seed=3, dtype=kiln.float64)
+    assert d.dtype == kiln.float64
+    assert d.tolist() == kiln.normal((1000,), 1.0, 2.0, seed=3, dtype=kiln.float64).tolist()
+    with pytest.raises(kiln.DtypeMismatchError):
+        kiln.uniform((4,), dtype=kiln.int32)
+
+
 def test_repr_shows_values_and_device(cpu1):
     t = kiln.ones((2, 3), device=cpu1)
     assert repr(t) == "tensor([[1., 1., 1.],\n        [1., 1., 1.]], device='cpu:1')"

@@ -354,6 +354,11 @@ static void kt_compare(const kt_case_t *c, kiln_device_t *dev, const char *provi
       ok = g == w;
       snprintf(gv, sizeof gv, "%lld", (long long)g);
       snprintf(wv, sizeof wv, "%lld", (long long)w);
+    } else if (want->dtype == KILN_BOOL || want->dtype == KILN_U8 || want->dtype == KILN_I8) {
+      const int g = ((const uint8_t *)got->data)[i], w = ((const uint8_t *)want->data)[i];
+      ok = g == w;
+      snprintf(gv, sizeof gv, "%d", g);
+      snprintf(wv, sizeof wv, "%d", w);
     } else {
       float g = ((const float *)got->data)[i], w = ((const float *)want->data)[i];
       ok = kt_close(g, w, tolerance);
