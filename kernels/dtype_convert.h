@@ -94,8 +94,8 @@ KILN_DC_FN kiln_u32 kiln_dc_pack(kiln_u64 m, kiln_i32 e, kiln_i32 mb, kiln_i32 b
   } else {
     q = m >> (kiln_u32)shift;
     const kiln_u64 rest = m & ((((kiln_u64)1) << (kiln_u32)shift) - 1u);
-    const kiln_u64 half = ((kiln_u64)1) << (kiln_u32)(shift - 1);
-    if (rest > half || (rest == half && (q & 1u))) q++;
+    const kiln_u64 midway = ((kiln_u64)1) << (kiln_u32)(shift - 1);
+    if (rest > midway || (rest == midway && (q & 1u))) q++;
   }
   /* A normal's q holds the implicit bit: adding (biased - 1) << mb carries a
    * rounding overflow (q == 2 << mb) into the exponent by itself; a

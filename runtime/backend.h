@@ -461,6 +461,12 @@ typedef struct kiln_backend_iface_t {
    * dtype needs no kernel and is always allowed. [f32 and i32 native, every
    * other dtype unsupported] */
   int32_t (*dtype_support)(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_dtype_t dtype);
+  /* (O) Why `device` does not serve `dtype` (dtype_support said
+   * unsupported), for the refusal's message: what the device lacks, naming
+   * it (e.g. "opencl:0 (NAME) lacks cl_khr_fp64"). NULL when there is
+   * nothing to add; the text lives as long as the context. [the core's
+   * message alone] */
+  const char *(*dtype_unsupported_why)(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_dtype_t dtype);
 } kiln_backend_iface_t;
 
 /* ---- backends compiled into libkiln ------------------------------------------ */

@@ -467,6 +467,16 @@ static kiln_status_t device_serves(const char *call, kiln_device_t *device, cons
     ok = (unsigned)bad < KILN_DTYPE_COUNT_ && (device->dtypes_served >> (unsigned)bad & 1u) != 0;
   }
   if (ok) return KILN_OK;
+  const char *why = device->iface->dtype_unsupported_why && (unsigned)bad < KILN_DTYPE_COUNT_
+                        ? device->iface->dtype_unsupported_why(device->ctx, device->impl, bad)
+                        : NULL;
+  if (why && *why)
+    return kiln__set_error(KILN_UNSUPPORTED,
+                           "%s: %s cannot compute %s (%s of %s): %s; only storage of %s works there (create, read, "
+                           "copy between devices): compute on cpu:0 (kiln_tensor_to) or on a device that serves %s; "
+                           "devinfo shows what each device serves",
+                           call, device->display_name, kiln_dtype_name(bad), kiln__op_kind_name(op->kind),
+                           kiln_dtype_name(bad), why, kiln_dtype_name(bad), kiln_dtype_name(bad));
   return kiln__set_error(KILN_UNSUPPORTED,
                          "%s: %s has no kernels for %s yet (%s of %s); only storage of %s works there (create, read, "
                          "copy between devices): compute on cpu:0 (kiln_tensor_to) or cast to f32 or i32 where the "

@@ -285,9 +285,17 @@ static kiln_status_t open_device(kiln_backend_device_t *d, cl_platform_id platfo
   cl_device_fp_config fp64_config = 0;
   if (!d->fp64 && device_value(device, CL_DEVICE_DOUBLE_FP_CONFIG, &fp64_config, sizeof fp64_config))
     d->fp64 = fp64_config != 0;
+  /* KILN_OPENCL_NO_FP64=1: every device taken as lacking fp64 (the tests
+   * run the paths of such devices on PoCL, which has it). */
+  const char *no_fp64 = getenv("KILN_OPENCL_NO_FP64");
+  const bool fp64_hidden = no_fp64 && *no_fp64 && strcmp(no_fp64, "0") != 0;
+  if (fp64_hidden) d->fp64 = false;
 
   char name[256], driver[128], device_version[256];
   device_string(device, CL_DEVICE_NAME, name, sizeof name);
+  snprintf(d->fp64_why, sizeof d->fp64_why,
+           "opencl:%zu (%.200s) lacks cl_khr_fp64%s, and kiln never computes f64 in a narrower type", d->index, name,
+           fp64_hidden ? " (hidden by KILN_OPENCL_NO_FP64)" : "");
   device_string(device, CL_DRIVER_VERSION, driver, sizeof driver);
   device_string(device, CL_DEVICE_VERSION, device_version, sizeof device_version);
   /* What a compiled binary depends on: the platform and its version, the
@@ -603,6 +611,25 @@ static kiln_status_t cl_device_memory_free(kiln_backend_context_t *ctx, kiln_bac
   return KILN_OK;
 }
 
+/* Every dtype computes: f16 and bf16 stored as their bits and computed in
+ * f32 (emulated; no kernel uses half arithmetic), f64 only where the device
+ * has cl_khr_fp64. */
+static int32_t cl_dtype_support(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_dtype_t dtype) {
+  (void)ctx;
+  switch (dtype) {
+  case KILN_F16:
+  case KILN_BF16: return KILN_DTYPE_EMULATED;
+  case KILN_F64: return device->fp64 ? KILN_DTYPE_NATIVE : KILN_DTYPE_UNSUPPORTED;
+  default: return (unsigned)dtype < KILN_DTYPE_COUNT_ ? KILN_DTYPE_NATIVE : KILN_DTYPE_UNSUPPORTED;
+  }
+}
+
+static const char *cl_dtype_unsupported_why(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
+                                            kiln_dtype_t dtype) {
+  (void)ctx;
+  return dtype == KILN_F64 && !device->fp64 ? device->fp64_why : NULL;
+}
+
 static const kiln_backend_iface_t opencl_iface = {
   .abi_version = KILN_BACKEND_ABI_VERSION,
   .size = sizeof(kiln_backend_iface_t),
@@ -638,6 +665,8 @@ static const kiln_backend_iface_t opencl_iface = {
   .dlpack_device = kiln_cl_dlpack_device,
   .buffer_handle = kiln_cl_buffer_handle,
   .buffer_wrap = kiln_cl_buffer_wrap,
+  .dtype_support = cl_dtype_support,
+  .dtype_unsupported_why = cl_dtype_unsupported_why,
 };
 
 KILN_PLUGIN_EXPORT const kiln_backend_iface_t *kiln_backend_entry(void);

@@ -177,8 +177,23 @@ kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_kop_t *k,
   return gemm_use_tiled(queue) ? gemm_tiled(queue, k, c, a, b) : gemm_packed(queue, k, c, a, b);
 }
 
+/* The GEMM and the convolutions have f32 kernels only: another dtype is
+ * refused, never run through them. */
+static kiln_status_t need_f32(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  for (int i = 0; i < op->n_in; i++)
+    if (op->in[i].dtype != KILN_F32 || op->out.dtype != KILN_F32)
+      return kiln_cl_error(ctx, KILN_UNSUPPORTED,
+                           "the OpenCL backend has no %s kernels for %s yet (opencl:%zu): compute it on cpu:0 "
+                           "(kiln_tensor_to) or cast to f32",
+                           kiln_backend_op_kind_name(op->kind),
+                           kiln_backend_dtype_name(op->in[i].dtype != KILN_F32 ? op->in[i].dtype : op->out.dtype),
+                           queue->device->index);
+  return KILN_OK;
+}
+
 kiln_status_t kiln_cl_plan_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                   const kiln_op_entry_t *entry, const kiln_op_t *op) {
+  if (need_f32(ctx, queue, op) != KILN_OK) return KILN_UNSUPPORTED;
   kiln_kop_t k;
   kiln_backend_kop_fill(&k, op); /* buffers: passed below, OpenCL records hold no addresses */
   kiln_backend_kop_plan_matmul(&k);
@@ -234,6 +249,7 @@ static kiln_status_t conv_check_sizes(kiln_backend_context_t *ctx, const kiln_op
 
 kiln_status_t kiln_cl_plan_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                   const kiln_op_entry_t *entry, const kiln_op_t *op) {
+  if (need_f32(ctx, queue, op) != KILN_OK) return KILN_UNSUPPORTED;
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t k = op->u.conv2d.k, r = op->u.conv2d.r, s = op->u.conv2d.s, p = op->u.conv2d.p, q = op->u.conv2d.q;
@@ -330,6 +346,7 @@ kiln_status_t kiln_cl_plan_conv2d(kiln_backend_context_t *ctx, kiln_backend_queu
 
 kiln_status_t kiln_cl_plan_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                                  const kiln_op_entry_t *entry, const kiln_op_t *op) {
+  if (need_f32(ctx, queue, op) != KILN_OK) return KILN_UNSUPPORTED;
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t k = op->u.conv2d.k, crs = c * op->u.conv2d.r * op->u.conv2d.s, pq = op->u.conv2d.p * op->u.conv2d.q;
@@ -485,6 +502,7 @@ static kiln_status_t conv_backward_weight_packed(kiln_backend_queue_t *queue, co
 
 kiln_status_t kiln_cl_plan_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                                   const kiln_op_entry_t *entry, const kiln_op_t *op) {
+  if (need_f32(ctx, queue, op) != KILN_OK) return KILN_UNSUPPORTED;
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t k = op->u.conv2d.k, crs = c * op->u.conv2d.r * op->u.conv2d.s, pq = op->u.conv2d.p * op->u.conv2d.q;

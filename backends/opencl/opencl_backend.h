@@ -44,7 +44,7 @@
  * first matmul builds `gemm`, not the elementwise table. The build generates
  * kiln_cl_source_<name>[] and kiln_cl_source_<name>_size (text, NUL-terminated)
  * for each. */
-#define KILN_CL_PROGRAMS(X) X(copy) X(elementwise) X(reduce) X(nn) X(gemm) X(conv) X(random) X(update)
+#define KILN_CL_PROGRAMS(X) X(copy) X(elementwise) X(select) X(reduce) X(nn) X(gemm) X(conv) X(random) X(update)
 
 typedef enum kiln_cl_program_t {
 #define KILN_CL_PROGRAM_ENUM_(name) KILN_CL_PROGRAM_##name,
@@ -72,9 +72,9 @@ typedef struct kiln_cl_op_kernel_t {
   uint32_t key; /* 0: empty */
   const kiln_cl_kernel_entry_t *entry;
 } kiln_cl_op_kernel_t;
-#define KILN_CL_OP_KERNEL_SLOTS 256
+#define KILN_CL_OP_KERNEL_SLOTS 1024 /* a power of two: program.c hashes into it by a shift */
 
-#define KILN_CL_MAX_KERNELS_PER_PROGRAM 96
+#define KILN_CL_MAX_KERNELS_PER_PROGRAM 512
 
 typedef struct kiln_cl_program_state_t {
   cl_program program;  /* NULL until built */
@@ -114,6 +114,8 @@ struct kiln_backend_device_t {
   cl_ulong max_alloc;
   cl_ulong cache_size;       /* CL_DEVICE_GLOBAL_MEM_CACHE_SIZE: the last-level cache on CPUs; 0 if unknown */
   bool fp16, fp64;
+  /* Why f64 is refused here (no cl_khr_fp64), for the core's message. */
+  char fp64_why[384];
   /* A queue of the plugin's own for mapping pinned staging memory and for the
    * source side of copies between devices (device.c creates it). */
   cl_command_queue internal_queue;

@@ -1,4 +1,5 @@
 /* backends/opencl/ops.c: the OpenCL table of operation entries (a native row for every op kind, the clblast row of matmul), the launch helpers, the generic runners of FLAT and ROWS kinds, and the planners of copy, reduce and cross_entropy. */
+#include <stdio.h>
 #include <string.h>
 
 #include "backends/opencl/ops.h"
@@ -167,7 +168,8 @@ kiln_status_t kiln_cl_plan_reduce(kiln_backend_context_t *ctx, kiln_backend_queu
                                   const kiln_op_entry_t *entry, const kiln_op_t *op) {
   /* outer * inner >= 1 (the result is never empty); len may be 0. */
   const int64_t outer = op->u.reduce.outer, len = op->u.reduce.len, inner = op->u.reduce.inner;
-  const bool f32 = op->in[0].dtype == KILN_F32;
+  const kiln_dtype_t dtype = op->in[0].dtype;
+  const bool f32 = dtype == KILN_F32 && op->out.dtype == KILN_F32;
   const kiln_reduce_op_t rop = op->u.reduce.op;
   /* f32 sums (and means and norms) have kernels of their own that read eight
    * floats at a time and track no maximum. */
@@ -175,12 +177,17 @@ kiln_status_t kiln_cl_plan_reduce(kiln_backend_context_t *ctx, kiln_backend_queu
   kiln_kop_t k;
   kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
   kiln_cl_kop_args(op, &k, args);
+  /* The generic kernels of the input's dtype (reduce.cl). */
+  struct { char rows[48], parts[48], cols[48]; } names;
+  const char *dn = kiln_backend_dtype_name(dtype);
+  snprintf(names.rows, sizeof names.rows, "reduce_rows_%s", sum ? "sum_f32" : dn);
+  snprintf(names.parts, sizeof names.parts, "reduce_parts_%s", sum ? "sum_f32" : dn);
+  snprintf(names.cols, sizeof names.cols, "reduce_cols_%s", dn);
   if (inner > 1 || len == 0) {
     if (sum) /* one work-item per eight columns */
       return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_reduce, "reduce_cols_sum_f32", outer * ((inner + 7) / 8),
                                  KILN_CL_KOP_ARGS, args);
-    return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_reduce, f32 ? "reduce_cols_f32" : "reduce_cols_i32",
-                               outer * inner, KILN_CL_KOP_ARGS, args);
+    return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_reduce, names.cols, outer * inner, KILN_CL_KOP_ARGS, args);
   }
   /* Rows: one work-group per row, and long rows split into chunks when there
    * are too few rows to occupy the device; a second pass merges the chunks. */
@@ -198,8 +205,11 @@ kiln_status_t kiln_cl_plan_reduce(kiln_backend_context_t *ctx, kiln_backend_queu
   kiln_status_t status = KILN_OK;
   if (chunks > 1) {
     /* Per record (kernels/opencl/reduce.cl): index (long), the accumulated
-     * value (its ACC: float for f32, uint for i32) and best (the dtype). */
-    const size_t acc_size = 4u, record = sizeof(cl_long) + acc_size + kiln_backend_dtype_size(op->in[0].dtype);
+     * value (its ACC: float for f32, f16 and bf16, double for f64, long for
+     * the integers and bool) and best (its CT: float, double, int or long). */
+    const bool float_acc = dtype == KILN_F32 || dtype == KILN_F16 || dtype == KILN_BF16;
+    const size_t acc_size = float_acc ? 4u : 8u, ct_size = dtype == KILN_F64 || dtype == KILN_I64 ? 8u : 4u;
+    const size_t record = sizeof(cl_long) + acc_size + ct_size;
     status = kiln_cl_scratch_create(device, (size_t)(outer * chunks) * record, &parts);
     if (status != KILN_OK) return status;
   }
@@ -207,18 +217,11 @@ kiln_status_t kiln_cl_plan_reduce(kiln_backend_context_t *ctx, kiln_backend_queu
   k.plan.reduce.chunks = chunks;
   k.plan.reduce.rows = outer * chunks;
   args[2] = KILN_CL_MEM(parts); /* the partial records, in in[1]'s place */
-  status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_reduce,
-                               sum   ? "reduce_rows_sum_f32"
-                               : f32 ? "reduce_rows_f32"
-                                     : "reduce_rows_i32",
-                               outer * chunks, sum ? (chunk + 7) / 8 : chunk, KILN_CL_KOP_ARGS, args);
+  status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_reduce, names.rows, outer * chunks,
+                               sum ? (chunk + 7) / 8 : chunk, KILN_CL_KOP_ARGS, args);
   if (status == KILN_OK && chunks > 1) {
     k.plan.reduce.rows = outer;
-    status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_reduce,
-                                 sum   ? "reduce_parts_sum_f32"
-                                 : f32 ? "reduce_parts_f32"
-                                       : "reduce_parts_i32",
-                                 outer, chunks, KILN_CL_KOP_ARGS, args);
+    status = kiln_cl_launch_rows(queue, KILN_CL_PROGRAM_reduce, names.parts, outer, chunks, KILN_CL_KOP_ARGS, args);
   }
   kiln_cl_scratch_release(parts);
   return status;

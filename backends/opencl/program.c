@@ -411,7 +411,7 @@ kiln_status_t kiln_cl_op_kernel(kiln_backend_device_t *device, const kiln_op_t *
   const uint32_t in_dtype = op->n_in > 0 ? (uint32_t)op->in[0].dtype + 1u : 0u;
   const uint32_t key = ((uint32_t)op->kind + 1u) | (f & 0xffu) << 8 | (in_dtype & 0xffu) << 16 |
                        ((uint32_t)op->out.dtype & 0xffu) << 24;
-  uint32_t slot = (key * 2654435761u) >> 24; /* 256 slots */
+  uint32_t slot = (key * 2654435761u) >> 22; /* KILN_CL_OP_KERNEL_SLOTS: 1024 */
   pthread_mutex_lock(&device->program_lock);
   for (uint32_t probe = 0; probe < KILN_CL_OP_KERNEL_SLOTS; probe++, slot = (slot + 1) % KILN_CL_OP_KERNEL_SLOTS) {
     const kiln_cl_op_kernel_t *at = &device->op_kernels[slot];
@@ -441,7 +441,7 @@ kiln_status_t kiln_cl_op_kernel(kiln_backend_device_t *device, const kiln_op_t *
   kiln_status_t status = kiln_cl_kernel_get(device, (kiln_cl_program_t)program, name, &entry);
   if (status != KILN_OK) return status;
   pthread_mutex_lock(&device->program_lock);
-  slot = (key * 2654435761u) >> 24;
+  slot = (key * 2654435761u) >> 22;
   for (uint32_t probe = 0; probe < KILN_CL_OP_KERNEL_SLOTS; probe++, slot = (slot + 1) % KILN_CL_OP_KERNEL_SLOTS) {
     kiln_cl_op_kernel_t *at = &device->op_kernels[slot];
     if (at->key == key) break; /* another thread got here first */

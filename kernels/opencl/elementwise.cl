@@ -1,73 +1,115 @@
-/* kernels/opencl/elementwise.cl: UNARY, BINARY and BINARY_SCALAR for f32 and i32, and UNARY_BACKWARD for f32, expanded from kernels/ops.def; WHERE. */
-/* kiln-kinds: unary binary binary_scalar unary_backward where */
+/* kernels/opencl/elementwise.cl: UNARY, BINARY and BINARY_SCALAR of every dtype, UNARY_BACKWARD for f32, expanded from kernels/ops.def (COMPARE and WHERE: select.cl). */
+/* kiln-kinds: unary binary binary_scalar unary_backward */
 /*
  * Kernel names: unary_<NAME>_<T>_<T>, binary_<NAME>_<T>_<T>,
- * binary_scalar_<NAME>_<T>_<T>, unary_backward_<NAME>_f32_f32, T the dtype
- * (f32, i32). Inputs are strided views of out's shape (stride 0 where
- * broadcast); op.ndim 0 means all are contiguous. One generic body per kind
- * over (T, dtype name); a dtype is a line of instantiations below.
+ * binary_scalar_<NAME>_<T>_<T>, unary_backward_<NAME>_f32_f32. Inputs are strided views
+ * of out's shape (stride 0 where broadcast); op.ndim 0 means all are
+ * contiguous. One generic body per kind; a dtype is a row of the lists
+ * below. f16 and bf16 are loaded into float, computed there and stored
+ * rounded to nearest even (the rule of every backend: no half arithmetic);
+ * f64 computes in double and exists only with cl_khr_fp64.
  */
+/* Bit for bit with the CPU backend: no a*b+c contracted into an fma. */
+#pragma OPENCL FP_CONTRACT OFF
 
-/* The binary scalar in each dtype, as the core converted it. */
+/* The float dtypes: X(name, T storage, CT compute type, LOAD, STORE, SCALAR). */
+#define KILN_CL_AS_IS_(x) (x)
+#define KILN_CL_FLOATS_NO_F64_(X, ...)                                                             \
+  X(f32, float, float, KILN_CL_AS_IS_, KILN_CL_AS_IS_, f32, __VA_ARGS__)                           \
+  X(f16, ushort, float, KILN_CL_TO_F32_f16, KILN_CL_FROM_F32_f16, f32, __VA_ARGS__)                \
+  X(bf16, ushort, float, KILN_CL_TO_F32_bf16, KILN_CL_FROM_F32_bf16, f32, __VA_ARGS__)
+#ifdef KILN_CL_HAVE_FP64
+#define KILN_CL_FLOATS_(X, ...)                                                                    \
+  KILN_CL_FLOATS_NO_F64_(X, __VA_ARGS__) X(f64, double, double, KILN_CL_AS_IS_, KILN_CL_AS_IS_, value, __VA_ARGS__)
+#else
+#define KILN_CL_FLOATS_(X, ...) KILN_CL_FLOATS_NO_F64_(X, __VA_ARGS__)
+#endif
+/* The integer dtypes of the _INT formulas: X(name, IT, UT) (UT: unsigned,
+ * at least 32 bits and IT's width). */
+#define KILN_CL_INTS_(X, ...)                                                                      \
+  X(i32, int, uint, __VA_ARGS__) X(i8, char, uint, __VA_ARGS__) X(u8, uchar, uint, __VA_ARGS__)     \
+  X(i16, short, uint, __VA_ARGS__) X(i64, long, ulong, __VA_ARGS__)
+
+/* The scalar operand: f32 for f32, f16 and bf16, the double for f64, and
+ * the bits of the value in the dtype for the integers. */
 #define KILN_CL_SCALAR_f32(s) ((s).f32)
-#define KILN_CL_SCALAR_i32(s) ((s).i32)
+#define KILN_CL_SCALAR_value(s) ((s).value)
+#define KILN_CL_SCALAR_bits(s, IT) ((IT)(s).bits)
 
-#define KILN_CL_UNARY_(T, TN, NAME, expr)                                                          \
-  KILN_CL_KERNEL(unary_##NAME##_##TN##_##TN) {                                                     \
-    typedef T IT;                                                                                  \
-    typedef uint UT;                                                                               \
-    __global T *out = KILN_CL_OUT(T);                                                              \
-    __global const T *in = KILN_CL_IN(T, 0);                                                       \
-    if (op.ndim == 0) {                                                                            \
-      KILN_FOR_EACH(i, op.n) {                                                                     \
-        const T x = in[i];                                                                         \
-        out[i] = (expr);                                                                           \
-      }                                                                                            \
-      return;                                                                                      \
-    }                                                                                              \
+/* One body per kind over (storage T, compute CT, LOAD, STORE); the integer
+ * rows pass T as CT and KILN_CL_AS_IS_ for both, and declare IT and UT. */
+#define KILN_CL_UNARY_BODY_(T, CT, LOAD, STORE, expr)                                              \
+  __global T *out = KILN_CL_OUT(T);                                                                \
+  __global const T *in = KILN_CL_IN(T, 0);                                                         \
+  if (op.ndim == 0) {                                                                              \
     KILN_FOR_EACH(i, op.n) {                                                                       \
-      const T x = in[kiln_offset1(i, op.ndim, op.shape, op.in[0].strides)];                        \
-      out[i] = (expr);                                                                             \
+      const CT x = LOAD(in[i]);                                                                    \
+      out[i] = STORE((CT)(expr));                                                                  \
     }                                                                                              \
+    return;                                                                                        \
+  }                                                                                                \
+  KILN_FOR_EACH(i, op.n) {                                                                         \
+    const CT x = LOAD(in[kiln_offset1(i, op.ndim, op.shape, op.in[0].strides)]);                   \
+    out[i] = STORE((CT)(expr));                                                                    \
   }
 
-#define KILN_CL_BINARY_(T, TN, NAME, expr)                                                         \
-  KILN_CL_KERNEL(binary_##NAME##_##TN##_##TN) {                                                    \
-    typedef T IT;                                                                                  \
-    typedef uint UT;                                                                               \
-    __global T *out = KILN_CL_OUT(T);                                                              \
-    __global const T *in0 = KILN_CL_IN(T, 0), *in1 = KILN_CL_IN(T, 1);                             \
-    if (op.ndim == 0) {                                                                            \
-      KILN_FOR_EACH(i, op.n) {                                                                     \
-        const T a = in0[i], b = in1[i];                                                            \
-        out[i] = (expr);                                                                           \
-      }                                                                                            \
-      return;                                                                                      \
-    }                                                                                              \
+#define KILN_CL_BINARY_BODY_(T, CT, OT, LOAD, STORE, expr)                                         \
+  __global OT *out = KILN_CL_OUT(OT);                                                              \
+  __global const T *in0 = KILN_CL_IN(T, 0), *in1 = KILN_CL_IN(T, 1);                               \
+  if (op.ndim == 0) {                                                                              \
     KILN_FOR_EACH(i, op.n) {                                                                       \
-      long o0, o1;                                                                                 \
-      kiln_offset2(i, op.ndim, op.shape, op.in[0].strides, op.in[1].strides, &o0, &o1);            \
-      const T a = in0[o0], b = in1[o1];                                                            \
-      out[i] = (expr);                                                                             \
+      const CT a = LOAD(in0[i]), b = LOAD(in1[i]);                                                 \
+      out[i] = STORE(expr);                                                                        \
     }                                                                                              \
+    return;                                                                                        \
+  }                                                                                                \
+  KILN_FOR_EACH(i, op.n) {                                                                         \
+    long o0, o1;                                                                                   \
+    kiln_offset2(i, op.ndim, op.shape, op.in[0].strides, op.in[1].strides, &o0, &o1);              \
+    const CT a = LOAD(in0[o0]), b = LOAD(in1[o1]);                                                 \
+    out[i] = STORE(expr);                                                                          \
+  }
+
+#define KILN_CL_SCALAR_BODY_(T, CT, LOAD, STORE, bvalue, expr)                                     \
+  __global T *out = KILN_CL_OUT(T);                                                                \
+  __global const T *in0 = KILN_CL_IN(T, 0);                                                        \
+  const CT b = (bvalue);                                                                           \
+  if (op.ndim == 0) {                                                                              \
+    KILN_FOR_EACH(i, op.n) {                                                                       \
+      const CT a = LOAD(in0[i]);                                                                   \
+      out[i] = STORE((CT)(expr));                                                                  \
+    }                                                                                              \
+    return;                                                                                        \
+  }                                                                                                \
+  KILN_FOR_EACH(i, op.n) {                                                                         \
+    const CT a = LOAD(in0[kiln_offset1(i, op.ndim, op.shape, op.in[0].strides)]);                  \
+    out[i] = STORE((CT)(expr));                                                                    \
+  }
+
+/* ---- the _FLOAT and _INT formulas ---- */
+#define KILN_CL_UNARY_F_(TN, T, CT, LOAD, STORE, SC, NAME, expr)                                   \
+  KILN_CL_KERNEL(unary_##NAME##_##TN##_##TN) { KILN_CL_UNARY_BODY_(T, CT, LOAD, STORE, expr) }
+#define KILN_CL_BINARY_F_(TN, T, CT, LOAD, STORE, SC, NAME, expr)                                  \
+  KILN_CL_KERNEL(binary_##NAME##_##TN##_##TN) { KILN_CL_BINARY_BODY_(T, CT, T, LOAD, STORE, (CT)(expr)) } \
+  KILN_CL_KERNEL(binary_scalar_##NAME##_##TN##_##TN) {                                             \
+    KILN_CL_SCALAR_BODY_(T, CT, LOAD, STORE, (CT)KILN_CL_SCALAR_##SC(op.u.binary.scalar), expr)    \
+  }
+#define KILN_CL_UNARY_I_(TN, IT_, UT_, NAME, expr)                                                 \
+  KILN_CL_KERNEL(unary_##NAME##_##TN##_##TN) {                                                     \
+    typedef IT_ IT;                                                                                \
+    typedef UT_ UT;                                                                                \
+    KILN_CL_UNARY_BODY_(IT, IT, KILN_CL_AS_IS_, KILN_CL_AS_IS_, expr)                              \
+  }
+#define KILN_CL_BINARY_I_(TN, IT_, UT_, NAME, expr)                                                \
+  KILN_CL_KERNEL(binary_##NAME##_##TN##_##TN) {                                                    \
+    typedef IT_ IT;                                                                                \
+    typedef UT_ UT;                                                                                \
+    KILN_CL_BINARY_BODY_(IT, IT, IT, KILN_CL_AS_IS_, KILN_CL_AS_IS_, (IT)(expr))                   \
   }                                                                                                \
   KILN_CL_KERNEL(binary_scalar_##NAME##_##TN##_##TN) {                                             \
-    typedef T IT;                                                                                  \
-    typedef uint UT;                                                                               \
-    __global T *out = KILN_CL_OUT(T);                                                              \
-    __global const T *in0 = KILN_CL_IN(T, 0);                                                      \
-    const T b = KILN_CL_SCALAR_##TN(op.u.binary.scalar);                                           \
-    if (op.ndim == 0) {                                                                            \
-      KILN_FOR_EACH(i, op.n) {                                                                     \
-        const T a = in0[i];                                                                        \
-        out[i] = (expr);                                                                           \
-      }                                                                                            \
-      return;                                                                                      \
-    }                                                                                              \
-    KILN_FOR_EACH(i, op.n) {                                                                       \
-      const T a = in0[kiln_offset1(i, op.ndim, op.shape, op.in[0].strides)];                       \
-      out[i] = (expr);                                                                             \
-    }                                                                                              \
+    typedef IT_ IT;                                                                                \
+    typedef UT_ UT;                                                                                \
+    KILN_CL_SCALAR_BODY_(IT, IT, KILN_CL_AS_IS_, KILN_CL_AS_IS_, KILN_CL_SCALAR_bits(op.u.binary.scalar, IT), expr) \
   }
 
 /* dy * f'(x): the derivative written under each unary formula; x and dy
@@ -103,35 +145,10 @@
     }                                                                                              \
   }
 
-#define KILN_UNARY_FLOAT(NAME, expr) KILN_CL_UNARY_(float, f32, NAME, expr)
-#define KILN_UNARY_INT(NAME, expr) KILN_CL_UNARY_(int, i32, NAME, expr)
-#define KILN_BINARY_FLOAT(NAME, expr) KILN_CL_BINARY_(float, f32, NAME, expr)
-#define KILN_BINARY_INT(NAME, expr) KILN_CL_BINARY_(int, i32, NAME, expr)
+#define KILN_UNARY_FLOAT(NAME, expr) KILN_CL_FLOATS_(KILN_CL_UNARY_F_, NAME, expr)
+#define KILN_UNARY_INT(NAME, expr) KILN_CL_INTS_(KILN_CL_UNARY_I_, NAME, expr)
+#define KILN_BINARY_FLOAT(NAME, expr) KILN_CL_FLOATS_(KILN_CL_BINARY_F_, NAME, expr)
+#define KILN_BINARY_INT(NAME, expr) KILN_CL_INTS_(KILN_CL_BINARY_I_, NAME, expr)
 #define KILN_UNARY_GRAD_FLOAT(NAME, expr) KILN_CL_UNARY_GRAD_(NAME, expr)
 #include "ops.def"
 
-/* WHERE: out = cond != 0 ? a : b (NaN is nonzero, -0.0 is not), the
- * condition read as TC, the values copied as their 32-bit patterns (so the
- * value dtype only names the kernel); the three walk out's shape by their
- * strides. Kernel where_<cond dtype>_<out dtype>. */
-#define KILN_CL_WHERE_(TC, TCN, TN)                                                                \
-  KILN_CL_KERNEL(where_##TCN##_##TN) {                                                             \
-    __global uint *out = KILN_CL_OUT(uint);                                                        \
-    __global const TC *c = KILN_CL_IN(TC, 0);                                                      \
-    __global const uint *a = KILN_CL_IN(uint, 1), *b = KILN_CL_IN(uint, 2);                        \
-    if (op.ndim == 0) {                                                                            \
-      KILN_FOR_EACH(i, op.n) out[i] = c[i] != 0 ? a[i] : b[i];                                     \
-      return;                                                                                      \
-    }                                                                                              \
-    KILN_FOR_EACH(i, op.n) {                                                                       \
-      long oc, oa;                                                                                 \
-      kiln_offset2(i, op.ndim, op.shape, op.in[0].strides, op.in[1].strides, &oc, &oa);            \
-      const long ob = kiln_offset1(i, op.ndim, op.shape, op.in[2].strides);                        \
-      out[i] = c[oc] != 0 ? a[oa] : b[ob];                                                         \
-    }                                                                                              \
-  }
-KILN_CL_WHERE_(float, f32, f32)
-KILN_CL_WHERE_(float, f32, i32)
-KILN_CL_WHERE_(int, i32, f32)
-KILN_CL_WHERE_(int, i32, i32)
-#undef KILN_CL_WHERE_

@@ -24,6 +24,7 @@
 #endif
 
 #include "kop.h"
+#include "dtype_convert.h"
 
 /* The parameters of every kernel of an op kind: the operands' buffers, then
  * the record. Named `<name>[_<FORMULA>]_<in[0] dtype>_<out dtype>` (no
@@ -120,3 +121,115 @@ KILN_FN void kiln_offset2(long i, int ndim, const long *shape, const long *s0, c
   *o0 = a;
   *o1 = b;
 }
+
+/* ---- the dtypes ------------------------------------------------------------------
+ * Every dtype as the kernels see it, one row each:
+ *   X(name, dc, T, BITS, CLASS)
+ * name: kiln_dtype_name's (kernel names); dc: kernels/dtype_convert.h's name
+ * (bool is b8 there); T: the storage type (f16 and bf16 as their 16 bits);
+ * BITS: the unsigned type of T's size (copies, fills, where move bits);
+ * CLASS: fc (a float, converted through the float carrier) or ic (an
+ * integer or bool, through int64). f64 exists only with cl_khr_fp64.
+ * KILN_CL_DTYPES_TO_ is the same list for the inner loop of pairs (a macro
+ * cannot expand inside itself): keep the two in step. */
+#define KILN_CL_DTYPES_NO_F64_(X)                                                                  \
+  X(f32, f32, float, uint, fc) X(i32, i32, int, uint, ic) X(f16, f16, ushort, ushort, fc)          \
+  X(bf16, bf16, ushort, ushort, fc) X(i64, i64, long, ulong, ic) X(i8, i8, char, uchar, ic)        \
+  X(u8, u8, uchar, uchar, ic) X(i16, i16, short, ushort, ic) X(bool, b8, uchar, uchar, ic)
+#define KILN_CL_DTYPES_TO_NO_F64_(X, s, sdc, ST, SB, SC)                                           \
+  X(s, sdc, ST, SB, SC, f32, f32, float, uint, fc) X(s, sdc, ST, SB, SC, i32, i32, int, uint, ic)  \
+  X(s, sdc, ST, SB, SC, f16, f16, ushort, ushort, fc)                                              \
+  X(s, sdc, ST, SB, SC, bf16, bf16, ushort, ushort, fc)                                            \
+  X(s, sdc, ST, SB, SC, i64, i64, long, ulong, ic) X(s, sdc, ST, SB, SC, i8, i8, char, uchar, ic)  \
+  X(s, sdc, ST, SB, SC, u8, u8, uchar, uchar, ic) X(s, sdc, ST, SB, SC, i16, i16, short, ushort, ic) \
+  X(s, sdc, ST, SB, SC, bool, b8, uchar, uchar, ic)
+#ifdef KILN_CL_HAVE_FP64
+#define KILN_CL_DTYPES(X) KILN_CL_DTYPES_NO_F64_(X) X(f64, f64, double, ulong, fc)
+#define KILN_CL_DTYPES_TO_(X, s, sdc, ST, SB, SC)                                                  \
+  KILN_CL_DTYPES_TO_NO_F64_(X, s, sdc, ST, SB, SC) X(s, sdc, ST, SB, SC, f64, f64, double, ulong, fc)
+#else
+#define KILN_CL_DTYPES(X) KILN_CL_DTYPES_NO_F64_(X)
+#define KILN_CL_DTYPES_TO_(X, s, sdc, ST, SB, SC) KILN_CL_DTYPES_TO_NO_F64_(X, s, sdc, ST, SB, SC)
+#endif
+
+/* ---- conversions (kiln_tensor_cast's rule, bit for bit as the CPU) -------------------
+ * A value of class ic goes through int64 (kiln_dc_load_<dc>, then
+ * kiln_dc_i64_to_<dc>). A float goes through the float carrier KILN_CL_FC:
+ * double where the device has fp64 (kiln_dc_load_<dc>, kiln_dc_f64_to_<dc>);
+ * float elsewhere, which holds f32, f16 and bf16 exactly, so every
+ * conversion still rounds once from the exact value:
+ * kiln_cl_fc_load_<dc> and kiln_cl_fc_to_<dc> below. */
+#define KILN_CL_CONVERT_ic(sdc, ddc, x) kiln_dc_i64_to_##ddc(kiln_dc_load_##sdc(x))
+#define KILN_CL_CONVERT_fc(sdc, ddc, x) kiln_cl_fc_to_##ddc(kiln_cl_fc_load_##sdc(x))
+#define KILN_CL_CONVERT(SC, sdc, ddc, x) KILN_CL_CONVERT_##SC(sdc, ddc, x)
+
+#ifdef KILN_CL_HAVE_FP64
+#define KILN_CL_FC double
+#define kiln_cl_fc_load_f32 kiln_dc_load_f32
+#define kiln_cl_fc_load_f16 kiln_dc_load_f16
+#define kiln_cl_fc_load_bf16 kiln_dc_load_bf16
+#define kiln_cl_fc_load_f64 kiln_dc_load_f64
+#define kiln_cl_fc_to_f32 kiln_dc_f64_to_f32
+#define kiln_cl_fc_to_f16 kiln_dc_f64_to_f16
+#define kiln_cl_fc_to_bf16 kiln_dc_f64_to_bf16
+#define kiln_cl_fc_to_f64 kiln_dc_f64_to_f64
+#define kiln_cl_fc_to_i32 kiln_dc_f64_to_i32
+#define kiln_cl_fc_to_i64 kiln_dc_f64_to_i64
+#define kiln_cl_fc_to_i8 kiln_dc_f64_to_i8
+#define kiln_cl_fc_to_u8 kiln_dc_f64_to_u8
+#define kiln_cl_fc_to_i16 kiln_dc_f64_to_i16
+#define kiln_cl_fc_to_b8 kiln_dc_f64_to_b8
+#else
+#define KILN_CL_FC float
+KILN_FN float kiln_cl_fc_load_f32(float x) { return x; }
+KILN_FN float kiln_cl_fc_load_f16(ushort x) { return kiln_dc_f16_to_f32(x); }
+KILN_FN float kiln_cl_fc_load_bf16(ushort x) { return kiln_dc_bf16_to_f32(x); }
+KILN_FN float kiln_cl_fc_to_f32(float x) { return x; }
+KILN_FN uchar kiln_cl_fc_to_b8(float x) { return x != 0.0f; }
+/* Toward zero, NaN -> 0, out of range -> the nearest limit: for a float x,
+ * x >= (float)HI exactly when x >= HI (no float lies between HI and the
+ * float nearest it above). */
+#define KILN_CL_FC_TO_INT_(NAME, T, LO, HI)                                                        \
+  KILN_FN T kiln_cl_fc_to_##NAME(float x) {                                                        \
+    if (x != x) return (T)0;                                                                       \
+    if (x >= (float)(HI)) return (T)(HI);                                                          \
+    if (x <= (float)(LO)) return (T)(LO);                                                          \
+    return (T)x;                                                                                   \
+  }
+KILN_CL_FC_TO_INT_(i8, char, -128, 127)
+KILN_CL_FC_TO_INT_(u8, uchar, 0, 255)
+KILN_CL_FC_TO_INT_(i16, short, -32768, 32767)
+KILN_CL_FC_TO_INT_(i32, int, (-2147483647 - 1), 2147483647)
+KILN_CL_FC_TO_INT_(i64, long, (-0x7fffffffffffffffL - 1), 0x7fffffffffffffffL)
+#undef KILN_CL_FC_TO_INT_
+#endif
+
+/* A float into a narrow format (mb fraction bits, exponent bias: f16 10,
+ * 15; bf16 7, 127), rounded once to nearest even: kiln_dc_narrow_f64's rule
+ * on a float's bits (NaN quiet with its sign and top payload bits). */
+KILN_FN ushort kiln_cl_narrow_f32(float x, int mb, int bias) {
+  const uint b = as_uint(x);
+  const uint sign = (b >> 31) << (uint)(mb + (bias == 15 ? 5 : 8));
+  const uint exp = (b >> 23) & 0xffu;
+  const uint frac = b & 0x7fffffu;
+  const uint inf = (uint)(2 * bias + 1) << (uint)mb;
+  if (exp == 0xffu) {
+    if (frac == 0) return (ushort)(sign | inf);
+    return (ushort)(sign | inf | (1u << (uint)(mb - 1)) | (frac >> (uint)(23 - mb)));
+  }
+  if (exp == 0 && frac == 0) return (ushort)sign;
+  const ulong m = exp ? (frac | 0x800000u) : frac;
+  const int e = exp ? (int)exp - 150 : -149;
+  return (ushort)(sign | kiln_dc_pack(m, e, mb, bias));
+}
+#ifndef KILN_CL_HAVE_FP64
+KILN_FN ushort kiln_cl_fc_to_f16(float x) { return kiln_cl_narrow_f32(x, 10, 15); }
+KILN_FN ushort kiln_cl_fc_to_bf16(float x) { return kiln_cl_narrow_f32(x, 7, 127); }
+#endif
+
+/* f16 and bf16 compute in f32: a value's load into its compute type, and
+ * the store back (rounded to nearest even). */
+#define KILN_CL_TO_F32_f16(x) kiln_dc_f16_to_f32(x)
+#define KILN_CL_TO_F32_bf16(x) kiln_dc_bf16_to_f32(x)
+#define KILN_CL_FROM_F32_f16(x) kiln_cl_narrow_f32((x), 10, 15)
+#define KILN_CL_FROM_F32_bf16(x) kiln_cl_narrow_f32((x), 7, 127)

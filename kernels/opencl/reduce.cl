@@ -1,9 +1,13 @@
-/* kernels/opencl/reduce.cl: REDUCE (sum, mean, max, argmax, norm) over the middle axis of [outer, len, inner], f32 and i32. */
+/* kernels/opencl/reduce.cl: REDUCE (sum, mean, max, argmax, norm) over the middle axis of [outer, len, inner], every dtype. */
 /* kiln-kinds: reduce */
 /*
- * Generic over the element type T and the accumulate type ACC: one macro,
- * KILN_CL_REDUCE_(T, ACC, TNAME), instantiated once per dtype as a row at
- * the end of this part (f32 accumulates in float, i32 in uint, wrapping).
+ * Generic over the element type T, the type CT its values are compared in
+ * and the accumulate type ACC: one macro, KILN_CL_REDUCE_(TNAME, T, CT, LOAD,
+ * ACC), instantiated once per dtype as a row of KILN_CL_REDUCE_DTYPES_ at
+ * the end of this part (f32, f16 and bf16 accumulate in float, f64 in
+ * double, integers and bool in long, wrapping). The result goes to out's
+ * dtype (op.out.dtype): the input's, i64 for sums of integers, i32 for
+ * argmax (kiln_finish_<dtype>).
  * Everything a kernel does with its sum goes through the helpers of its ACC,
  * found by pasting the ACC's name: kiln_acc_<ACC> (the running state, which
  * may carry more than the value), kiln_acc_zero_<ACC>, KILN_ACC_OF_<ACC>
@@ -11,7 +15,7 @@
  * the state), kiln_acc_value_<ACC> (the state's value), kiln_acc_combine_<ACC>
  * (two values, in the tree) and kiln_acc_finish_<ACC> (SUM, MEAN or NORM of
  * a value). Adding an accumulate type is a set of those helpers; adding a
- * dtype a row of instantiations plus its kiln_better_ and kiln_finish_.
+ * dtype a row.
  *
  * float sums are compensated (Kahan) per work-item and then combined by a
  * tree in local memory, so their error does not grow with the row length.
@@ -28,8 +32,8 @@
  *                   neighbouring work-items on neighbouring columns
  * Partial records live in a scratch buffer, given in in[1]'s place (from
  * its start), as three arrays of P = outer*chunks entries: index (long),
- * then the accumulated value (ACC), then best (T); an ACC is never narrower
- * than its T, so each array stays aligned (kiln_cl_plan_reduce sizes the
+ * then the accumulated value (ACC), then best (CT); an ACC is never narrower
+ * than its CT, so each array stays aligned (kiln_cl_plan_reduce sizes the
  * buffer). The reduce_*_sum_f32 kernels use the ACC array alone (float).
  * The planner's split arrives in op.plan.reduce (chunk, chunks); the shape
  * in op.u.reduce.
@@ -37,22 +41,30 @@
 
 enum { KILN_RED_SUM = 0, KILN_RED_MEAN = 1, KILN_RED_MAX = 2, KILN_RED_ARGMAX = 3, KILN_RED_NORM = 4 };
 
-/* Does (bv, bi) beat (av, ai)? An index < 0 is "nothing yet". */
-KILN_FN bool kiln_better_f32(float bv, long bi, float av, long ai) {
-  if (bi < 0) return false;
-  if (ai < 0) return true;
-  const bool bn = bv != bv, an = av != av;
-  if (bn != an) return bn;
-  if (bn || bv == av) return bi < ai;
-  return bv > av;
-}
-
-KILN_FN bool kiln_better_i32(int bv, long bi, int av, long ai) {
-  if (bi < 0) return false;
-  if (ai < 0) return true;
-  if (bv == av) return bi < ai;
-  return bv > av;
-}
+/* Does (bv, bi) beat (av, ai)? An index < 0 is "nothing yet". One per
+ * value type the kernels compare in (float, double, int, long). */
+#define KILN_CL_BETTER_FLOAT_(CT)                                                                  \
+  KILN_FN bool kiln_better_##CT(CT bv, long bi, CT av, long ai) {                                  \
+    if (bi < 0) return false;                                                                      \
+    if (ai < 0) return true;                                                                       \
+    const bool bn = bv != bv, an = av != av;                                                       \
+    if (bn != an) return bn;                                                                       \
+    if (bn || bv == av) return bi < ai;                                                            \
+    return bv > av;                                                                                \
+  }
+#define KILN_CL_BETTER_INT_(CT)                                                                    \
+  KILN_FN bool kiln_better_##CT(CT bv, long bi, CT av, long ai) {                                  \
+    if (bi < 0) return false;                                                                      \
+    if (ai < 0) return true;                                                                       \
+    if (bv == av) return bi < ai;                                                                  \
+    return bv > av;                                                                                \
+  }
+KILN_CL_BETTER_FLOAT_(float)
+KILN_CL_BETTER_INT_(int)
+KILN_CL_BETTER_INT_(long)
+#ifdef KILN_CL_HAVE_FP64
+KILN_CL_BETTER_FLOAT_(double)
+#endif
 
 /* Add v to a compensated sum (sum, comp); infinities switch the compensation
  * off so that inf - inf never turns it into NaN. */
@@ -88,40 +100,73 @@ KILN_FN float kiln_acc_finish_float(float sum, int op, long len) {
   }
 }
 
-/* uint: a sum that wraps (integers; MEAN and NORM are f32 only, so nothing
- * is squared or divided). */
-typedef uint kiln_acc_uint;
-KILN_FN kiln_acc_uint kiln_acc_zero_uint(void) { return 0u; }
-#define KILN_ACC_OF_uint(v, squares) ((uint)(v))
-KILN_FN void kiln_acc_add_uint(kiln_acc_uint *a, uint v) { *a += v; }
-KILN_FN uint kiln_acc_value_uint(kiln_acc_uint a) { return a; }
-KILN_FN uint kiln_acc_combine_uint(uint a, uint b) { return a + b; }
-KILN_FN uint kiln_acc_finish_uint(uint sum, int op, long len) { return sum; }
+/* long: integers and bool, a sum that wraps (two's complement; MEAN and
+ * NORM take floats only, so nothing is squared or divided). */
+typedef long kiln_acc_long;
+KILN_FN kiln_acc_long kiln_acc_zero_long(void) { return 0; }
+#define KILN_ACC_OF_long(v, squares) ((long)(v))
+KILN_FN void kiln_acc_add_long(kiln_acc_long *a, long v) { *a = (long)((ulong)*a + (ulong)v); }
+KILN_FN long kiln_acc_value_long(kiln_acc_long a) { return a; }
+KILN_FN long kiln_acc_combine_long(long a, long b) { return (long)((ulong)a + (ulong)b); }
+KILN_FN long kiln_acc_finish_long(long sum, int op, long len) { return sum; }
+
+#ifdef KILN_CL_HAVE_FP64
+/* double: f64, a Kahan-compensated sum as float's. */
+typedef struct kiln_acc_double {
+  double sum, comp;
+} kiln_acc_double;
+KILN_FN kiln_acc_double kiln_acc_zero_double(void) {
+  kiln_acc_double a;
+  a.sum = 0.0;
+  a.comp = 0.0;
+  return a;
+}
+#define KILN_ACC_OF_double(v, squares) ((squares) ? (double)(v) * (double)(v) : (double)(v))
+KILN_FN void kiln_acc_add_double(kiln_acc_double *a, double v) {
+  const double y = v - a->comp;
+  const double t = a->sum + y;
+  const double c = (t - a->sum) - y;
+  a->comp = isfinite(t) ? c : 0.0;
+  a->sum = t;
+}
+KILN_FN double kiln_acc_value_double(kiln_acc_double a) { return a.sum - a.comp; }
+KILN_FN double kiln_acc_combine_double(double a, double b) { return a + b; }
+KILN_FN double kiln_acc_finish_double(double sum, int op, long len) {
+  switch (op) {
+  case KILN_RED_MEAN: return sum / (double)len;
+  case KILN_RED_NORM: return sqrt(sum);
+  default: return sum;
+  }
+}
+#endif
 
 /* ---- the kernels --------------------------------------------------------------- */
 
-/* Write one output (out is the bits of T): MAX and ARGMAX from (best,
- * index), SUM, MEAN and NORM from the finished accumulator `sum`. */
-KILN_FN void kiln_finish_f32(__global uint *out, long at, int op, float sum, float best, long index) {
-  switch (op) {
-  case KILN_RED_MAX: out[at] = as_uint(index < 0 ? -INFINITY : best); break;
-  case KILN_RED_ARGMAX: out[at] = (uint)(index < 0 ? 0 : (int)index); break;
-  default: out[at] = as_uint(sum); break;
-  }
-}
+/* kiln_dtype_t's i64 (include/kiln/tensor.h's order): the out dtype of a
+ * sum of integers or bool (sum_to keeps the input's dtype instead). */
+#define KILN_CL_DTYPE_I64 5
 
-KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, uint sum, int best, long index) {
-  switch (op) {
-  case KILN_RED_MAX: out[at] = (uint)(index < 0 ? (-2147483647 - 1) : best); break;
-  case KILN_RED_ARGMAX: out[at] = (uint)(index < 0 ? 0 : (int)index); break;
-  default: out[at] = sum; break; /* SUM wraps */
+/* Write one output: ARGMAX as i32, MAX as the dtype, SUM, MEAN and NORM
+ * from the finished accumulator into out's dtype (i64, or the input's). */
+#define KILN_CL_FINISH_(TNAME, T, CT, ACC, STORE, LOWEST)                                          \
+  KILN_FN void kiln_finish_##TNAME(__global void *out_, int out_dtype, long at, int op, ACC sum, CT best, \
+                                   long index) {                                                   \
+    switch (op) {                                                                                  \
+    case KILN_RED_MAX: ((__global T *)out_)[at] = STORE(index < 0 ? (LOWEST) : best); break;       \
+    case KILN_RED_ARGMAX: ((__global int *)out_)[at] = index < 0 ? 0 : (int)index; break;          \
+    default:                                                                                       \
+      if (out_dtype == KILN_CL_DTYPE_I64)                                                          \
+        ((__global long *)out_)[at] = (long)sum;                                                   \
+      else                                                                                         \
+        ((__global T *)out_)[at] = STORE(sum);                                                     \
+      break;                                                                                       \
+    }                                                                                              \
   }
-}
 
 /* Each work-item's partial (accumulated value, best value and its index)
  * into local memory, then a tree over the work-group: work-item 0 ends with
  * the group's result. wgs is a power of two. */
-#define KILN_RED_COMBINE_(ACC, TNAME)                                                           \
+#define KILN_RED_COMBINE_(ACC, CT)                                                           \
   l_acc[lid] = kiln_acc_value_##ACC(acc);                                                       \
   l_best[lid] = best;                                                                           \
   l_index[lid] = index;                                                                         \
@@ -129,7 +174,7 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, uint sum, int 
   for (int s = wgs / 2; s > 0; s >>= 1) {                                                       \
     if (lid < s) {                                                                              \
       l_acc[lid] = kiln_acc_combine_##ACC(l_acc[lid], l_acc[lid + s]);                          \
-      if (kiln_better_##TNAME(l_best[lid + s], l_index[lid + s], l_best[lid], l_index[lid])) {  \
+      if (kiln_better_##CT(l_best[lid + s], l_index[lid + s], l_best[lid], l_index[lid])) {  \
         l_best[lid] = l_best[lid + s];                                                          \
         l_index[lid] = l_index[lid + s];                                                        \
       }                                                                                         \
@@ -137,13 +182,13 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, uint sum, int 
     barrier(CLK_LOCAL_MEM_FENCE);                                                               \
   }
 
-#define KILN_CL_REDUCE_(T, ACC, TNAME)                                                             \
+#define KILN_CL_REDUCE_(TNAME, T, CT, LOAD, ACC)                                                             \
   KILN_CL_KERNEL(reduce_rows_##TNAME) {                                                            \
     __local ACC l_acc[KILN_CL_REDUCE_WG];                                                          \
-    __local T l_best[KILN_CL_REDUCE_WG];                                                           \
+    __local CT l_best[KILN_CL_REDUCE_WG];                                                           \
     __local long l_index[KILN_CL_REDUCE_WG];                                                       \
     __global const T *in = KILN_CL_IN(T, 0);                                                       \
-    __global uint *out = KILN_CL_OUT(uint);                                                        \
+    __global void *out = KILN_CL_OUT(T);                                                           \
     __global long *parts = (__global long *)in1_;                                                  \
     const long outer = op.u.reduce.outer, len = op.u.reduce.len;                                   \
     const long chunk = op.plan.reduce.chunk, chunks = op.plan.reduce.chunks;                       \
@@ -156,25 +201,25 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, uint sum, int 
       const long end = begin + chunk < len ? begin + chunk : len;                                  \
       __global const T *x = in + row * len;                                                        \
       kiln_acc_##ACC acc = kiln_acc_zero_##ACC();                                                  \
-      T best = 0;                                                                                  \
+      CT best = 0;                                                                                  \
       long index = -1;                                                                             \
       for (long l = begin + lid; l < end; l += wgs) {                                              \
-        const T v = x[l];                                                                          \
+        const CT v = LOAD(x[l]);                                                                          \
         kiln_acc_add_##ACC(&acc, KILN_ACC_OF_##ACC(v, squares));                                   \
-        if (kiln_better_##TNAME(v, l, best, index)) {                                              \
+        if (kiln_better_##CT(v, l, best, index)) {                                              \
           best = v;                                                                                \
           index = l;                                                                               \
         }                                                                                          \
       }                                                                                            \
-      KILN_RED_COMBINE_(ACC, TNAME);                                                               \
+      KILN_RED_COMBINE_(ACC, CT);                                                               \
       if (lid == 0) {                                                                              \
         if (chunks == 1) {                                                                         \
-          kiln_finish_##TNAME(out, row, rop, kiln_acc_finish_##ACC(l_acc[0], rop, len), l_best[0], \
+          kiln_finish_##TNAME(out, op.out.dtype, row, rop, kiln_acc_finish_##ACC(l_acc[0], rop, len), l_best[0], \
                               l_index[0]);                                                         \
         } else {                                                                                   \
           __global ACC *p_acc = (__global ACC *)(parts + items);                                   \
           p_acc[b] = l_acc[0];                                                                     \
-          ((__global T *)(p_acc + items))[b] = l_best[0];                                          \
+          ((__global CT *)(p_acc + items))[b] = l_best[0];                                          \
           parts[b] = l_index[0];                                                                   \
         }                                                                                          \
       }                                                                                            \
@@ -183,38 +228,38 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, uint sum, int 
   }                                                                                                \
   KILN_CL_KERNEL(reduce_parts_##TNAME) {                                                           \
     __local ACC l_acc[KILN_CL_REDUCE_WG];                                                          \
-    __local T l_best[KILN_CL_REDUCE_WG];                                                           \
+    __local CT l_best[KILN_CL_REDUCE_WG];                                                           \
     __local long l_index[KILN_CL_REDUCE_WG];                                                       \
-    __global uint *out = KILN_CL_OUT(uint);                                                        \
+    __global void *out = KILN_CL_OUT(T);                                                           \
     __global const long *parts = (__global const long *)in1_;                                      \
     const long outer = op.u.reduce.outer, len = op.u.reduce.len, chunks = op.plan.reduce.chunks;   \
     const int rop = op.u.reduce.op;                                                                \
     const int lid = (int)get_local_id(0), wgs = (int)get_local_size(0);                           \
     const long items = outer * chunks;                                                             \
     __global const ACC *p_acc = (__global const ACC *)(parts + items);                            \
-    __global const T *p_best = (__global const T *)(p_acc + items);                               \
+    __global const CT *p_best = (__global const CT *)(p_acc + items);                               \
     for (long row = (long)get_group_id(0); row < outer; row += (long)get_num_groups(0)) {          \
       kiln_acc_##ACC acc = kiln_acc_zero_##ACC();                                                  \
-      T best = 0;                                                                                  \
+      CT best = 0;                                                                                  \
       long index = -1;                                                                             \
       for (long c = lid; c < chunks; c += wgs) {                                                   \
         const long at = row * chunks + c;                                                          \
         kiln_acc_add_##ACC(&acc, p_acc[at]);                                                       \
-        if (kiln_better_##TNAME(p_best[at], parts[at], best, index)) {                             \
+        if (kiln_better_##CT(p_best[at], parts[at], best, index)) {                             \
           best = p_best[at];                                                                       \
           index = parts[at];                                                                       \
         }                                                                                          \
       }                                                                                            \
-      KILN_RED_COMBINE_(ACC, TNAME);                                                               \
+      KILN_RED_COMBINE_(ACC, CT);                                                               \
       if (lid == 0)                                                                                \
-        kiln_finish_##TNAME(out, row, rop, kiln_acc_finish_##ACC(l_acc[0], rop, len), l_best[0],   \
+        kiln_finish_##TNAME(out, op.out.dtype, row, rop, kiln_acc_finish_##ACC(l_acc[0], rop, len), l_best[0],   \
                             l_index[0]);                                                           \
       barrier(CLK_LOCAL_MEM_FENCE);                                                                \
     }                                                                                              \
   }                                                                                                \
   KILN_CL_KERNEL(reduce_cols_##TNAME) {                                                            \
     __global const T *in = KILN_CL_IN(T, 0);                                                       \
-    __global uint *out = KILN_CL_OUT(uint);                                                        \
+    __global void *out = KILN_CL_OUT(T);                                                           \
     const long outer = op.u.reduce.outer, len = op.u.reduce.len, inner = op.u.reduce.inner;        \
     const int rop = op.u.reduce.op;                                                                \
     const bool squares = rop == KILN_RED_NORM;                                                     \
@@ -222,24 +267,53 @@ KILN_FN void kiln_finish_i32(__global uint *out, long at, int op, uint sum, int 
       const long row = kiln_udiv(o, inner), col = o % inner;                                       \
       __global const T *x = in + row * len * inner + col;                                          \
       kiln_acc_##ACC acc = kiln_acc_zero_##ACC();                                                  \
-      T best = 0;                                                                                  \
+      CT best = 0;                                                                                  \
       long index = -1;                                                                             \
       for (long l = 0; l < len; l++) {                                                             \
-        const T v = x[l * inner];                                                                  \
+        const CT v = LOAD(x[l * inner]);                                                                  \
         kiln_acc_add_##ACC(&acc, KILN_ACC_OF_##ACC(v, squares));                                   \
-        if (kiln_better_##TNAME(v, l, best, index)) {                                              \
+        if (kiln_better_##CT(v, l, best, index)) {                                              \
           best = v;                                                                                \
           index = l;                                                                               \
         }                                                                                          \
       }                                                                                            \
       const ACC sum = kiln_acc_finish_##ACC(kiln_acc_value_##ACC(acc), rop, len);                  \
-      kiln_finish_##TNAME(out, o, rop, sum, best, index);                                          \
+      kiln_finish_##TNAME(out, op.out.dtype, o, rop, sum, best, index);                                          \
     }                                                                                              \
   }
 
-/* The rows: (element type, accumulate type, dtype name). */
-KILN_CL_REDUCE_(float, float, f32)
-KILN_CL_REDUCE_(int, uint, i32)
+/* The rows: X(dtype, storage T, compare/value type CT, LOAD into CT,
+ * accumulate type, STORE from CT or ACC into T, MAX of nothing). f16 and
+ * bf16 accumulate in float, f64 in double, integers and bool in long. */
+#define KILN_CL_RED_AS_IS_(x) (x)
+#define KILN_CL_RED_F16_(x) KILN_CL_FROM_F32_f16((float)(x))
+#define KILN_CL_RED_BF16_(x) KILN_CL_FROM_F32_bf16((float)(x))
+#define KILN_CL_RED_i8_(x) kiln_dc_i64_to_i8((long)(x))
+#define KILN_CL_RED_u8_(x) kiln_dc_i64_to_u8((long)(x))
+#define KILN_CL_RED_i16_(x) kiln_dc_i64_to_i16((long)(x))
+#define KILN_CL_RED_i32_(x) kiln_dc_i64_to_i32((long)(x))
+#define KILN_CL_RED_b8_(x) ((uchar)((x) != 0))
+#define KILN_CL_REDUCE_DTYPES_NO_F64_(X)                                                           \
+  X(f32, float, float, KILN_CL_RED_AS_IS_, float, (float), -INFINITY)                              \
+  X(f16, ushort, float, KILN_CL_TO_F32_f16, float, KILN_CL_RED_F16_, -INFINITY)                    \
+  X(bf16, ushort, float, KILN_CL_TO_F32_bf16, float, KILN_CL_RED_BF16_, -INFINITY)                 \
+  X(i32, int, int, KILN_CL_RED_AS_IS_, long, KILN_CL_RED_i32_, (-2147483647 - 1))                  \
+  X(i64, long, long, KILN_CL_RED_AS_IS_, long, (long), (-0x7fffffffffffffffL - 1))                 \
+  X(i8, char, int, KILN_CL_RED_AS_IS_, long, KILN_CL_RED_i8_, -128)                                \
+  X(u8, uchar, int, KILN_CL_RED_AS_IS_, long, KILN_CL_RED_u8_, 0)                                  \
+  X(i16, short, int, KILN_CL_RED_AS_IS_, long, KILN_CL_RED_i16_, -32768)                           \
+  X(bool, uchar, int, KILN_CL_RED_AS_IS_, long, KILN_CL_RED_b8_, 0)
+#ifdef KILN_CL_HAVE_FP64
+#define KILN_CL_REDUCE_DTYPES_(X)                                                                  \
+  KILN_CL_REDUCE_DTYPES_NO_F64_(X) X(f64, double, double, KILN_CL_RED_AS_IS_, double, (double), -INFINITY)
+#else
+#define KILN_CL_REDUCE_DTYPES_(X) KILN_CL_REDUCE_DTYPES_NO_F64_(X)
+#endif
+#define KILN_CL_REDUCE_ROW_(TNAME, T, CT, LOAD, ACC, STORE, LOWEST)                                \
+  KILN_CL_FINISH_(TNAME, T, CT, ACC, STORE, LOWEST)                                                \
+  KILN_CL_REDUCE_(TNAME, T, CT, LOAD, ACC)
+KILN_CL_REDUCE_DTYPES_(KILN_CL_REDUCE_ROW_)
+#undef KILN_CL_REDUCE_ROW_
 
 /* ---- f32 SUM, MEAN, NORM ------------------------------------------------------ */
 
