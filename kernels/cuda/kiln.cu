@@ -48,40 +48,72 @@
 
 /* ---- the dtypes: C types and conversions ------------------------------------ */
 
-/* The core's scalar, converted once to each dtype. */
+/* Every conversion is kernels/dtype_convert.h's, the one rule of every kiln
+ * backend (bit-identical to the CPU's): a dtype loads into an exact carrier
+ * (double for the floats, int64 for the integers and bool) and stores from
+ * either with one rounding. */
+#define KILN_DC_FN __device__ __forceinline__
+#include "dtype_convert.h"
+
+/* Storage types the templates tell apart: f16 and bf16 are their 16 bits,
+ * bool a byte (0 or 1). */
+struct kiln_f16_t { kiln_u16 bits; };
+struct kiln_bf16_t { kiln_u16 bits; };
+struct kiln_bool_t { kiln_u8 bits; };
+
+/* A dtype's raw value as dtype_convert.h takes it, and back. */
+template <typename T> __device__ __forceinline__ T kiln_raw(T x) { return x; }
+__device__ __forceinline__ kiln_u16 kiln_raw(kiln_f16_t x) { return x.bits; }
+__device__ __forceinline__ kiln_u16 kiln_raw(kiln_bf16_t x) { return x.bits; }
+__device__ __forceinline__ kiln_u8 kiln_raw(kiln_bool_t x) { return x.bits; }
+template <typename T> struct kiln_box {
+  template <typename R> static __device__ __forceinline__ T f(R r) { return (T)r; }
+};
+#define KILN_BOX_(T)                                                                                \
+  template <> struct kiln_box<T> {                                                                  \
+    template <typename R> static __device__ __forceinline__ T f(R r) {                              \
+      T v;                                                                                          \
+      v.bits = r;                                                                                   \
+      return v;                                                                                     \
+    }                                                                                               \
+  };
+KILN_BOX_(kiln_f16_t)
+KILN_BOX_(kiln_bf16_t)
+KILN_BOX_(kiln_bool_t)
+#undef KILN_BOX_
+
+/* The dtypes as the kernels name them: X(kernel name, dtype_convert.h name,
+ * storage type, carrier, unsigned type of its size, P), P passed through.
+ * Adding a dtype is a row here (and its conversions in dtype_convert.h). */
+#define KILN_CUDA_DTYPES(X, P)                                                                      \
+  X(f32, f32, float, f64, kiln_u32, P) X(i32, i32, int, i64, kiln_u32, P)                           \
+  X(f16, f16, kiln_f16_t, f64, kiln_u16, P) X(bf16, bf16, kiln_bf16_t, f64, kiln_u16, P)            \
+  X(f64, f64, double, f64, kiln_u64, P) X(i64, i64, kiln_i64, i64, kiln_u64, P)                     \
+  X(i8, i8, kiln_i8, i64, kiln_u8, P) X(u8, u8, kiln_u8, i64, kiln_u8, P)                           \
+  X(i16, i16, kiln_i16, i64, kiln_u16, P) X(bool, b8, kiln_bool_t, i64, kiln_u8, P)
+
+/* kiln_load(x): the carrier's value; kiln_store<T>::from(carrier): rounded
+ * once into T, out of line (the narrowing into f16 and bf16 is long, and
+ * one copy of it serves every kernel: the fatbin and nvcc's time stay
+ * small); kiln_nonzero(x): x != 0 (NaN is nonzero, -0 is not). */
+template <typename T> struct kiln_store;
+#define KILN_DTYPE_CONV_(NAME, DC, T, CARRIER, BITS, P)                                             \
+  __device__ __forceinline__ kiln_##CARRIER kiln_load(const T x) { return kiln_dc_load_##DC(kiln_raw(x)); } \
+  template <> struct kiln_store<T> {                                                                \
+    static __device__ __noinline__ T from(kiln_f64 v) { return kiln_box<T>::f(kiln_dc_f64_to_##DC(v)); } \
+    static __device__ __noinline__ T from(kiln_i64 v) { return kiln_box<T>::f(kiln_dc_i64_to_##DC(v)); } \
+  };
+KILN_CUDA_DTYPES(KILN_DTYPE_CONV_, ~)
+#undef KILN_DTYPE_CONV_
+template <typename T> __device__ __forceinline__ bool kiln_nonzero(T x) { return x != 0; }
+__device__ __forceinline__ bool kiln_nonzero(kiln_f16_t x) { return (x.bits & 0x7fffu) != 0; }
+__device__ __forceinline__ bool kiln_nonzero(kiln_bf16_t x) { return (x.bits & 0x7fffu) != 0; }
+__device__ __forceinline__ bool kiln_nonzero(kiln_bool_t x) { return x.bits != 0; }
+
+/* The core's scalar in each formula's type (kernels/kop.h). */
 template <typename T> __device__ __forceinline__ T kiln_scalar(const kiln_scalar_t &s);
 template <> __device__ __forceinline__ float kiln_scalar<float>(const kiln_scalar_t &s) { return s.f32; }
 template <> __device__ __forceinline__ int kiln_scalar<int>(const kiln_scalar_t &s) { return s.i32; }
-
-__device__ __forceinline__ int kiln_double_to_i32(double v) {
-  if (v != v) return 0;
-  if (v >= 2147483647.0) return 2147483647;
-  if (v <= -2147483648.0) return (-2147483647 - 1);
-  return (int)v;
-}
-
-/* A double rounded once to the dtype (ARANGE, as the CPU backend does). */
-template <typename T> __device__ __forceinline__ T kiln_from_f64(double v);
-template <> __device__ __forceinline__ float kiln_from_f64<float>(double v) { return (float)v; }
-template <> __device__ __forceinline__ int kiln_from_f64<int>(double v) { return kiln_double_to_i32(v); }
-
-/* CAST (and COPY, the identity): f32 -> i32 toward zero, NaN -> 0,
- * saturating at the i32 limits (the rule of every kiln backend, as for
- * scalars); i32 -> f32 to the nearest float, ties to even. */
-template <typename TIN, typename TOUT> struct kiln_convert {
-  static __device__ __forceinline__ TOUT f(TIN v) { return v; }
-};
-template <> struct kiln_convert<float, int> {
-  static __device__ __forceinline__ int f(float v) {
-    if (v != v) return 0;
-    if (v >= 2147483648.0f) return 2147483647;
-    if (v <= -2147483648.0f) return (-2147483647 - 1);
-    return (int)v; /* C's conversion truncates toward zero */
-  }
-};
-template <> struct kiln_convert<int, float> {
-  static __device__ __forceinline__ float f(int v) { return __int2float_rn(v); }
-};
 
 /* ---- elementwise --------------------------------------------------------------- */
 
@@ -154,53 +186,128 @@ template <typename TIN, typename TOUT, int N, typename F> __device__ __forceinli
 #define KILN_UNARY_GRAD_F32(NAME, expr) KILN_UNARY_GRAD_FN_(float, f32, NAME, expr)
 #include "ops.def"
 
-/* WHERE: out = cond != 0 ? a : b (NaN is nonzero, -0.0 is not), the
- * condition read as TC, the values copied as their 32-bit patterns (so the
- * value dtype only names the kernel); the three walk out's shape by their
- * strides. */
-template <typename TC> __device__ __forceinline__ void kiln_where(const kiln_kop_t &op) {
-  const TC *__restrict__ c = (const TC *)op.in[0].addr;
-  const unsigned *__restrict__ a = (const unsigned *)op.in[1].addr;
-  const unsigned *__restrict__ b = (const unsigned *)op.in[2].addr;
-  unsigned *__restrict__ out = (unsigned *)op.out.addr;
-  if (op.ndim == 0) {
-    KILN_FOR_EACH(i, op.n) out[i] = c[i] != 0 ? a[i] : b[i];
-  } else {
-    KILN_FOR_EACH(i, op.n) {
-      int64_t o[3];
-      kiln_offsets<3>(op, i, o);
-      out[i] = c[o[0]] != 0 ? a[o[1]] : b[o[2]];
-    }
+/* ---- dtype-dispatched kinds: CAST and WHERE ------------------------------------- */
+
+/* CAST and WHERE read and write every dtype pair: one kernel each, the
+ * dtypes read from the record (a uniform branch per element, against 90 or
+ * 100 instantiations that would multiply nvcc's time and the fatbin for
+ * memory-bound kernels). The switches come from KILN_CUDA_DTYPES, whose
+ * order is include/kiln/tensor.h's KILN_DTYPES (the kiln_dtype_t values). */
+enum {
+#define KILN_DT_ENUM_(NAME, DC, T, CARRIER, BITS, P) KILN_CUDA_DT_##NAME,
+  KILN_CUDA_DTYPES(KILN_DT_ENUM_, ~)
+#undef KILN_DT_ENUM_
+};
+
+/* A value in its carrier (kernels/dtype_convert.h), either kind. */
+struct kiln_carried {
+  kiln_f64 f;
+  kiln_i64 i;
+  int is_float;
+};
+__device__ __forceinline__ void kiln_carry(kiln_carried &c, kiln_f64 v) { c.f = v, c.is_float = 1; }
+__device__ __forceinline__ void kiln_carry(kiln_carried &c, kiln_i64 v) { c.i = v, c.is_float = 0; }
+
+__device__ __forceinline__ kiln_carried kiln_load_dyn(int dtype, kiln_u64 addr, int64_t at) {
+  kiln_carried c;
+  c.f = 0.0, c.i = 0, c.is_float = 0;
+  switch (dtype) {
+#define KILN_LOAD_CASE_(NAME, DC, T, CARRIER, BITS, P)                                             \
+  case KILN_CUDA_DT_##NAME: kiln_carry(c, kiln_load(((const T *)addr)[at])); break;
+    KILN_CUDA_DTYPES(KILN_LOAD_CASE_, ~)
+#undef KILN_LOAD_CASE_
+  default: break;
+  }
+  return c;
+}
+
+__device__ __forceinline__ void kiln_store_dyn(int dtype, kiln_u64 addr, int64_t at, const kiln_carried &c) {
+  switch (dtype) {
+#define KILN_STORE_CASE_(NAME, DC, T, CARRIER, BITS, P)                                            \
+  case KILN_CUDA_DT_##NAME: ((T *)addr)[at] = c.is_float ? kiln_store<T>::from(c.f) : kiln_store<T>::from(c.i); break;
+    KILN_CUDA_DTYPES(KILN_STORE_CASE_, ~)
+#undef KILN_STORE_CASE_
+  default: break;
   }
 }
-KILN_INSTANCE(kiln_where_f32_f32, kiln_where<float>)
-KILN_INSTANCE(kiln_where_f32_i32, kiln_where<float>)
-KILN_INSTANCE(kiln_where_i32_f32, kiln_where<int>)
-KILN_INSTANCE(kiln_where_i32_i32, kiln_where<int>)
 
-/* COPY and CAST: a strided view (or, ndim 0, a contiguous run) into a
- * contiguous output, converted. */
-template <typename TIN, typename TOUT> struct kiln_cast_fn {
-  static __device__ __forceinline__ TOUT f(const kiln_kop_t &, const TIN x, const TIN) {
-    return kiln_convert<TIN, TOUT>::f(x);
+__device__ __forceinline__ bool kiln_nonzero_dyn(int dtype, kiln_u64 addr, int64_t at) {
+  switch (dtype) {
+#define KILN_NONZERO_CASE_(NAME, DC, T, CARRIER, BITS, P)                                          \
+  case KILN_CUDA_DT_##NAME: return kiln_nonzero(((const T *)addr)[at]);
+    KILN_CUDA_DTYPES(KILN_NONZERO_CASE_, ~)
+#undef KILN_NONZERO_CASE_
+  default: return false;
   }
+}
+
+__device__ __forceinline__ int kiln_dtype_bytes(int dtype) {
+  switch (dtype) {
+#define KILN_BYTES_CASE_(NAME, DC, T, CARRIER, BITS, P) case KILN_CUDA_DT_##NAME: return (int)sizeof(T);
+    KILN_CUDA_DTYPES(KILN_BYTES_CASE_, ~)
+#undef KILN_BYTES_CASE_
+  default: return 0;
+  }
+}
+
+/* CAST (kernel `kiln_cast`, every pair): kernels/dtype_convert.h's rule,
+ * load into the carrier then one rounding into out's dtype; in[0] a strided
+ * view (or, ndim 0, a contiguous run). */
+__device__ __forceinline__ void kiln_cast_any(const kiln_kop_t &op) {
+  const int from = op.in[0].dtype, to = op.out.dtype;
+  KILN_FOR_EACH(i, op.n) {
+    int64_t o[1] = {i};
+    if (op.ndim != 0) kiln_offsets<1>(op, i, o);
+    kiln_store_dyn(to, op.out.addr, i, kiln_load_dyn(from, op.in[0].addr, o[0]));
+  }
+}
+
+/* WHERE (kernel `kiln_where`, any condition dtype, any value dtype): out =
+ * cond != 0 ? a : b (NaN is nonzero, -0.0 is not), the values copied as
+ * bits of their size; the three walk out's shape by their strides. */
+template <typename BITS> __device__ __forceinline__ void kiln_where_bits(const kiln_kop_t &op) {
+  const int cond = op.in[0].dtype;
+  const BITS *__restrict__ a = (const BITS *)op.in[1].addr;
+  const BITS *__restrict__ b = (const BITS *)op.in[2].addr;
+  BITS *__restrict__ out = (BITS *)op.out.addr;
+  KILN_FOR_EACH(i, op.n) {
+    int64_t o[3] = {i, i, i};
+    if (op.ndim != 0) kiln_offsets<3>(op, i, o);
+    out[i] = kiln_nonzero_dyn(cond, op.in[0].addr, o[0]) ? a[o[1]] : b[o[2]];
+  }
+}
+__device__ __forceinline__ void kiln_where_any(const kiln_kop_t &op) {
+  switch (kiln_dtype_bytes(op.out.dtype)) {
+  case 1: kiln_where_bits<kiln_u8>(op); break;
+  case 2: kiln_where_bits<kiln_u16>(op); break;
+  case 4: kiln_where_bits<kiln_u32>(op); break;
+  default: kiln_where_bits<kiln_u64>(op); break;
+  }
+}
+
+/* COPY: the element's bits. */
+template <typename T> struct kiln_copy_fn {
+  static __device__ __forceinline__ T f(const kiln_kop_t &, const T x, const T) { return x; }
 };
-template <typename TIN, typename TOUT> __device__ __forceinline__ void kiln_cast(const kiln_kop_t &op) {
-  kiln_map<TIN, TOUT, 1, kiln_cast_fn<TIN, TOUT> >(op);
+template <typename BITS> __device__ __forceinline__ void kiln_copy(const kiln_kop_t &op) {
+  kiln_map<BITS, BITS, 1, kiln_copy_fn<BITS> >(op);
 }
 
 /* ---- generators ------------------------------------------------------------------ */
 
-template <typename T> __device__ __forceinline__ void kiln_fill(const kiln_kop_t &op) {
-  T *__restrict__ out = (T *)op.out.addr;
-  const T v = kiln_scalar<T>(op.u.fill.value);
+/* FILL: the scalar's bits in the dtype (kiln_scalar_t.bits), by size. */
+template <typename BITS> __device__ __forceinline__ void kiln_fill(const kiln_kop_t &op) {
+  BITS *__restrict__ out = (BITS *)op.out.addr;
+  const BITS v = (BITS)op.u.fill.value.bits;
   KILN_FOR_EACH(i, op.n) out[i] = v;
 }
 
-/* ARANGE in double, rounded once, as the CPU backend does. */
+/* ARANGE: start + i * step in double, not fused (as the CPU computes it),
+ * rounded once into the dtype. */
 template <typename T> __device__ __forceinline__ void kiln_arange(const kiln_kop_t &op) {
   T *__restrict__ out = (T *)op.out.addr;
-  KILN_FOR_EACH(i, op.n) out[i] = kiln_from_f64<T>(op.u.arange.start + (double)i * op.u.arange.step);
+  KILN_FOR_EACH(i, op.n)
+  out[i] = kiln_store<T>::from(__dadd_rn(op.u.arange.start, __dmul_rn((double)i, op.u.arange.step)));
 }
 
 /* The uniform transform on its own (not inlined), so that the build's
@@ -225,15 +332,17 @@ __device__ __forceinline__ void kiln_random(const kiln_kop_t &op) {
 
 /* ---- the instances of the dtype-generic kinds --------------------------------------- */
 
-KILN_INSTANCE(kiln_fill_f32, kiln_fill<float>)
-KILN_INSTANCE(kiln_fill_i32, kiln_fill<int>)
-KILN_INSTANCE(kiln_arange_f32, kiln_arange<float>)
-KILN_INSTANCE(kiln_arange_i32, kiln_arange<int>)
+/* FILL, ARANGE (the core refuses bool's) and COPY per dtype (FILL and COPY
+ * move the element's bits); CAST and WHERE one kernel each. */
+#define KILN_GEN_INSTANCES_(NAME, DC, T, CARRIER, BITS, P)                                         \
+  KILN_INSTANCE(kiln_fill_##NAME, kiln_fill<BITS>)                                                  \
+  KILN_INSTANCE(kiln_arange_##NAME, kiln_arange<T>)                                                 \
+  KILN_INSTANCE(kiln_copy_##NAME##_##NAME, kiln_copy<BITS>)
+KILN_CUDA_DTYPES(KILN_GEN_INSTANCES_, ~)
+#undef KILN_GEN_INSTANCES_
+KILN_INSTANCE(kiln_cast, kiln_cast_any)
+KILN_INSTANCE(kiln_where, kiln_where_any)
 KILN_INSTANCE(kiln_random_f32, kiln_random)
-KILN_INSTANCE(kiln_copy_f32_f32, kiln_cast<float, float>)
-KILN_INSTANCE(kiln_copy_i32_i32, kiln_cast<int, int>)
-KILN_INSTANCE(kiln_cast_f32_i32, kiln_cast<float, int>)
-KILN_INSTANCE(kiln_cast_i32_f32, kiln_cast<int, float>)
 
 /* ---- reductions ------------------------------------------------------------ */
 

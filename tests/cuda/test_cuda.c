@@ -1,4 +1,4 @@
-/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, transfers from pageable memory, events, provider choice, TF32 off by default, CAST, long reductions and tall matmuls; skipped (77) without one. */
+/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, transfers from pageable memory, events, provider choice, TF32 off by default, CAST, every dtype's casts, fills and ranges against cpu:0, long reductions and tall matmuls; skipped (77) without one. */
 #include <math.h>
 #include <stdint.h>
 
@@ -413,6 +413,162 @@ START_TEST(test_cast_runs) {
 }
 END_TEST
 
+/* ---- every dtype: storage kernels against cpu:0, bit for bit ------------------------------------ */
+
+enum { DT_N = 64 }; /* elements of each source tensor: even, for the [2, 32] transpose */
+
+/* The values every cast starts from, as f64: NaN of both signs, +-inf, +-0,
+ * f32, f16 and bf16 subnormals, ties for f16 and bf16 (1 + 2^-11, 1 + 3 *
+ * 2^-11, 1 + 2^-8), f16's largest and its overflow tie, values just past
+ * each integer range, 2^24 + 1 and 2^63. */
+static void dtype_specials(double v[DT_N]) {
+  const double fixed[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0, -0.0, 1.5, -1.5, 2.5, -2.5,
+                          0.7, -0.7, 65504.0, 65520.0, -65520.0, 65519.99, 5.960464477539063e-08,
+                          2.9802322387695312e-08, 1e-6, -3e-5, 1e-40, -1e-45, 3.4028235e38, 1e300,
+                          1.0 + 1.0 / 2048, 1.0 + 3.0 / 2048, 1.0 + 1.0 / 256, 1.0 + 3.0 / 256, 127.5, 128.0,
+                          -128.0, -129.0, 255.9, 256.0, -1.0, 32767.0, 32768.0, -32769.0, 2147483647.0,
+                          2147483648.0, -2147483649.0, 16777217.0, 9.2233720368547758e18, -9.2233720368547758e18,
+                          1e19, -1e19, 3.0e38, 1.17549435e-38, 6.1035156e-05, 6.097555e-05, 0.1, 1e-8, 12345.678,
+                          -0.4999, 0.5, 33554435.0, 4294967296.0, -4294967297.0, 1e5, 1e-310, -1e-320, 42.0, 3.0,
+                          -7.25};
+  for (int i = 0; i < DT_N; i++) v[i] = fixed[i % (sizeof fixed / sizeof fixed[0])];
+}
+
+/* Raw patterns no f64 cast makes: NaN payloads of f16 and bf16 (signalling
+ * ones too), the largest and smallest integers. */
+static void dtype_raw(kiln_dtype_t d, void *out) {
+  if (d == KILN_F16 || d == KILN_BF16) {
+    const uint16_t f16[] = {0x7e01, 0xfd55, 0x7c01, 0xfc00, 0x7c00, 0x0001, 0x8001, 0x03ff, 0x0400, 0x7bff, 0x8000, 0x3c00};
+    const uint16_t bf16[] = {0x7fc1, 0xff81, 0x7f81, 0xff80, 0x7f80, 0x0001, 0x8001, 0x007f, 0x0080, 0x7f7f, 0x8000, 0x3f80};
+    uint16_t *o = out;
+    for (int i = 0; i < DT_N; i++) o[i] = (d == KILN_F16 ? f16 : bf16)[i % 12] ^ (uint16_t)(i >= 12 ? (i * 37) & 0x3ff : 0);
+  } else {
+    const int64_t i64[] = {INT64_MIN, INT64_MAX, ((int64_t)1 << 53) + 1, -((int64_t)1 << 24) - 1, 255, 256, -1, 0x7fff,
+                           0x8000, -0x8001, (int64_t)1 << 62, 0x7fffffff};
+    int64_t *o = out;
+    for (int i = 0; i < DT_N; i++) o[i] = i64[i % 12] + (i >= 12 ? i * 977 : 0);
+  }
+}
+
+/* One tensor of dtype d with the same bytes on cpu:0 and on the GPU. */
+static void dtype_pair(kiln_dtype_t d, const void *bytes, kiln_tensor_t **on_cpu, kiln_tensor_t **on_gpu) {
+  const int64_t shape[2] = {2, DT_N / 2};
+  KT_OK(kiln_tensor_from_host(cpu, d, 2, shape, bytes, on_cpu));
+  KT_OK(kiln_tensor_from_host(gpu, d, 2, shape, bytes, on_gpu));
+}
+
+/* Both results' bytes equal, or a message naming the first difference. */
+static void same_bytes(const char *what, kiln_tensor_t *expected, kiln_tensor_t *got) {
+  const size_t size = kiln_dtype_size(kiln_tensor_dtype(expected));
+  ck_assert_int_eq(kiln_tensor_dtype(got), kiln_tensor_dtype(expected));
+  ck_assert_int_eq(kiln_tensor_numel(got), kiln_tensor_numel(expected));
+  const size_t n = (size_t)kiln_tensor_numel(expected), bytes = n * size;
+  unsigned char *e = malloc(bytes ? bytes : 1), *g = malloc(bytes ? bytes : 1);
+  KT_OK(kiln_tensor_read(expected, e, bytes));
+  KT_OK(kiln_tensor_read(got, g, bytes));
+  for (size_t i = 0; i < n; i++) {
+    if (memcmp(e + i * size, g + i * size, size) == 0) continue;
+    uint64_t ev = 0, gv = 0;
+    memcpy(&ev, e + i * size, size);
+    memcpy(&gv, g + i * size, size);
+    ck_abort_msg("%s: element %zu is 0x%llx on the GPU, 0x%llx on cpu:0", what, i, (unsigned long long)gv,
+                 (unsigned long long)ev);
+  }
+  free(e);
+  free(g);
+}
+
+/* Cast a's pair to every other dtype on both devices, from the contiguous
+ * tensors and from their transposes (the strided walk). */
+static void casts_from(kiln_dtype_t s, const void *bytes) {
+  kiln_tensor_t *c, *g, *ct, *gt;
+  dtype_pair(s, bytes, &c, &g);
+  KT_OK(kiln_tensor_transpose(c, 0, 1, &ct));
+  KT_OK(kiln_tensor_transpose(g, 0, 1, &gt));
+  for (int d = 0; d < KILN_DTYPE_COUNT_; d++) {
+    char what[64];
+    kiln_tensor_t *e, *r;
+    snprintf(what, sizeof what, "cast %s -> %s", kiln_dtype_name(s), kiln_dtype_name((kiln_dtype_t)d));
+    KT_OK(kiln_tensor_cast(c, (kiln_dtype_t)d, &e));
+    KT_OK(kiln_tensor_cast(g, (kiln_dtype_t)d, &r));
+    same_bytes(what, e, r);
+    kiln_tensor_release(e);
+    kiln_tensor_release(r);
+    snprintf(what, sizeof what, "cast %s -> %s, transposed", kiln_dtype_name(s), kiln_dtype_name((kiln_dtype_t)d));
+    KT_OK(kiln_tensor_cast(ct, (kiln_dtype_t)d, &e));
+    KT_OK(kiln_tensor_cast(gt, (kiln_dtype_t)d, &r));
+    same_bytes(what, e, r);
+    kiln_tensor_release(e);
+    kiln_tensor_release(r);
+  }
+  kiln_tensor_release(ct);
+  kiln_tensor_release(gt);
+  kiln_tensor_release(c);
+  kiln_tensor_release(g);
+}
+
+/* CAST of every pair of dtypes (and COPY, the same dtype, contiguous and
+ * strided) gives cpu:0's bits: NaN (payloads kept, signalling ones
+ * quieted), +-inf, -0, subnormals, ties to even, values past every range.
+ * Each source is the specials cast to it on cpu:0; f16, bf16 and i64 get
+ * raw patterns too. */
+START_TEST(test_cast_every_pair_matches_cpu) {
+  double v[DT_N];
+  dtype_specials(v);
+  const int64_t shape[2] = {2, DT_N / 2};
+  kiln_tensor_t *f64;
+  KT_OK(kiln_tensor_from_host(cpu, KILN_F64, 2, shape, v, &f64));
+  for (int s = 0; s < KILN_DTYPE_COUNT_; s++) {
+    kiln_tensor_t *src;
+    KT_OK(kiln_tensor_cast(f64, (kiln_dtype_t)s, &src));
+    unsigned char bytes[DT_N * 8];
+    KT_OK(kiln_tensor_read(src, bytes, (size_t)DT_N * kiln_dtype_size((kiln_dtype_t)s)));
+    kiln_tensor_release(src);
+    casts_from((kiln_dtype_t)s, bytes);
+  }
+  kiln_tensor_release(f64);
+  const kiln_dtype_t raw[3] = {KILN_F16, KILN_BF16, KILN_I64};
+  for (int k = 0; k < 3; k++) {
+    int64_t bytes[DT_N];
+    dtype_raw(raw[k], bytes);
+    casts_from(raw[k], bytes);
+  }
+}
+END_TEST
+
+/* FILL (zeros, ones, full) and ARANGE of every dtype give cpu:0's bits. */
+START_TEST(test_fill_and_arange_every_dtype_match_cpu) {
+  const double values[] = {0.0, 1.0, -0.0, -1.5, NAN, INFINITY, 1e10, 65504.5, 1.0 + 1.0 / 256, -300.7};
+  const int64_t shape[2] = {3, 37};
+  for (int d = 0; d < KILN_DTYPE_COUNT_; d++) {
+    const kiln_dtype_t dt = (kiln_dtype_t)d;
+    char what[96];
+    for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+      kiln_tensor_t *e, *r;
+      snprintf(what, sizeof what, "full(%s, %g)", kiln_dtype_name(dt), values[k]);
+      KT_OK(kiln_tensor_full(cpu, dt, 2, shape, values[k], &e));
+      KT_OK(kiln_tensor_full(gpu, dt, 2, shape, values[k], &r));
+      same_bytes(what, e, r);
+      kiln_tensor_release(e);
+      kiln_tensor_release(r);
+    }
+    if (dt == KILN_BOOL) continue; /* arange of bool is refused */
+    const double ranges[][3] = {{-3.5, 40.0, 0.7}, {-200.0, 300.0, 1.0}, {1e9, 1e10, 3.3e7}, {0.0, 1.0, 0.01},
+                                {65000.0, 66000.0, 7.5}};
+    for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+      kiln_tensor_t *e, *r;
+      snprintf(what, sizeof what, "arange(%s, %g, %g, %g)", kiln_dtype_name(dt), ranges[k][0], ranges[k][1],
+               ranges[k][2]);
+      KT_OK(kiln_tensor_arange(cpu, dt, ranges[k][0], ranges[k][1], ranges[k][2], &e));
+      KT_OK(kiln_tensor_arange(gpu, dt, ranges[k][0], ranges[k][1], ranges[k][2], &r));
+      same_bytes(what, e, r);
+      kiln_tensor_release(e);
+      kiln_tensor_release(r);
+    }
+  }
+}
+END_TEST
+
 /* Axis 0 of a tall, narrow tensor: the long axis is split over many blocks
  * and merged in a second pass. Small integers keep every sum exact. */
 START_TEST(test_column_reduction_of_a_long_axis) {
@@ -526,6 +682,8 @@ int main(void) {
   tcase_add_test(tc, test_tf32_off_by_default);
   tcase_add_test(tc, test_cudnn_and_native_agree);
   tcase_add_test(tc, test_cast_runs);
+  tcase_add_test(tc, test_cast_every_pair_matches_cpu);
+  tcase_add_test(tc, test_fill_and_arange_every_dtype_match_cpu);
   tcase_add_test(tc, test_column_reduction_of_a_long_axis);
   tcase_add_test(tc, test_native_matmul_of_many_rows);
   suite_add_tcase(suite, tc);
