@@ -100,7 +100,8 @@ typedef struct kiln_backend_event_t kiln_backend_event_t;
   X(CONV2D_BACKWARD_INPUT, conv2d_backward_input, PLAN)                                            \
   X(CONV2D_BACKWARD_WEIGHT, conv2d_backward_weight, PLAN)                                          \
   X(MAX_POOL2D_BACKWARD, max_pool2d_backward, PLAN) X(ACCUMULATE, accumulate, FLAT)                \
-  X(SGD_UPDATE, sgd_update, FLAT) X(ADAM_UPDATE, adam_update, FLAT) X(WHERE, where, FLAT)
+  X(SGD_UPDATE, sgd_update, FLAT) X(ADAM_UPDATE, adam_update, FLAT) X(WHERE, where, FLAT)             \
+  X(COMPARE, compare, FLAT)
 typedef enum kiln_op_kind_t {
 #define KILN_OP_KIND_ENUM_(NAME, name, launch) KILN_OP_##NAME,
   KILN_OP_KINDS(KILN_OP_KIND_ENUM_)
@@ -121,7 +122,8 @@ static inline bool kiln_backend_op_is_elementwise(kiln_op_kind_t kind) {
   case KILN_OP_ACCUMULATE:
   case KILN_OP_SGD_UPDATE:
   case KILN_OP_ADAM_UPDATE:
-  case KILN_OP_WHERE: return true;
+  case KILN_OP_WHERE:
+  case KILN_OP_COMPARE: return true;
   default: return false;
   }
 }
@@ -189,8 +191,11 @@ typedef struct kiln_op_t {
    *   derivative formula of kernels/ops.def.
    * BINARY (binary.op, a kiln_binary_op_t): in[0], in[1] of out's dtype.
    *   BINARY_SCALAR: in[0] (op) binary.scalar.
-   * WHERE: in[0] the condition (f32 or i32), in[1] a and in[2] b of out's
+   * WHERE: in[0] the condition (any dtype), in[1] a and in[2] b of out's
    *   dtype: out = in[0] != 0 ? a : b (a NaN condition is nonzero).
+   * COMPARE (binary.op, a kiln_compare_op_t): in[0], in[1] of one dtype,
+   *   out bool (1 where it holds): the KILN_COMPARE formula of
+   *   kernels/ops.def, in the dtype's compute type (f32 for f16/bf16).
    * MATMUL: row-major BLAS convention, per batch b (batch >= 1):
    *   C[b] (m x n, ldc) = op(A[b]) (m x k) @ op(B[b]) (k x n); A[b] starts
    *   at in[0].offset + b*stride_a (stride_a 0 broadcasts); !trans_a:
@@ -496,6 +501,54 @@ static inline const char *kiln_backend_op_kind_name(kiln_op_kind_t kind) {
 #undef KILN_BACKEND_KIND_NAME_
   default: return "?";
   }
+}
+
+/* The FORMULA part of a kernel name (the kernels/ops.def row: "ADD",
+ * "EXP", "LESS") for the formula kinds (UNARY, UNARY_BACKWARD, BINARY,
+ * BINARY_SCALAR, COMPARE), with its index + 1 in *out_index (a key for
+ * kernel caches); NULL and 0 for the other kinds, "?" for a bad op. */
+static inline const char *kiln_backend_formula_name(const kiln_op_t *op, int *out_index) {
+  int index = -1, count = 0;
+  const char *name = "?";
+  switch (op->kind) {
+  case KILN_OP_UNARY:
+  case KILN_OP_UNARY_BACKWARD:
+    index = op->u.unary.op;
+    count = KILN_UNARY_COUNT_;
+    switch (index) {
+#define KILN_BACKEND_FORMULA_(NAME, name_) case KILN_UNARY_##NAME: name = #NAME; break;
+      KILN_UNARY_OPS(KILN_BACKEND_FORMULA_)
+#undef KILN_BACKEND_FORMULA_
+    default: break;
+    }
+    break;
+  case KILN_OP_BINARY:
+  case KILN_OP_BINARY_SCALAR:
+    index = op->u.binary.op;
+    count = KILN_BINARY_COUNT_;
+    switch (index) {
+#define KILN_BACKEND_FORMULA_(NAME, name_) case KILN_BINARY_##NAME: name = #NAME; break;
+      KILN_BINARY_OPS(KILN_BACKEND_FORMULA_)
+#undef KILN_BACKEND_FORMULA_
+    default: break;
+    }
+    break;
+  case KILN_OP_COMPARE:
+    index = op->u.binary.op;
+    count = KILN_COMPARE_COUNT_;
+    switch (index) {
+#define KILN_BACKEND_FORMULA_(NAME, name_) case KILN_COMPARE_##NAME: name = #NAME; break;
+      KILN_COMPARE_OPS(KILN_BACKEND_FORMULA_)
+#undef KILN_BACKEND_FORMULA_
+    default: break;
+    }
+    break;
+  default:
+    if (out_index) *out_index = 0;
+    return NULL;
+  }
+  if (out_index) *out_index = index >= 0 && index < count ? index + 1 : 0;
+  return name;
 }
 
 static inline const char *kiln_backend_dtype_name(kiln_dtype_t dtype) {

@@ -6,32 +6,48 @@
 
 /* ---- what the op table says about dtypes --------------------------------------- */
 
-/* Every op of tensor.h must have an f32 formula: a missing one leaves its
- * enumerator undeclared below and the build fails here. */
+/* Every op of tensor.h must have a float formula, and every comparison a
+ * row: a missing one leaves its enumerator undeclared below and the build
+ * fails here. */
 enum {
-#define KILN_UNARY_F32(NAME, expr) kiln_unary_f32_##NAME = 1,
-#define KILN_BINARY_F32(NAME, expr) kiln_binary_f32_##NAME = 1,
+#define KILN_UNARY_FLOAT(NAME, expr) kiln_unary_float_##NAME = 1,
+#define KILN_BINARY_FLOAT(NAME, expr) kiln_binary_float_##NAME = 1,
+#define KILN_COMPARE(NAME, expr) kiln_compare_row_##NAME = 1,
 #include "kernels/ops.def"
-  kiln_ops_def_f32_end_
+  kiln_ops_def_float_end_
 };
 #define KILN_CHECK_UNARY_(NAME, name) \
-  _Static_assert(kiln_unary_f32_##NAME, "unary " #name " has no f32 formula in kernels/ops.def");
+  _Static_assert(kiln_unary_float_##NAME, "unary " #name " has no float formula in kernels/ops.def");
 KILN_UNARY_OPS(KILN_CHECK_UNARY_)
 #undef KILN_CHECK_UNARY_
 #define KILN_CHECK_BINARY_(NAME, name) \
-  _Static_assert(kiln_binary_f32_##NAME, "binary " #name " has no f32 formula in kernels/ops.def");
+  _Static_assert(kiln_binary_float_##NAME, "binary " #name " has no float formula in kernels/ops.def");
 KILN_BINARY_OPS(KILN_CHECK_BINARY_)
 #undef KILN_CHECK_BINARY_
+#define KILN_CHECK_COMPARE_(NAME, name) \
+  _Static_assert(kiln_compare_row_##NAME, "comparison " #name " has no row in kernels/ops.def");
+KILN_COMPARE_OPS(KILN_CHECK_COMPARE_)
+#undef KILN_CHECK_COMPARE_
 
-static const bool unary_i32[KILN_UNARY_COUNT_] = {
-#define KILN_UNARY_I32(NAME, expr) [KILN_UNARY_##NAME] = true,
+/* The dtypes each op takes, from the families that have its row: every
+ * float dtype, and the integers where it has an integer formula. */
+static const uint32_t unary_dtypes[KILN_UNARY_COUNT_] = {
+#define KILN_UNARY_FLOAT(NAME, expr) [KILN_UNARY_##NAME] = KILN__DT_FLOAT,
+#include "kernels/ops.def"
+};
+static const bool unary_int[KILN_UNARY_COUNT_] = {
+#define KILN_UNARY_INT(NAME, expr) [KILN_UNARY_##NAME] = true,
+#include "kernels/ops.def"
+};
+static const bool binary_int[KILN_BINARY_COUNT_] = {
+#define KILN_BINARY_INT(NAME, expr) [KILN_BINARY_##NAME] = true,
 #include "kernels/ops.def"
 };
 
-static const bool binary_i32[KILN_BINARY_COUNT_] = {
-#define KILN_BINARY_I32(NAME, expr) [KILN_BINARY_##NAME] = true,
-#include "kernels/ops.def"
-};
+static uint32_t unary_takes(kiln_unary_op_t op) {
+  return unary_dtypes[op] | (unary_int[op] ? KILN__DT_INTEGER : 0u);
+}
+static uint32_t binary_takes(kiln_binary_op_t op) { return KILN__DT_FLOAT | (binary_int[op] ? KILN__DT_INTEGER : 0u); }
 
 static const char *const unary_names[KILN_UNARY_COUNT_] = {
 #define KILN_UNARY_NAME_(NAME, name) [KILN_UNARY_##NAME] = #name,
@@ -44,6 +60,7 @@ static const char *const binary_names[KILN_BINARY_COUNT_] = {
     KILN_BINARY_OPS(KILN_BINARY_NAME_)
 #undef KILN_BINARY_NAME_
 };
+
 
 /* ---- shared checks ---------------------------------------------------------------- */
 
@@ -146,7 +163,7 @@ static kiln_status_t unary(const char *call, kiln_unary_op_t uop, const kiln_ten
   if ((unsigned)uop >= KILN_UNARY_COUNT_)
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: op %d is not a kiln_unary_op_t; use KILN_UNARY_NEG ... KILN_UNARY_TANH",
                            call, (int)uop);
-  status = kiln__op_need_dtype(call, unary_names[uop], "a", a, unary_i32[uop]);
+  status = kiln__op_need_dtypes(call, unary_names[uop], "a", a, unary_takes(uop));
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_UNARY;
@@ -204,6 +221,21 @@ static kiln_status_t broadcast_shape(const char *call, int count, const char *co
   return KILN_OK;
 }
 
+/* a and b converted to `dtype` where they are not of it (*ca, *cb NULL
+ * where they are); released by the caller. */
+static kiln_status_t promote_pair(const char *call, const kiln_tensor_t *a, const kiln_tensor_t *b, kiln_dtype_t dtype,
+                                  kiln_tensor_t **ca, kiln_tensor_t **cb) {
+  kiln_status_t status = KILN_OK;
+  *ca = *cb = NULL;
+  if (a->dtype != dtype) status = kiln_tensor_cast(a, dtype, ca);
+  if (status == KILN_OK && b->dtype != dtype) status = kiln_tensor_cast(b, dtype, cb);
+  if (status == KILN_OK) return KILN_OK;
+  kiln_tensor_release(*ca);
+  *ca = NULL;
+  return kiln__wrap_error(status, "%s: promoting %s and %s to %s", call, kiln_dtype_name(a->dtype),
+                          kiln_dtype_name(b->dtype), kiln_dtype_name(dtype));
+}
+
 static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_tensor_t *a, const kiln_tensor_t *b,
                             kiln_tensor_t **out);
 
@@ -215,20 +247,19 @@ static kiln_status_t binary_promoted(const char *call, kiln_binary_op_t bop, con
   kiln_dtype_t dtype;
   kiln_status_t status = kiln_result_dtype(a->dtype, b->dtype, &dtype);
   if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
-  if (dtype != KILN_F32 && !(binary_i32[bop] && dtype == KILN_I32)) {
-    const bool to_i32 = binary_i32[bop] && kiln_dtype_class(dtype) != KILN_DTYPE_CLASS_FLOAT;
+  if (!((binary_takes(bop) >> (unsigned)dtype) & 1u)) {
+    char takes[96];
+    kiln__dtypes_text(binary_takes(bop), takes, sizeof takes);
     return kiln__set_error(KILN_DTYPE_MISMATCH,
-                           "%s: %s does not support dtype %s: %s of %s and %s promotes to %s, which has no kernel "
-                           "yet; cast both to %s first (kiln_tensor_cast)",
+                           "%s: %s does not support dtype %s: %s of %s and %s promotes to %s; use %s: cast both to "
+                           "%s first (kiln_tensor_cast)",
                            call, binary_names[bop], kiln_dtype_name(dtype), binary_names[bop], kiln_dtype_name(a->dtype),
-                           kiln_dtype_name(b->dtype), kiln_dtype_name(dtype), to_i32 ? "i32" : "f32");
+                           kiln_dtype_name(b->dtype), kiln_dtype_name(dtype), takes,
+                           kiln_dtype_class(dtype) == KILN_DTYPE_CLASS_FLOAT ? "f32" : "i32");
   }
-  kiln_tensor_t *ca = NULL, *cb = NULL;
-  if (a->dtype != dtype) status = kiln_tensor_cast(a, dtype, &ca);
-  if (status == KILN_OK && b->dtype != dtype) status = kiln_tensor_cast(b, dtype, &cb);
+  kiln_tensor_t *ca, *cb;
+  status = promote_pair(call, a, b, dtype, &ca, &cb);
   if (status == KILN_OK) status = binary(call, bop, ca ? ca : a, cb ? cb : b, out);
-  else status = kiln__wrap_error(status, "%s: promoting %s and %s to %s", call, kiln_dtype_name(a->dtype),
-                                 kiln_dtype_name(b->dtype), kiln_dtype_name(dtype));
   kiln_tensor_release(ca);
   kiln_tensor_release(cb);
   return status;
@@ -253,7 +284,7 @@ static kiln_status_t binary(const char *call, kiln_binary_op_t bop, const kiln_t
   status = broadcast_shape(call, 2, names, inputs, &ndim, shape);
   if (status != KILN_OK) return status;
   if (a->dtype != b->dtype) return binary_promoted(call, bop, a, b, out);
-  status = kiln__op_need_dtype(call, binary_names[bop], "a and b", a, binary_i32[bop]);
+  status = kiln__op_need_dtypes(call, binary_names[bop], "a and b", a, binary_takes(bop));
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_BINARY;
@@ -274,7 +305,7 @@ static kiln_status_t binary_scalar(const char *call, kiln_binary_op_t bop, const
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "%s: op %d is not a kiln_binary_op_t; use KILN_BINARY_ADD ... KILN_BINARY_MINIMUM", call,
                            (int)bop);
-  status = kiln__op_need_dtype(call, binary_names[bop], "a", a, binary_i32[bop]);
+  status = kiln__op_need_dtypes(call, binary_names[bop], "a", a, binary_takes(bop));
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_BINARY_SCALAR;
@@ -296,26 +327,95 @@ kiln_status_t kiln_tensor_where(const kiln_tensor_t *cond, const kiln_tensor_t *
   if (status == KILN_OK) status = kiln__op_same_device(call, "cond", cond, "a", a);
   if (status == KILN_OK) status = kiln__op_same_device(call, "a", a, "b", b);
   if (status != KILN_OK) return status;
-  if (cond->dtype != KILN_F32 && cond->dtype != KILN_I32)
-    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: cond is %s; the condition must be f32 or i32 (nonzero is true)",
-                           call, kiln_dtype_name(cond->dtype));
-  if (a->dtype != b->dtype)
-    return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: a is %s but b is %s; convert one so both have one dtype", call,
-                           kiln_dtype_name(a->dtype), kiln_dtype_name(b->dtype));
-  status = kiln__op_need_dtype(call, "where", "a and b", a, true);
-  if (status != KILN_OK) return status;
   const char *const names[3] = {"cond", "a", "b"};
   const kiln_tensor_t *const inputs[3] = {cond, a, b};
   int ndim = 0;
   int64_t shape[KILN_MAX_DIMS];
   status = broadcast_shape(call, 3, names, inputs, &ndim, shape);
   if (status != KILN_OK) return status;
+  if (a->dtype != b->dtype) {
+    /* a and b of two dtypes: both promoted, as a binary op's operands. */
+    kiln_dtype_t dtype;
+    status = kiln_result_dtype(a->dtype, b->dtype, &dtype);
+    if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
+    kiln_tensor_t *ca, *cb;
+    status = promote_pair(call, a, b, dtype, &ca, &cb);
+    if (status == KILN_OK) status = kiln_tensor_where(cond, ca ? ca : a, cb ? cb : b, out);
+    kiln_tensor_release(ca);
+    kiln_tensor_release(cb);
+    return status;
+  }
   kiln_op_t op;
   memset(&op.u, 0, sizeof op.u);
   op.kind = KILN_OP_WHERE;
   op.n_in = 3;
   for (int i = 0; i < 3; i++) kiln__broadcast_view(inputs[i], ndim, shape, &op.in[i]);
   return kiln__op_enqueue(call, a->buffer->device, &op, a->dtype, ndim, shape, inputs, out);
+}
+
+static kiln_status_t compare(const char *call, kiln_compare_op_t cop, const kiln_tensor_t *a, const kiln_tensor_t *b,
+                             kiln_tensor_t **out) {
+  kiln_status_t status = kiln__op_need(call, "a", a);
+  if (status == KILN_OK) status = kiln__op_need(call, "b", b);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
+  if (status != KILN_OK) return status;
+  if ((unsigned)cop >= KILN_COMPARE_COUNT_)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "%s: op %d is not a kiln_compare_op_t; use KILN_COMPARE_EQUAL ... KILN_COMPARE_LOGICAL_XOR", call,
+                           (int)cop);
+  status = kiln__op_same_device(call, "a", a, "b", b);
+  if (status != KILN_OK) return status;
+  const char *const names[2] = {"a", "b"};
+  const kiln_tensor_t *const inputs[2] = {a, b};
+  int ndim = 0;
+  int64_t shape[KILN_MAX_DIMS];
+  status = broadcast_shape(call, 2, names, inputs, &ndim, shape);
+  if (status != KILN_OK) return status;
+  if (a->dtype != b->dtype) {
+    kiln_dtype_t dtype;
+    status = kiln_result_dtype(a->dtype, b->dtype, &dtype);
+    if (status != KILN_OK) return kiln__wrap_error(status, "%s", call);
+    kiln_tensor_t *ca, *cb;
+    status = promote_pair(call, a, b, dtype, &ca, &cb);
+    if (status == KILN_OK) status = compare(call, cop, ca ? ca : a, cb ? cb : b, out);
+    kiln_tensor_release(ca);
+    kiln_tensor_release(cb);
+    return status;
+  }
+  kiln_op_t op;
+  memset(&op.u, 0, sizeof op.u);
+  op.kind = KILN_OP_COMPARE;
+  op.n_in = 2;
+  op.u.binary.op = cop;
+  kiln__broadcast_view(a, ndim, shape, &op.in[0]);
+  kiln__broadcast_view(b, ndim, shape, &op.in[1]);
+  return kiln__op_enqueue(call, a->buffer->device, &op, KILN_BOOL, ndim, shape, inputs, out);
+}
+
+kiln_status_t kiln_tensor_compare(kiln_compare_op_t op, const kiln_tensor_t *a, const kiln_tensor_t *b,
+                                  kiln_tensor_t **out) {
+  return compare("kiln_tensor_compare", op, a, b, out);
+}
+
+#define KILN_COMPARE_DEF_(NAME, name)                                                                     \
+  kiln_status_t kiln_tensor_##name(const kiln_tensor_t *a, const kiln_tensor_t *b, kiln_tensor_t **out) { \
+    return compare("kiln_tensor_" #name, KILN_COMPARE_##NAME, a, b, out);                                 \
+  }
+KILN_COMPARE_OPS(KILN_COMPARE_DEF_)
+#undef KILN_COMPARE_DEF_
+
+kiln_status_t kiln_tensor_logical_not(const kiln_tensor_t *a, kiln_tensor_t **out) {
+  static const char call[] = "kiln_tensor_logical_not";
+  kiln_status_t status = kiln__op_need(call, "a", a);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
+  if (status != KILN_OK) return status;
+  /* a == 0, the zero a 0-d tensor of a's dtype broadcast over a. */
+  kiln_tensor_t *zero = NULL;
+  status = kiln_tensor_zeros(a->buffer->device, a->dtype, 0, NULL, &zero);
+  if (status == KILN_OK) status = compare(call, KILN_COMPARE_EQUAL, a, zero, out);
+  else status = kiln__wrap_error(status, "%s", call);
+  kiln_tensor_release(zero);
+  return status;
 }
 
 kiln_status_t kiln_tensor_unary(kiln_unary_op_t op, const kiln_tensor_t *a, kiln_tensor_t **out) {

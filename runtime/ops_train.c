@@ -8,7 +8,7 @@
 /* Every unary op of tensor.h must have a derivative next to its formula: a
  * missing one leaves its enumerator undeclared below and the build fails. */
 enum {
-#define KILN_UNARY_GRAD_F32(NAME, expr) kiln_unary_grad_##NAME = 1,
+#define KILN_UNARY_GRAD_FLOAT(NAME, expr) kiln_unary_grad_##NAME = 1,
 #include "kernels/ops.def"
   kiln_ops_def_grad_end_
 };

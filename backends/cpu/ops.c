@@ -68,5 +68,6 @@ const kiln_op_entry_t kiln_cpu_ops[] = {
     ROW(SGD_UPDATE, "native", NULL, sgd_update),
     ROW(ADAM_UPDATE, "native", NULL, adam_update),
     ROW(WHERE, "native", NULL, where),
+    ROW(COMPARE, "native", NULL, compare),
     KILN_OP_TABLE_END,
 };

@@ -139,30 +139,10 @@ kiln_status_t kiln_cuda_kernel(kiln_backend_device_t *device, const char *name, 
   return find(device, name_key(name), name, out);
 }
 
-/* The FORMULA of the kinds that have one: the kernels/ops.def row. */
-static const char *formula_name(const kiln_op_t *op, int *out_index) {
-  static const char *const unary[] = {
-#define KILN_CUDA_NAME_(NAME, name) #NAME,
-      KILN_UNARY_OPS(KILN_CUDA_NAME_)};
-  static const char *const binary[] = {KILN_BINARY_OPS(KILN_CUDA_NAME_)};
-#undef KILN_CUDA_NAME_
-  switch (op->kind) {
-  case KILN_OP_UNARY:
-  case KILN_OP_UNARY_BACKWARD:
-    *out_index = op->u.unary.op + 1;
-    return (size_t)op->u.unary.op < sizeof unary / sizeof unary[0] ? unary[op->u.unary.op] : "?";
-  case KILN_OP_BINARY:
-  case KILN_OP_BINARY_SCALAR:
-    *out_index = op->u.binary.op + 1;
-    return (size_t)op->u.binary.op < sizeof binary / sizeof binary[0] ? binary[op->u.binary.op] : "?";
-  default: *out_index = 0; return NULL;
-  }
-}
-
 kiln_status_t kiln_cuda_kind_kernel(kiln_backend_device_t *device, const kiln_op_t *op,
                                     const kiln_cuda_function_t **out) {
   int formula;
-  const char *fname = formula_name(op, &formula);
+  const char *fname = kiln_backend_formula_name(op, &formula);
   const uint64_t in_dtype = op->n_in > 0 ? (uint64_t)op->in[0].dtype + 1 : 0;
   const uint64_t key = KIND_KEY_ | (uint64_t)op->kind | (uint64_t)formula << 8 | in_dtype << 16 |
                        (uint64_t)op->out.dtype << 24;

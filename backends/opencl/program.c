@@ -403,32 +403,11 @@ static int program_of_kind(const char *kind) {
   return -1;
 }
 
-/* kernels/ops.def's row names, for the formula kinds' kernel names. */
-static const char *formula_name(const kiln_op_t *op) {
-  static const char *const unary[] = {
-#define KILN_CL_NAME_(NAME, name) #NAME,
-      KILN_UNARY_OPS(KILN_CL_NAME_)};
-  static const char *const binary[] = {KILN_BINARY_OPS(KILN_CL_NAME_)
-#undef KILN_CL_NAME_
-  };
-  switch (op->kind) {
-  case KILN_OP_UNARY:
-  case KILN_OP_UNARY_BACKWARD:
-    return (unsigned)op->u.unary.op < KILN_UNARY_COUNT_ ? unary[op->u.unary.op] : "?";
-  case KILN_OP_BINARY:
-  case KILN_OP_BINARY_SCALAR:
-    return (unsigned)op->u.binary.op < KILN_BINARY_COUNT_ ? binary[op->u.binary.op] : "?";
-  default: return NULL;
-  }
-}
-
 kiln_status_t kiln_cl_op_kernel(kiln_backend_device_t *device, const kiln_op_t *op,
                                 const kiln_cl_kernel_entry_t **out_entry) {
-  const char *formula = formula_name(op);
-  const uint32_t f = formula ? (uint32_t)(op->kind == KILN_OP_UNARY || op->kind == KILN_OP_UNARY_BACKWARD
-                                              ? op->u.unary.op
-                                              : op->u.binary.op) + 1u
-                             : 0u;
+  int formula_index;
+  const char *formula = kiln_backend_formula_name(op, &formula_index);
+  const uint32_t f = (uint32_t)formula_index;
   const uint32_t in_dtype = op->n_in > 0 ? (uint32_t)op->in[0].dtype + 1u : 0u;
   const uint32_t key = ((uint32_t)op->kind + 1u) | (f & 0xffu) << 8 | (in_dtype & 0xffu) << 16 |
                        ((uint32_t)op->out.dtype & 0xffu) << 24;

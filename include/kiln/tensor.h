@@ -121,6 +121,20 @@ typedef enum kiln_binary_op_t {
   KILN_BINARY_COUNT_
 } kiln_binary_op_t;
 
+/* Comparisons and logical operations: (a, b) of one dtype -> bool. The
+ * Array API's names. */
+#define KILN_COMPARE_OPS(X)                                                                               \
+  X(EQUAL, equal) X(NOT_EQUAL, not_equal) X(LESS, less) X(LESS_EQUAL, less_equal) X(GREATER, greater)     \
+  X(GREATER_EQUAL, greater_equal) X(LOGICAL_AND, logical_and) X(LOGICAL_OR, logical_or)                   \
+  X(LOGICAL_XOR, logical_xor)
+
+typedef enum kiln_compare_op_t {
+#define KILN_COMPARE_ENUM_(NAME, name) KILN_COMPARE_##NAME,
+  KILN_COMPARE_OPS(KILN_COMPARE_ENUM_)
+#undef KILN_COMPARE_ENUM_
+  KILN_COMPARE_COUNT_
+} kiln_compare_op_t;
+
 /* Conventions for every function below:
  * - Operations are enqueued on the current queue of the operands' device
  *   (kiln_device_current_queue) and return at once; the result is a new tensor
@@ -264,6 +278,21 @@ KILN_UNARY_OPS(KILN_UNARY_DECL_)
                                             kiln_tensor_t **out);
 KILN_BINARY_OPS(KILN_BINARY_DECL_)
 #undef KILN_BINARY_DECL_
+
+/* a (op) b elementwise into a bool tensor (1 where it holds), for every
+ * dtype: operands of two dtypes are promoted first (kiln_result_dtype), and
+ * broadcast as binary ops are. Floats compare as IEEE does (NaN is unequal
+ * to everything, so not_equal holds for it); the logical operations take
+ * nonzero as true (NaN is true). f16 and bf16 compare exactly (through
+ * f32). */
+kiln_status_t kiln_tensor_compare(kiln_compare_op_t op, const kiln_tensor_t *a, const kiln_tensor_t *b,
+                                  kiln_tensor_t **out);
+#define KILN_COMPARE_DECL_(NAME, name) \
+  kiln_status_t kiln_tensor_##name(const kiln_tensor_t *a, const kiln_tensor_t *b, kiln_tensor_t **out);
+KILN_COMPARE_OPS(KILN_COMPARE_DECL_)
+#undef KILN_COMPARE_DECL_
+/* a == 0 into a bool tensor (NaN is true, so not NaN's negation). */
+kiln_status_t kiln_tensor_logical_not(const kiln_tensor_t *a, kiln_tensor_t **out);
 
 /* The values of `a` converted to `dtype`, any dtype to any dtype, by one
  * rule on every device (bit-exact; kernels/dtype_convert.h):

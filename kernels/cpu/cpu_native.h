@@ -39,6 +39,16 @@ static inline int32_t kiln_cpu_double_to_i32(double v) {
   return (int32_t)v;
 }
 
+/* ---- f16 and bf16 in runs (convert16.c) -----------------------------------------
+ * n elements, the 16-bit side every `stride` elements (0: one element
+ * repeated) when reading, contiguous when writing; f32 -> 16 bits rounds to
+ * nearest even. The same bits as kernels/dtype_convert.h's functions, faster
+ * (F16C where the CPU has it, loops the compiler vectorises). */
+void kiln_cpu_f16_to_f32_n(const uint16_t *in, int64_t stride, float *out, int64_t n);
+void kiln_cpu_bf16_to_f32_n(const uint16_t *in, int64_t stride, float *out, int64_t n);
+void kiln_cpu_f32_to_f16_n(const float *in, uint16_t *out, int64_t n);
+void kiln_cpu_f32_to_bf16_n(const float *in, uint16_t *out, int64_t n);
+
 /* ---- walking strided views --------------------------------------------------
  * An output of `ndim` dims (contiguous) and up to two strided inputs, as the
  * core merged them (runtime/backend.h), row by row along the innermost. */

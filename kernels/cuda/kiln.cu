@@ -148,19 +148,22 @@ template <typename TIN, typename TOUT, int N, typename F> __device__ __forceinli
   }
 }
 
-/* The formulas of kernels/ops.def as functors of (op, first, second). */
+/* The formulas of kernels/ops.def as functors of (op, first, second); the
+ * integer formulas name their type IT and wrap through UT. */
+#define KILN_IT_UT_(T) typedef T IT; typedef unsigned UT; (void)sizeof(IT); (void)sizeof(UT);
 #define KILN_UNARY_FN_(T, TNAME, NAME, expr)                                                       \
   struct kiln_unary_##NAME##_##TNAME {                                                             \
-    static __device__ __forceinline__ T f(const kiln_kop_t &, const T x, const T) { return (expr); } \
+    static __device__ __forceinline__ T f(const kiln_kop_t &, const T x, const T) { KILN_IT_UT_(T) return (expr); } \
   };                                                                                               \
   KILN_INSTANCE(kiln_unary_##NAME##_##TNAME##_##TNAME, kiln_map<T, T, 1, kiln_unary_##NAME##_##TNAME>)
 #define KILN_BINARY_FN_(T, TNAME, NAME, expr)                                                      \
   struct kiln_binary_##NAME##_##TNAME {                                                            \
-    static __device__ __forceinline__ T f(const kiln_kop_t &, const T a, const T b) { return (expr); } \
+    static __device__ __forceinline__ T f(const kiln_kop_t &, const T a, const T b) { KILN_IT_UT_(T) return (expr); } \
   };                                                                                               \
   struct kiln_binary_scalar_##NAME##_##TNAME {                                                     \
     static __device__ __forceinline__ T f(const kiln_kop_t &op, const T a, const T) {              \
       const T b = kiln_scalar<T>(op.u.binary.scalar);                                              \
+      KILN_IT_UT_(T)                                                                               \
       return (expr);                                                                               \
     }                                                                                              \
   };                                                                                               \
@@ -179,11 +182,11 @@ template <typename TIN, typename TOUT, int N, typename F> __device__ __forceinli
   KILN_INSTANCE(kiln_unary_backward_##NAME##_##TNAME##_##TNAME,                                     \
                 kiln_map<T, T, 2, kiln_unary_backward_##NAME##_##TNAME>)
 
-#define KILN_UNARY_F32(NAME, expr) KILN_UNARY_FN_(float, f32, NAME, expr)
-#define KILN_UNARY_I32(NAME, expr) KILN_UNARY_FN_(int, i32, NAME, expr)
-#define KILN_BINARY_F32(NAME, expr) KILN_BINARY_FN_(float, f32, NAME, expr)
-#define KILN_BINARY_I32(NAME, expr) KILN_BINARY_FN_(int, i32, NAME, expr)
-#define KILN_UNARY_GRAD_F32(NAME, expr) KILN_UNARY_GRAD_FN_(float, f32, NAME, expr)
+#define KILN_UNARY_FLOAT(NAME, expr) KILN_UNARY_FN_(float, f32, NAME, expr)
+#define KILN_UNARY_INT(NAME, expr) KILN_UNARY_FN_(int, i32, NAME, expr)
+#define KILN_BINARY_FLOAT(NAME, expr) KILN_BINARY_FN_(float, f32, NAME, expr)
+#define KILN_BINARY_INT(NAME, expr) KILN_BINARY_FN_(int, i32, NAME, expr)
+#define KILN_UNARY_GRAD_FLOAT(NAME, expr) KILN_UNARY_GRAD_FN_(float, f32, NAME, expr)
 #include "ops.def"
 
 /* ---- dtype-dispatched kinds: CAST and WHERE ------------------------------------- */

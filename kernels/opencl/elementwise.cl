@@ -14,6 +14,8 @@
 
 #define KILN_CL_UNARY_(T, TN, NAME, expr)                                                          \
   KILN_CL_KERNEL(unary_##NAME##_##TN##_##TN) {                                                     \
+    typedef T IT;                                                                                  \
+    typedef uint UT;                                                                               \
     __global T *out = KILN_CL_OUT(T);                                                              \
     __global const T *in = KILN_CL_IN(T, 0);                                                       \
     if (op.ndim == 0) {                                                                            \
@@ -31,6 +33,8 @@
 
 #define KILN_CL_BINARY_(T, TN, NAME, expr)                                                         \
   KILN_CL_KERNEL(binary_##NAME##_##TN##_##TN) {                                                    \
+    typedef T IT;                                                                                  \
+    typedef uint UT;                                                                               \
     __global T *out = KILN_CL_OUT(T);                                                              \
     __global const T *in0 = KILN_CL_IN(T, 0), *in1 = KILN_CL_IN(T, 1);                             \
     if (op.ndim == 0) {                                                                            \
@@ -48,6 +52,8 @@
     }                                                                                              \
   }                                                                                                \
   KILN_CL_KERNEL(binary_scalar_##NAME##_##TN##_##TN) {                                             \
+    typedef T IT;                                                                                  \
+    typedef uint UT;                                                                               \
     __global T *out = KILN_CL_OUT(T);                                                              \
     __global const T *in0 = KILN_CL_IN(T, 0);                                                      \
     const T b = KILN_CL_SCALAR_##TN(op.u.binary.scalar);                                           \
@@ -97,11 +103,11 @@
     }                                                                                              \
   }
 
-#define KILN_UNARY_F32(NAME, expr) KILN_CL_UNARY_(float, f32, NAME, expr)
-#define KILN_UNARY_I32(NAME, expr) KILN_CL_UNARY_(int, i32, NAME, expr)
-#define KILN_BINARY_F32(NAME, expr) KILN_CL_BINARY_(float, f32, NAME, expr)
-#define KILN_BINARY_I32(NAME, expr) KILN_CL_BINARY_(int, i32, NAME, expr)
-#define KILN_UNARY_GRAD_F32(NAME, expr) KILN_CL_UNARY_GRAD_(NAME, expr)
+#define KILN_UNARY_FLOAT(NAME, expr) KILN_CL_UNARY_(float, f32, NAME, expr)
+#define KILN_UNARY_INT(NAME, expr) KILN_CL_UNARY_(int, i32, NAME, expr)
+#define KILN_BINARY_FLOAT(NAME, expr) KILN_CL_BINARY_(float, f32, NAME, expr)
+#define KILN_BINARY_INT(NAME, expr) KILN_CL_BINARY_(int, i32, NAME, expr)
+#define KILN_UNARY_GRAD_FLOAT(NAME, expr) KILN_CL_UNARY_GRAD_(NAME, expr)
 #include "ops.def"
 
 /* WHERE: out = cond != 0 ? a : b (NaN is nonzero, -0.0 is not), the
