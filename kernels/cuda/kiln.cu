@@ -23,12 +23,23 @@
 
 /* ---- the shared op table and Philox ---------------------------------------- */
 
-#define KILN_F_EXP(x) expf(x)
-#define KILN_F_LOG(x) logf(x)
-#define KILN_F_SQRT(x) sqrtf(x)
-#define KILN_F_TANH(x) tanhf(x)
-#define KILN_F_FABS(x) fabsf(x)
-#define KILN_F_COS(x) cosf(x)
+/* The math of kernels/ops.def and philox.h, for float and double. */
+#define KILN_MATH_(name, f, d)                                                                      \
+  __device__ __forceinline__ float name(float x) { return f(x); }                                   \
+  __device__ __forceinline__ double name(double x) { return d(x); }
+KILN_MATH_(kiln_m_exp, expf, exp)
+KILN_MATH_(kiln_m_log, logf, log)
+KILN_MATH_(kiln_m_sqrt, sqrtf, sqrt)
+KILN_MATH_(kiln_m_tanh, tanhf, tanh)
+KILN_MATH_(kiln_m_fabs, fabsf, fabs)
+KILN_MATH_(kiln_m_cos, cosf, cos)
+#undef KILN_MATH_
+#define KILN_F_EXP(x) kiln_m_exp(x)
+#define KILN_F_LOG(x) kiln_m_log(x)
+#define KILN_F_SQRT(x) kiln_m_sqrt(x)
+#define KILN_F_TANH(x) kiln_m_tanh(x)
+#define KILN_F_FABS(x) kiln_m_fabs(x)
+#define KILN_F_COS(x) kiln_m_cos(x)
 
 #define KILN_U32 unsigned int
 #define KILN_U64 unsigned long long
@@ -110,91 +121,10 @@ __device__ __forceinline__ bool kiln_nonzero(kiln_f16_t x) { return (x.bits & 0x
 __device__ __forceinline__ bool kiln_nonzero(kiln_bf16_t x) { return (x.bits & 0x7fffu) != 0; }
 __device__ __forceinline__ bool kiln_nonzero(kiln_bool_t x) { return x.bits != 0; }
 
-/* The core's scalar in each formula's type (kernels/kop.h). */
-template <typename T> __device__ __forceinline__ T kiln_scalar(const kiln_scalar_t &s);
-template <> __device__ __forceinline__ float kiln_scalar<float>(const kiln_scalar_t &s) { return s.f32; }
-template <> __device__ __forceinline__ int kiln_scalar<int>(const kiln_scalar_t &s) { return s.i32; }
-
-/* ---- elementwise --------------------------------------------------------------- */
-
-/* Offsets of element i of out (contiguous, of op.shape) in the first N
- * inputs, walked by their strides (0 where broadcast). */
-template <int N> __device__ __forceinline__ void kiln_offsets(const kiln_kop_t &op, int64_t i, int64_t (&o)[N]) {
-#pragma unroll
-  for (int j = 0; j < N; j++) o[j] = 0;
-  for (int d = op.ndim - 1; d >= 0; d--) {
-    const int64_t extent = op.shape[d];
-    const int64_t coord = i % extent;
-    i /= extent;
-#pragma unroll
-    for (int j = 0; j < N; j++) o[j] += coord * op.in[j].strides[d];
-  }
-}
-
-/* The walk of every elementwise kernel: out[i] = F::f(the elements of the
- * N inputs for i), one contiguous run when ndim is 0 (the fast path). */
-template <typename TIN, typename TOUT, int N, typename F> __device__ __forceinline__ void kiln_map(const kiln_kop_t &op) {
-  const TIN *__restrict__ in0 = (const TIN *)op.in[0].addr;
-  const TIN *__restrict__ in1 = (const TIN *)op.in[N > 1 ? 1 : 0].addr;
-  TOUT *__restrict__ out = (TOUT *)op.out.addr;
-  if (op.ndim == 0) {
-    KILN_FOR_EACH(i, op.n) out[i] = F::f(op, in0[i], N > 1 ? in1[i] : in0[i]);
-  } else {
-    KILN_FOR_EACH(i, op.n) {
-      int64_t o[N];
-      kiln_offsets<N>(op, i, o);
-      out[i] = F::f(op, in0[o[0]], N > 1 ? in1[o[N - 1]] : in0[o[0]]);
-    }
-  }
-}
-
-/* The formulas of kernels/ops.def as functors of (op, first, second); the
- * integer formulas name their type IT and wrap through UT. */
-#define KILN_IT_UT_(T) typedef T IT; typedef unsigned UT; (void)sizeof(IT); (void)sizeof(UT);
-#define KILN_UNARY_FN_(T, TNAME, NAME, expr)                                                       \
-  struct kiln_unary_##NAME##_##TNAME {                                                             \
-    static __device__ __forceinline__ T f(const kiln_kop_t &, const T x, const T) { KILN_IT_UT_(T) return (expr); } \
-  };                                                                                               \
-  KILN_INSTANCE(kiln_unary_##NAME##_##TNAME##_##TNAME, kiln_map<T, T, 1, kiln_unary_##NAME##_##TNAME>)
-#define KILN_BINARY_FN_(T, TNAME, NAME, expr)                                                      \
-  struct kiln_binary_##NAME##_##TNAME {                                                            \
-    static __device__ __forceinline__ T f(const kiln_kop_t &, const T a, const T b) { KILN_IT_UT_(T) return (expr); } \
-  };                                                                                               \
-  struct kiln_binary_scalar_##NAME##_##TNAME {                                                     \
-    static __device__ __forceinline__ T f(const kiln_kop_t &op, const T a, const T) {              \
-      const T b = kiln_scalar<T>(op.u.binary.scalar);                                              \
-      KILN_IT_UT_(T)                                                                               \
-      return (expr);                                                                               \
-    }                                                                                              \
-  };                                                                                               \
-  KILN_INSTANCE(kiln_binary_##NAME##_##TNAME##_##TNAME, kiln_map<T, T, 2, kiln_binary_##NAME##_##TNAME>) \
-  KILN_INSTANCE(kiln_binary_scalar_##NAME##_##TNAME##_##TNAME,                                      \
-                kiln_map<T, T, 1, kiln_binary_scalar_##NAME##_##TNAME>)
-/* UNARY_BACKWARD: dx = dy * f'(x), x (in[0]) and dy (in[1]) walked as a
- * binary op's inputs. */
-#define KILN_UNARY_GRAD_FN_(T, TNAME, NAME, expr)                                                  \
-  struct kiln_unary_backward_##NAME##_##TNAME {                                                    \
-    static __device__ __forceinline__ T f(const kiln_kop_t &, const T x, const T dy) {             \
-      (void)x; /* NEG's derivative does not read it */                                             \
-      return (expr);                                                                               \
-    }                                                                                              \
-  };                                                                                               \
-  KILN_INSTANCE(kiln_unary_backward_##NAME##_##TNAME##_##TNAME,                                     \
-                kiln_map<T, T, 2, kiln_unary_backward_##NAME##_##TNAME>)
-
-#define KILN_UNARY_FLOAT(NAME, expr) KILN_UNARY_FN_(float, f32, NAME, expr)
-#define KILN_UNARY_INT(NAME, expr) KILN_UNARY_FN_(int, i32, NAME, expr)
-#define KILN_BINARY_FLOAT(NAME, expr) KILN_BINARY_FN_(float, f32, NAME, expr)
-#define KILN_BINARY_INT(NAME, expr) KILN_BINARY_FN_(int, i32, NAME, expr)
-#define KILN_UNARY_GRAD_FLOAT(NAME, expr) KILN_UNARY_GRAD_FN_(float, f32, NAME, expr)
-#include "ops.def"
-
-/* ---- dtype-dispatched kinds: CAST and WHERE ------------------------------------- */
-
-/* CAST and WHERE read and write every dtype pair: one kernel each, the
- * dtypes read from the record (a uniform branch per element, against 90 or
- * 100 instantiations that would multiply nvcc's time and the fatbin for
- * memory-bound kernels). The switches come from KILN_CUDA_DTYPES, whose
+/* CAST, WHERE and COMPARE read and write every dtype (pair): one kernel
+ * each (per formula), the dtypes read from the record (a uniform branch
+ * per element, against 90 or 100 instantiations each that would multiply
+ * nvcc's time and the fatbin, for memory-bound kernels). The switches come from KILN_CUDA_DTYPES, whose
  * order is include/kiln/tensor.h's KILN_DTYPES (the kiln_dtype_t values). */
 enum {
 #define KILN_DT_ENUM_(NAME, DC, T, CARRIER, BITS, P) KILN_CUDA_DT_##NAME,
@@ -252,6 +182,164 @@ __device__ __forceinline__ int kiln_dtype_bytes(int dtype) {
   default: return 0;
   }
 }
+
+/* ---- elementwise --------------------------------------------------------------- */
+
+/* Offsets of element i of out (contiguous, of op.shape) in the first N
+ * inputs, walked by their strides (0 where broadcast). */
+template <int N> __device__ __forceinline__ void kiln_offsets(const kiln_kop_t &op, int64_t i, int64_t (&o)[N]) {
+#pragma unroll
+  for (int j = 0; j < N; j++) o[j] = 0;
+  for (int d = op.ndim - 1; d >= 0; d--) {
+    const int64_t extent = op.shape[d];
+    const int64_t coord = i % extent;
+    i /= extent;
+#pragma unroll
+    for (int j = 0; j < N; j++) o[j] += coord * op.in[j].strides[d];
+  }
+}
+
+/* The compute type of each storage type (kernels/ops.def's rule): f16 and
+ * bf16 compute in f32, loaded exactly and stored rounded once to nearest
+ * even; every other dtype is its own. */
+template <typename T> struct kiln_cx {
+  typedef T type;
+  static __device__ __forceinline__ T in(const T x) { return x; }
+  static __device__ __forceinline__ T out(const T c) { return c; }
+};
+template <> struct kiln_cx<kiln_f16_t> {
+  typedef float type;
+  static __device__ __forceinline__ float in(const kiln_f16_t x) { return kiln_dc_f16_to_f32(x.bits); }
+  static __device__ __forceinline__ kiln_f16_t out(const float c) { return kiln_store<kiln_f16_t>::from((kiln_f64)c); }
+};
+template <> struct kiln_cx<kiln_bf16_t> {
+  typedef float type;
+  static __device__ __forceinline__ float in(const kiln_bf16_t x) { return kiln_dc_bf16_to_f32(x.bits); }
+  static __device__ __forceinline__ kiln_bf16_t out(const float c) { return kiln_store<kiln_bf16_t>::from((kiln_f64)c); }
+};
+
+/* The walk of every elementwise kernel: out[i] = F::f(the elements of the
+ * N inputs for i, in their compute type), one contiguous run when ndim is
+ * 0 (the fast path). */
+template <typename TIN, typename TOUT, int N, typename F> __device__ __forceinline__ void kiln_map(const kiln_kop_t &op) {
+  typedef kiln_cx<TIN> CI;
+  typedef kiln_cx<TOUT> CO;
+  const TIN *__restrict__ in0 = (const TIN *)op.in[0].addr;
+  const TIN *__restrict__ in1 = (const TIN *)op.in[N > 1 ? 1 : 0].addr;
+  TOUT *__restrict__ out = (TOUT *)op.out.addr;
+  if (op.ndim == 0) {
+    KILN_FOR_EACH(i, op.n) out[i] = CO::out(F::f(op, CI::in(in0[i]), CI::in(N > 1 ? in1[i] : in0[i])));
+  } else {
+    KILN_FOR_EACH(i, op.n) {
+      int64_t o[N];
+      kiln_offsets<N>(op, i, o);
+      out[i] = CO::out(F::f(op, CI::in(in0[o[0]]), CI::in(N > 1 ? in1[o[N - 1]] : in0[o[0]])));
+    }
+  }
+}
+
+/* The core's scalar (kernels/kop.h) in a formula's compute type: f32 for
+ * f32, f16 and bf16, the value for f64, its bits for the integers. */
+template <typename T> __device__ __forceinline__ typename kiln_cx<T>::type kiln_scalar(const kiln_scalar_t &s) {
+  return (T)s.bits;
+}
+template <> __device__ __forceinline__ float kiln_scalar<float>(const kiln_scalar_t &s) { return s.f32; }
+template <> __device__ __forceinline__ float kiln_scalar<kiln_f16_t>(const kiln_scalar_t &s) { return s.f32; }
+template <> __device__ __forceinline__ float kiln_scalar<kiln_bf16_t>(const kiln_scalar_t &s) { return s.f32; }
+template <> __device__ __forceinline__ double kiln_scalar<double>(const kiln_scalar_t &s) { return s.value; }
+
+/* UT of the integer formulas: unsigned, at least 32 bits and IT's width. */
+template <bool WIDE> struct kiln_ut_ { typedef kiln_u32 type; };
+template <> struct kiln_ut_<true> { typedef kiln_u64 type; };
+
+/* The formulas of kernels/ops.def as functors of (op, first, second) in
+ * the compute type C of storage type T; the integer formulas name their
+ * type IT and wrap through UT. u8's `x < 0` is always false, on purpose. */
+#if defined(__CUDACC__)
+#pragma nv_diag_suppress 186, 514
+#else
+#pragma GCC diagnostic ignored "-Wtype-limits"
+#endif
+#define KILN_IT_UT_(C)                                                                              \
+  typedef C IT;                                                                                     \
+  typedef kiln_ut_<(sizeof(C) > 4)>::type UT;                                                       \
+  (void)sizeof(IT);                                                                                 \
+  (void)sizeof(UT);
+#define KILN_UNARY_FN_(TNAME, T, NAME, expr)                                                       \
+  struct kiln_unary_##NAME##_##TNAME {                                                             \
+    typedef kiln_cx<T>::type C;                                                                    \
+    static __device__ __forceinline__ C f(const kiln_kop_t &, const C x, const C) { KILN_IT_UT_(C) return (expr); } \
+  };                                                                                               \
+  KILN_INSTANCE(kiln_unary_##NAME##_##TNAME##_##TNAME, kiln_map<T, T, 1, kiln_unary_##NAME##_##TNAME>)
+#define KILN_BINARY_FN_(TNAME, T, NAME, expr)                                                      \
+  struct kiln_binary_##NAME##_##TNAME {                                                            \
+    typedef kiln_cx<T>::type C;                                                                    \
+    static __device__ __forceinline__ C f(const kiln_kop_t &, const C a, const C b) { KILN_IT_UT_(C) return (expr); } \
+  };                                                                                               \
+  struct kiln_binary_scalar_##NAME##_##TNAME {                                                     \
+    typedef kiln_cx<T>::type C;                                                                    \
+    static __device__ __forceinline__ C f(const kiln_kop_t &op, const C a, const C) {              \
+      const C b = kiln_scalar<T>(op.u.binary.scalar);                                              \
+      KILN_IT_UT_(C)                                                                               \
+      return (expr);                                                                               \
+    }                                                                                              \
+  };                                                                                               \
+  KILN_INSTANCE(kiln_binary_##NAME##_##TNAME##_##TNAME, kiln_map<T, T, 2, kiln_binary_##NAME##_##TNAME>) \
+  KILN_INSTANCE(kiln_binary_scalar_##NAME##_##TNAME##_##TNAME,                                      \
+                kiln_map<T, T, 1, kiln_binary_scalar_##NAME##_##TNAME>)
+/* UNARY_BACKWARD: dx = dy * f'(x), x (in[0]) and dy (in[1]) walked as a
+ * binary op's inputs. */
+#define KILN_UNARY_GRAD_FN_(TNAME, T, NAME, expr)                                                  \
+  struct kiln_unary_backward_##NAME##_##TNAME {                                                    \
+    typedef kiln_cx<T>::type C;                                                                    \
+    static __device__ __forceinline__ C f(const kiln_kop_t &, const C x, const C dy) {             \
+      (void)x; /* NEG's derivative does not read it */                                             \
+      return (expr);                                                                               \
+    }                                                                                              \
+  };                                                                                               \
+  KILN_INSTANCE(kiln_unary_backward_##NAME##_##TNAME##_##TNAME,                                     \
+                kiln_map<T, T, 2, kiln_unary_backward_##NAME##_##TNAME>)
+
+/* The dtypes of each family (rows of KILN_CUDA_DTYPES): X(name, storage
+ * type, the family row's arguments). */
+#define KILN_CUDA_FLOAT_DTYPES(X, ...)                                                              \
+  X(f32, float, __VA_ARGS__) X(f16, kiln_f16_t, __VA_ARGS__) X(bf16, kiln_bf16_t, __VA_ARGS__)      \
+  X(f64, double, __VA_ARGS__)
+#define KILN_CUDA_INT_DTYPES(X, ...)                                                                \
+  X(i32, int, __VA_ARGS__) X(i64, kiln_i64, __VA_ARGS__) X(i8, kiln_i8, __VA_ARGS__)                \
+  X(u8, kiln_u8, __VA_ARGS__) X(i16, kiln_i16, __VA_ARGS__)
+
+/* COMPARE (kernel `kiln_compare_<FORMULA>`, every dtype, out bool): a and
+ * b of one dtype, read from the record, compared in their carrier (double
+ * for the floats, int64 for the integers and bool: exact, so every answer
+ * is the compute type's). */
+template <typename F> __device__ __forceinline__ void kiln_compare_any(const kiln_kop_t &op) {
+  const int dtype = op.in[0].dtype;
+  kiln_u8 *__restrict__ out = (kiln_u8 *)op.out.addr;
+  KILN_FOR_EACH(i, op.n) {
+    int64_t o[2] = {i, i};
+    if (op.ndim != 0) kiln_offsets<2>(op, i, o);
+    const kiln_carried a = kiln_load_dyn(dtype, op.in[0].addr, o[0]);
+    const kiln_carried b = kiln_load_dyn(dtype, op.in[1].addr, o[1]);
+    out[i] = (a.is_float ? F::f(a.f, b.f) : F::f(a.i, b.i)) ? 1u : 0u;
+  }
+}
+#define KILN_COMPARE_FN_(NAME, expr)                                                               \
+  struct kiln_cmp_##NAME {                                                                     \
+    template <typename C> static __device__ __forceinline__ bool f(const C a, const C b) { return (expr); } \
+  };                                                                                               \
+  KILN_INSTANCE(kiln_compare_##NAME, kiln_compare_any<kiln_cmp_##NAME>)
+
+#define KILN_UNARY_FLOAT(NAME, expr) KILN_CUDA_FLOAT_DTYPES(KILN_UNARY_FN_, NAME, expr)
+#define KILN_UNARY_INT(NAME, expr) KILN_CUDA_INT_DTYPES(KILN_UNARY_FN_, NAME, expr)
+#define KILN_BINARY_FLOAT(NAME, expr) KILN_CUDA_FLOAT_DTYPES(KILN_BINARY_FN_, NAME, expr)
+#define KILN_BINARY_INT(NAME, expr) KILN_CUDA_INT_DTYPES(KILN_BINARY_FN_, NAME, expr)
+#define KILN_UNARY_GRAD_FLOAT(NAME, expr) KILN_UNARY_GRAD_FN_(f32, float, NAME, expr)
+#define KILN_COMPARE(NAME, expr) KILN_COMPARE_FN_(NAME, expr)
+#include "ops.def"
+
+
+/* ---- dtype-dispatched kinds: CAST and WHERE ------------------------------------- */
 
 /* CAST (kernel `kiln_cast`, every pair): kernels/dtype_convert.h's rule,
  * load into the carrier then one rounding into out's dtype; in[0] a strided
