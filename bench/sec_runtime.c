@@ -72,6 +72,54 @@ int bench_kiln_tiny(const bench_options_t *opts, kiln_device_t *device, long n, 
   return rc;
 }
 
+/* The same tiny add with a trace recording (into a temporary file, removed
+ * after): what tracing adds per op, beside the rows above, which are tracing
+ * off. Target: at most 0.5 us added per op. */
+static void bench_overhead_traced(const bench_options_t *opts, int S, const bench_device_t *d, long n, double enq_off,
+                                  double sus_off) {
+  const char *sel = d->info.selector;
+  const char *tmp = getenv("TMPDIR");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/kiln-bench-trace-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    bench_section_error(S, "tiny add traced on %s: cannot create a temporary file in %s", sel, tmp ? tmp : "/tmp");
+    return;
+  }
+  close(fd);
+  kiln_status_t st = kiln_trace_start(path);
+  if (st != KILN_OK) {
+    bench_section_error(S, "tiny add traced on %s: kiln_trace_start: %s", sel, kiln_last_error());
+    unlink(path);
+    return;
+  }
+  bench_stats_t enq, sus, wait;
+  char provider[32];
+  int rc = bench_kiln_tiny(opts, d->device, n, &enq, &sus, &wait, provider);
+  kiln_trace_stop();
+  unlink(path);
+  if (rc != 0) {
+    bench_section_error(S, "tiny add traced on %s: %s", sel, bench_error());
+    return;
+  }
+  enq = bench_stats_scale(&enq, 1e6);
+  sus = bench_stats_scale(&sus, 1e6);
+  char params[32];
+  snprintf(params, sizeof params, "16 (x%ld)", n);
+  bench_row_t row = bench_row_make(S, "add 16 floats: enqueue only, traced", sel, provider, params, "us", false);
+  row.st = enq;
+  bench_row_compare(&row, "tracing off", enq_off);
+  bench_row_note(&row, "+%.3f us per op with a trace recording", enq.median - enq_off);
+  bench_add(&row);
+  row = bench_row_make(S, "add 16 floats: sustained, traced", sel, provider, params, "us", false);
+  row.st = sus;
+  bench_row_compare(&row, "tracing off", sus_off);
+  bench_row_target_diff(&row, 0.5);
+  bench_row_note(&row, "+%.3f us per op with a trace recording (op, its event, two memory samples)",
+                 sus.median - sus_off);
+  bench_add(&row);
+}
+
 void bench_section_overhead(const bench_options_t *opts) {
   const int S = BENCH_SECTION_OVERHEAD;
   const bench_device_t *devs;
@@ -158,10 +206,13 @@ void bench_section_overhead(const bench_options_t *opts) {
     }
     if (d->info.type == KILN_DEVICE_CPU) bench_row_compare(&row, "torch eager add", torch_value);
     bench_add(&row);
+    if (!strcmp(d->info.backend, "cpu")) bench_overhead_traced(opts, S, d, dn, enq.median, sus.median);
   }
   bench_section_note(S, "Times per operation in microseconds. kiln's add allocates its result from the device's "
                         "pool on every call; the raw OpenCL peer reuses one output buffer. torch's eager add runs "
-                        "synchronously on the CPU, so it compares with kiln's sustained and enqueue + wait figures.");
+                        "synchronously on the CPU, so it compares with kiln's sustained and enqueue + wait figures. "
+                        "The traced rows repeat the add with kiln_trace_start recording (the other rows are tracing "
+                        "off).");
 }
 
 /* ---- section 5: transfers -------------------------------------------------------------- */

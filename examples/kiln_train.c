@@ -17,6 +17,7 @@ typedef struct train_args_t {
   const char *device;
   const char *save;
   const char *save_init;
+  const char *trace; /* --trace FILE: Trace Event Format JSON of the training */
   long epochs;
   long batch;
   long limit;     /* training images used; 0: all */
@@ -29,7 +30,7 @@ typedef struct train_args_t {
 static void usage(FILE *f) {
   fputs("usage: kiln-train [--model mlp|lenet] [--epochs N] [--batch B] [--seed S] [--lr X]\n"
         "                  [--device SELECTOR] [--limit N] [--losses N] [--save FILE] [--save-init FILE]\n"
-        "                  [--progress|--no-progress]\n"
+        "                  [--trace FILE] [--progress|--no-progress]\n"
         "\n"
         "Trains on Fashion-MNIST (Debian's dataset-fashion-mnist, or $KILN_DATA_DIR/fashion-mnist) on the\n"
         "default device (KILN_DEVICE chooses it; --device overrides), and prints per epoch the mean loss,\n"
@@ -49,6 +50,9 @@ static void usage(FILE *f) {
         "  --losses N     print the first N step losses of the first epoch (to compare devices)\n"
         "  --save FILE    write the trained parameters as safetensors (PyTorch's Sequential names)\n"
         "  --save-init FILE  the same for the parameters before training\n"
+        "  --trace FILE   record every op, copy and allocation of the training and evaluation as Trace\n"
+        "                 Event Format JSON (open it in ui.perfetto.dev or chrome://tracing), and print\n"
+        "                 where the time went at the end (docs/trace.md)\n"
         "\n"
         "Ctrl-C (SIGINT) stops after the step under way, saves --save FILE and exits with status 130; a\n"
         "second Ctrl-C exits at once. A loss that becomes NaN or infinite stops the run with an error\n"
@@ -101,7 +105,7 @@ static int parse_rate(const char *text, double *out) {
 }
 
 static int parse_args(int argc, char **argv, train_args_t *a) {
-  *a = (train_args_t){"mlp", NULL, NULL, NULL, 10, 100, 0, 0, 42, 0, -1};
+  *a = (train_args_t){"mlp", NULL, NULL, NULL, NULL, 10, 100, 0, 0, 42, 0, -1};
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -123,6 +127,8 @@ static int parse_args(int argc, char **argv, train_args_t *a) {
       a->save = v;
     } else if (!strcmp(s, "--save-init")) {
       a->save_init = v;
+    } else if (!strcmp(s, "--trace")) {
+      a->trace = v;
     } else if (!strcmp(s, "--epochs")) {
       if (parse_long(s, v, 1, &a->epochs)) return -1;
     } else if (!strcmp(s, "--batch")) {
@@ -294,6 +300,10 @@ int main(int argc, char **argv) {
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
+  if (a.trace && kiln_trace_start(a.trace) != KILN_OK) {
+    rc = fail("--trace");
+    goto done;
+  }
   for (long epoch = 0; epoch < a.epochs && rc == 0 && !interrupted; epoch++) {
     /* The recipe anneals the rate once per epoch, as PyTorch's CosineAnnealingLR
      * (always > 0 before the last epoch ends). */
@@ -341,6 +351,17 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   if (interrupted) rc = 130;
+  if (a.trace && kiln_trace_active()) {
+    size_t length = 0;
+    char *text = NULL;
+    if (kiln_trace_stop() != KILN_OK) {
+      rc = fail("writing the trace");
+    } else if (kiln_trace_summary(NULL, 0, &length) == KILN_OK && (text = malloc(length + 1)) &&
+               kiln_trace_summary(text, length + 1, &length) == KILN_OK) {
+      printf("trace written to %s\n%s", a.trace, text);
+    }
+    free(text);
+  }
   /* Interrupted: what was trained is saved (atomically, as always), unless
    * nothing was; the status is the shell's for SIGINT. */
   if (a.save && (rc == 0 || (rc == 130 && trained > 0))) {

@@ -50,7 +50,9 @@ def python_epoch(model, optimizer, loader, tape):
         optimizer.zero_grad()
         # Kept on the device: reading them every step would make the host wait.
         loss_sum = loss_sum + loss
-        correct = correct + (logits.argmax(axis=1) == labels).sum()
+        # sum_to a 0-d shape keeps the hits' int32 (sum() would make an int64,
+        # which not every device serves).
+        correct = correct + kiln.sum_to(logits.argmax(axis=1) == labels, ())
         images_seen += labels.shape[0]
         steps += 1
     loss_mean = loss_sum.item() / steps  # the one wait of the epoch

@@ -40,7 +40,9 @@ static kiln_status_t sums_add(sums_t *s, const kiln_tensor_t *logits, const kiln
   kiln_status_t status = kiln_tensor_accumulate(s->loss, weight, loss);
   if (status == KILN_OK) status = kiln_tensor_argmax(logits, 1, false, &pred);
   if (status == KILN_OK) status = kiln_tensor_eq(pred, labels, &hit);
-  if (status == KILN_OK) status = kiln_tensor_sum(hit, KILN_ALL_AXES, false, &count);
+  /* sum_to a 0-d shape keeps the hits' i32, the counter's dtype, where
+   * kiln_tensor_sum would make an i64 (not every device serves it). */
+  if (status == KILN_OK) status = kiln_tensor_sum_to(hit, 0, NULL, &count);
   if (status == KILN_OK && (status = kiln_tensor_add(s->correct, count, &total)) == KILN_OK) {
     kiln_tensor_release(s->correct);
     s->correct = total;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "runtime/trace.h"
 
 /* Chunk size of copies staged through host memory. */
 #define STAGE_CHUNK ((size_t)4 << 20)
@@ -177,12 +178,14 @@ kiln_status_t kiln_buffer_write(kiln_queue_t *queue, kiln_buffer_t *buffer, size
   if (status != KILN_OK) return kiln__wrap_error(status, "kiln_buffer_write");
   uint64_t stamp = kiln__queue_stamp();
   if (size > 0) {
+    const int64_t trace_t0 = KILN__TRACE_ON() ? kiln__trace_now() : 0;
     kiln__buffer_touch(buffer, queue);
     status = queue->device->iface->buffer_write(queue->device->ctx, queue->impl, buffer->impl, offset, host, size, blocking);
     if (status != KILN_OK)
       return kiln__wrap_error(status, "kiln_buffer_write of %zu bytes to %s", size, queue->device->display_name);
     if (blocking) kiln__queue_mark_done(queue, stamp);
     else kiln__queue_count_op(queue);
+    if (trace_t0) kiln__trace_copy(queue, KILN__TRACE_H2D, size, trace_t0);
   }
   status = kiln__queue_record_out(queue, out_event);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "kiln_buffer_write");
@@ -197,10 +200,12 @@ kiln_status_t kiln_buffer_read(kiln_queue_t *queue, kiln_buffer_t *buffer, size_
   if (status != KILN_OK) return kiln__wrap_error(status, "kiln_buffer_read");
   uint64_t stamp = kiln__queue_stamp();
   if (size > 0) {
+    const int64_t trace_t0 = KILN__TRACE_ON() ? kiln__trace_now() : 0;
     kiln__buffer_touch(buffer, queue);
     status = queue->device->iface->buffer_read(queue->device->ctx, queue->impl, buffer->impl, offset, host, size, blocking);
     if (status != KILN_OK)
       return kiln__wrap_error(status, "kiln_buffer_read of %zu bytes from %s", size, queue->device->display_name);
+    if (trace_t0) kiln__trace_copy(queue, KILN__TRACE_D2H, size, trace_t0);
     /* A blocking read on an in-order queue means all earlier work is done,
      * and what the device found wrong in it is reported now. */
     if (blocking) {
@@ -251,10 +256,12 @@ static kiln_status_t order_after(kiln_queue_t *waiter, kiln_queue_t *signaller) 
   const kiln_backend_iface_t *iface = signaller->device->iface;
   kiln_backend_context_t *ctx = signaller->device->ctx;
   kiln_backend_event_t *event = NULL;
+  const int64_t trace_t0 = KILN__TRACE_ON() ? kiln__trace_now() : 0;
   kiln_status_t status = iface->queue_record(ctx, signaller->impl, &event);
   if (status != KILN_OK) return status;
   status = iface->queue_wait(ctx, waiter->impl, event);
   iface->event_release(ctx, event);
+  if (trace_t0 && status == KILN_OK) kiln__trace_wait(waiter, trace_t0);
   return status;
 }
 
@@ -401,6 +408,7 @@ kiln_status_t kiln_buffer_copy(kiln_queue_t *queue, kiln_buffer_t *src, size_t s
   kiln_device_t *sd = src->device, *dd = dst->device;
   kiln_queue_t *src_queue = kiln_device_current_queue(sd);
   const kiln_backend_iface_t *iface = dd->iface;
+  const int64_t trace_t0 = KILN__TRACE_ON() && size > 0 ? kiln__trace_now() : 0;
   if (size > 0 && sd->iface == dd->iface && iface->buffer_copy) {
     if (src_queue != queue) status = order_after(queue, src_queue);
     if (status == KILN_OK) status = iface->buffer_copy(dd->ctx, queue->impl, src->impl, src_offset, dst->impl, dst_offset, size);
@@ -437,6 +445,11 @@ kiln_status_t kiln_buffer_copy(kiln_queue_t *queue, kiln_buffer_t *src, size_t s
     kiln__queue_mark_done(src_queue, stamp);
     kiln__buffer_touch(src, src_queue);
     kiln__buffer_touch(dst, queue);
+  }
+  if (trace_t0) {
+    const bool host_src = sd->iface->buffer_host_pointer, host_dst = dd->iface->buffer_host_pointer;
+    kiln__trace_copy(queue, host_src && !host_dst ? KILN__TRACE_H2D : !host_src && host_dst ? KILN__TRACE_D2H : KILN__TRACE_D2D,
+                     size, trace_t0);
   }
   status = kiln__queue_record_out(queue, out_event);
   return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "%s", call);

@@ -319,6 +319,32 @@ static kiln_status_t parse_log(const kiln_config_t *api, const char *source, con
                          source, value);
 }
 
+static kiln_status_t parse_trace(const kiln_config_t *api, const char *source, const char *value, kiln__config_t *c) {
+  if (!value) return KILN_OK;
+  c->trace_path = strdup(value);
+  return c->trace_path ? KILN_OK : oom("KILN_TRACE");
+}
+
+/* Default: a 1-epoch LeNet run fits, and its JSON stays well under 100 MB
+ * (about 700 bytes of JSON and 200 bytes of ring per op). */
+#define KILN_TRACE_EVENTS_DEFAULT 100000
+#define KILN_TRACE_EVENTS_MAX 100000000
+
+static kiln_status_t parse_trace_events(const kiln_config_t *api, const char *source, const char *value,
+                                        kiln__config_t *c) {
+  c->trace_events = KILN_TRACE_EVENTS_DEFAULT;
+  if (!value) return KILN_OK;
+  char *end = NULL;
+  errno = 0;
+  long long n = strtoll(value, &end, 10);
+  if (errno || end == value || *end || n < 16 || n > KILN_TRACE_EVENTS_MAX)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "%s=\"%s\" is not an event count; use an integer from 16 to %d (default %d)", source,
+                           value, KILN_TRACE_EVENTS_MAX, KILN_TRACE_EVENTS_DEFAULT);
+  c->trace_events = (size_t)n;
+  return KILN_OK;
+}
+
 /* Every setting of kiln_config_t, in the order they are parsed (KILN_DEVICE
  * reads the backends KILN_BACKEND named). A new setting is one row here, one
  * parser above, and its field in kiln__config_t. */
@@ -337,6 +363,8 @@ static const struct {
     {"KILN_CPU_DEVICES", "kiln_config_t.cpu_devices", NO_API_STRING, parse_cpu_devices},
     {"KILN_BACKEND_PATH", "kiln_config_t.backend_path", offsetof(kiln_config_t, backend_path), parse_backend_path},
     {"KILN_LOG", "kiln_config_t.log", offsetof(kiln_config_t, log), parse_log},
+    {"KILN_TRACE", "KILN_TRACE", NO_API_STRING, parse_trace},
+    {"KILN_TRACE_EVENTS", "KILN_TRACE_EVENTS", NO_API_STRING, parse_trace_events},
 };
 
 /* ---- kiln__config_load ------------------------------------------------------------ */
@@ -378,7 +406,7 @@ kiln_status_t kiln__config_load(const kiln_config_t *api, kiln__config_t *out) {
  * getenv("KILN_...") in the tree and fails on one missing here. */
 static const char *const known_variables[] = {
     "KILN_BACKEND", "KILN_DEVICE", "KILN_POLICY", "KILN_PROVIDER", "KILN_CACHE_DIR", "KILN_CPU_DEVICES",
-    "KILN_BACKEND_PATH", "KILN_LOG", "KILN_OPENCL_BUILD_OPTIONS", "KILN_CUDA_TF32", "KILN_CUDA_VENDOR_LIBS",
+    "KILN_BACKEND_PATH", "KILN_LOG", "KILN_TRACE", "KILN_TRACE_EVENTS", "KILN_OPENCL_BUILD_OPTIONS", "KILN_CUDA_TF32", "KILN_CUDA_VENDOR_LIBS",
     "KILN_DATA_DIR", "KILN_BENCH_PYTHON", "KILN_BENCH_SCRIPTS", "KILN_BENCH_TRAIN_EPOCHS",
     "KILN_PYTHON_EXTENSION_DIR",
 };
@@ -454,6 +482,8 @@ void kiln__config_free(kiln__config_t *config) {
   free(config->device_selector);
   free(config->cache_dir);
   free(config->backend_path);
+  free(config->trace_path);
+  config->trace_path = NULL;
   config->device_selector = NULL;
   config->cache_dir = NULL;
   config->backend_path = NULL;

@@ -7,6 +7,7 @@
 
 #include "runtime/internal.h"
 #include "kernels/dtype_convert.h"
+#include "runtime/trace.h"
 
 /* The provider that ran the calling thread's last op (static storage). */
 static _Thread_local const char *last_provider = "";
@@ -364,6 +365,7 @@ static kiln_status_t choose(kiln_queue_t *queue, kiln_op_t *op, int *out_row, co
   snprintf(key, sizeof key, "%s|%s|%s|%s|%s|%s", device->iface->name, device->desc.name,
            device->desc.uuid[0] ? device->desc.uuid : device->desc.driver_version, kiln__op_kind_name(op->kind),
            kiln_dtype_name(op_dtype(op)), signature);
+  *out_why = "measured";
   if (kiln__tuning_lookup(key, name, sizeof name) == KILN_OK) {
     for (int c = 0; c < n; c++) {
       if (!strcmp(candidates[c]->entry->provider, name)) {
@@ -384,7 +386,8 @@ static kiln_status_t choose(kiln_queue_t *queue, kiln_op_t *op, int *out_row, co
 
 /* Run the chosen row; a vendor row that declines hands over to native, and
  * one whose library cannot work on this device is offered no more. */
-static kiln_status_t run_row(kiln_queue_t *queue, kiln_op_t *op, int row, const char **out_provider) {
+static kiln_status_t run_row(kiln_queue_t *queue, kiln_op_t *op, int row, const char **out_provider,
+                             const char **why) {
   kiln_device_t *device = queue->device;
   kiln__op_row_t *rows = device->rows[op->kind];
   kiln_status_t status = rows[row].entry->run(device->ctx, queue->impl, rows[row].entry, op);
@@ -399,6 +402,7 @@ static kiln_status_t run_row(kiln_queue_t *queue, kiln_op_t *op, int row, const 
     }
     kiln_clear_error();
     row = 0;
+    *why = "fallback";
     status = rows[0].entry->run(device->ctx, queue->impl, rows[0].entry, op);
   }
   if (status != KILN_OK)
@@ -418,14 +422,20 @@ static kiln_status_t run_row(kiln_queue_t *queue, kiln_op_t *op, int row, const 
  * buffers. `out` is the tensor behind op->out. */
 static kiln_status_t op_run(kiln_queue_t *queue, kiln_op_t *op, kiln_tensor_t *out, const kiln_tensor_t *const *inputs) {
   kiln_device_t *device = queue->device;
+  const int64_t trace_t0 = KILN__TRACE_ON() ? kiln__trace_now() : 0;
   kiln__tensor_view(out, &op->out);
   op->flat = false;
   if (kiln_backend_op_is_elementwise(op->kind)) merge_dims(op);
   int row = 0;
   const char *why = NULL, *provider = NULL;
   kiln_status_t status = choose(queue, op, &row, &why);
-  if (status == KILN_OK) status = run_row(queue, op, row, &provider);
+  if (status == KILN_OK) status = run_row(queue, op, row, &provider, &why);
   if (status != KILN_OK) return status;
+  if (trace_t0) {
+    kiln_policy_t policy = (kiln_policy_t)atomic_load_explicit(&kiln__rt.policy, memory_order_relaxed);
+    kiln__trace_op(queue, op, kiln_op_name(op_name_index(op)), out, inputs, provider,
+                   why ? why : kiln_policy_name(policy), trace_t0);
+  }
   last_provider = provider;
   kiln__queue_count_op(queue);
   kiln__buffer_touch(out->buffer, queue);

@@ -101,6 +101,8 @@ typedef struct kiln__config_t {
   bool log_level_set;                   /* KILN_LOG was given (off included) */
   int cpu_devices;                      /* >= 1 */
   char cpu_devices_text[16];            /* the same, as the host table's setting() gives it */
+  char *trace_path;                     /* KILN_TRACE, NULL when unset (malloc'ed) */
+  size_t trace_events;                  /* KILN_TRACE_EVENTS: the trace's ring, in records */
 } kiln__config_t;
 
 /* Merge an optional API config with the environment, validate every field.

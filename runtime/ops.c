@@ -590,8 +590,10 @@ static kiln_status_t reduce(const char *call, kiln_reduce_op_t rop, const kiln_t
   kiln_status_t status = kiln__op_need(call, "a", a);
   if (status == KILN_OK) status = kiln__op_need_out(call, out);
   if (status != KILN_OK) return status;
-  bool i32_ok = rop == KILN_REDUCE_SUM || rop == KILN_REDUCE_MAX || rop == KILN_REDUCE_ARGMAX;
-  status = kiln__op_need_dtype(call, names[rop], "a", a, i32_ok);
+  /* sum takes every dtype, max and argmax every number (a bool is cast
+   * first), mean and norm the floats. */
+  static const uint32_t takes[] = {KILN__DT_ALL, KILN__DT_FLOAT, KILN__DT_NUMERIC, KILN__DT_NUMERIC, KILN__DT_FLOAT};
+  status = kiln__op_need_dtypes(call, names[rop], "a", a, takes[rop]);
   if (status != KILN_OK) return status;
   int n = a->ndim;
   bool all = axis == KILN_ALL_AXES || (n == 0 && (axis == 0 || axis == -1));
@@ -621,7 +623,12 @@ static kiln_status_t reduce(const char *call, kiln_reduce_op_t rop, const kiln_t
     return kiln__set_error(KILN_INVALID_ARGUMENT,
                            "%s: the reduced axis is empty (size 0), so there is no %s; reduce a non-empty axis", call,
                            names[rop]);
-  kiln_dtype_t dtype = rop == KILN_REDUCE_ARGMAX ? KILN_I32 : a->dtype;
+  /* The result: argmax's indices are i32; the sum of integers or bools is
+   * i64 (the Array API's and PyTorch's rule: no overflow at 2^31); the rest
+   * keep a's dtype. */
+  kiln_dtype_t dtype = a->dtype;
+  if (rop == KILN_REDUCE_ARGMAX) dtype = KILN_I32;
+  else if (rop == KILN_REDUCE_SUM && kiln_dtype_class(a->dtype) != KILN_DTYPE_CLASS_FLOAT) dtype = KILN_I64;
   kiln_op_t op;
   op.kind = KILN_OP_REDUCE;
   op.n_in = 1;

@@ -92,7 +92,7 @@ kiln_status_t kiln_tensor_sum_to(const kiln_tensor_t *a, int ndim, const int64_t
   static const char call[] = "kiln_tensor_sum_to";
   kiln_status_t status = kiln__op_need(call, "a", a);
   if (status == KILN_OK) status = kiln__op_need_out(call, out);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "sum_to", "a", a, true);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "sum_to", "a", a, KILN__DT_ALL);
   if (status == KILN_OK) status = check_broadcasts(call, ndim, shape, a, "shape");
   if (status != KILN_OK) return status;
   /* Group a's dims into runs that are all reduced or all kept (a dim of
@@ -138,6 +138,8 @@ kiln_status_t kiln_tensor_sum_to(const kiln_tensor_t *a, int ndim, const int64_t
       op.u.reduce.inner = inner;
       kiln__tensor_view(view, &op.in[0]);
       const kiln_tensor_t *inputs[1] = {view};
+      /* Out in a's dtype, unlike kiln_tensor_sum's i64 for integers: a
+       * gradient keeps its operand's dtype (the kernel wraps the i64 sum). */
       status = kiln__op_enqueue(call, a->buffer->device, &op, a->dtype, 2, result_shape, inputs, &next);
     }
     kiln_tensor_release(view);
@@ -162,7 +164,7 @@ kiln_status_t kiln_tensor_broadcast_to(const kiln_tensor_t *a, int ndim, const i
   static const char call[] = "kiln_tensor_broadcast_to";
   kiln_status_t status = kiln__op_need(call, "a", a);
   if (status == KILN_OK) status = kiln__op_need_out(call, out);
-  if (status == KILN_OK) status = kiln__op_need_dtype(call, "broadcast_to", "a", a, true);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "broadcast_to", "a", a, KILN__DT_ALL);
   if (status != KILN_OK) return status;
   if (ndim < 0 || ndim > KILN_MAX_DIMS || (ndim > 0 && !shape))
     return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: ndim %d with shape %p; pass 0..%d sizes", call, ndim,

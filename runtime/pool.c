@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "runtime/trace.h"
 
 #define MIN_BYTES ((size_t)256)
 /* How many blocks of a class an allocation inspects before allocating anew:
@@ -85,8 +86,10 @@ void kiln__pool_trim(kiln_device_t *device) {
   kiln__pool_t *pool = &device->pool;
   pthread_mutex_lock(&pool->lock);
   kiln__pool_block_t *chain = pool_empty_locked(pool);
+  const uint64_t in_use = pool->live_bytes, pooled = pool->pooled_bytes;
   pthread_mutex_unlock(&pool->lock);
   blocks_free(device, chain);
+  if (KILN__TRACE_ON()) kiln__trace_memory(device, in_use, pooled);
 }
 
 /* Take a block of class c usable by queue_id; NULL when none. Lock held. */
@@ -156,7 +159,9 @@ kiln_status_t kiln__pool_take(kiln_device_t *device, kiln_queue_t *queue, size_t
       pool->pooled_bytes -= block->capacity;
       live_add(pool, block->capacity);
     }
+    const uint64_t in_use = pool->live_bytes, pooled = pool->pooled_bytes;
     pthread_mutex_unlock(&pool->lock);
+    if (block && KILN__TRACE_ON()) kiln__trace_memory(device, in_use, pooled);
   }
   if (!block) {
     block = malloc(sizeof *block);
@@ -178,7 +183,9 @@ kiln_status_t kiln__pool_take(kiln_device_t *device, kiln_queue_t *queue, size_t
     pthread_mutex_lock(&pool->lock);
     live_add(pool, capacity);
     pool->allocations++;
+    const uint64_t in_use = pool->live_bytes, pooled = pool->pooled_bytes;
     pthread_mutex_unlock(&pool->lock);
+    if (KILN__TRACE_ON()) kiln__trace_memory(device, in_use, pooled);
   }
   block->next = NULL;
   block->queue_id = 0;
@@ -214,6 +221,8 @@ void kiln__pool_put(kiln_device_t *device, kiln__pool_block_t *block, uint64_t q
       }
     }
   }
+  const uint64_t in_use = pool->live_bytes, pooled = pool->pooled_bytes;
   pthread_mutex_unlock(&pool->lock);
   blocks_free(device, chain);
+  if (KILN__TRACE_ON()) kiln__trace_memory(device, in_use, pooled);
 }

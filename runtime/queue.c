@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "runtime/trace.h"
 
 /* A queue as the core keeps it: the public struct first, so that a
  * kiln_queue_t pointer is a node pointer. */
@@ -156,8 +157,16 @@ static kiln_status_t queue_new(kiln_device_t *device, kiln_queue_t **out_queue) 
   if (list->head) list->head->prev = node;
   list->head = node;
   pthread_mutex_unlock(&list->lock);
+  if (KILN__TRACE_ON()) kiln__trace_queue(&node->queue);
   *out_queue = &node->queue;
   return KILN_OK;
+}
+
+void kiln__queues_each(kiln_device_t *device, void (*fn)(kiln_queue_t *queue)) {
+  kiln__queue_list_t *list = &device->queues;
+  pthread_mutex_lock(&list->lock);
+  for (queue_node_t *n = list->head; n; n = n->next) fn(&n->queue);
+  pthread_mutex_unlock(&list->lock);
 }
 
 /* Finish, unlist and destroy. */
@@ -389,8 +398,10 @@ kiln_status_t kiln__queue_wait_list(kiln_queue_t *queue, uint32_t count, kiln_ev
                              "wait_count",
                              i, count);
     kiln_status_t status;
+    const int64_t trace_t0 = KILN__TRACE_ON() ? kiln__trace_now() : 0;
     if (event->device->iface == queue->device->iface) {
       status = queue->device->iface->queue_wait(queue->device->ctx, queue->impl, event->impl);
+      if (trace_t0 && status == KILN_OK) kiln__trace_wait(queue, trace_t0);
     } else {
       /* Another backend cannot wait on this one's event: the caller does. */
       status = event->device->iface->event_wait(event->device->ctx, event->impl);

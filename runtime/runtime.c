@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "runtime/internal.h"
+#include "runtime/trace.h"
 
 enum { KILN_STATE_STOPPED = 0, KILN_STATE_STARTED = 1, KILN_STATE_FAILED = 2 };
 
@@ -41,6 +42,16 @@ static kiln_status_t start_locked(const kiln_config_t *api) {
             kiln__rt.device_count, kiln__rt.default_device ? kiln__rt.default_device->display_name : "none",
             kiln_policy_name((kiln_policy_t)kiln__rt.config.policy),
             kiln__rt.config.cache_dir ? kiln__rt.config.cache_dir : "none");
+  /* KILN_TRACE records from here to kiln_deinitialize or the process's exit. */
+  if (kiln__rt.config.trace_path) {
+    status = kiln__trace_start(kiln__rt.config.trace_path, kiln__rt.config.trace_events);
+    if (status != KILN_OK) {
+      status = kiln__wrap_error(status, "KILN_TRACE=\"%s\"", kiln__rt.config.trace_path);
+      kiln__registry_unload(&kiln__rt);
+      kiln__config_free(&kiln__rt.config);
+      return status;
+    }
+  }
   return KILN_OK;
 }
 
@@ -91,6 +102,7 @@ void kiln_deinitialize(void) {
   pthread_mutex_lock(&start_lock);
   int state = atomic_load_explicit(&state_now, memory_order_acquire);
   if (state == KILN_STATE_STARTED) {
+    kiln__trace_shutdown();
     kiln__registry_unload(&kiln__rt);
     kiln__cache_reset();
     kiln__queue_forget_thread();

@@ -465,6 +465,7 @@ START_TEST(test_reductions) {
   kiln_tensor_t *ints = NULL;
   KT_OK(kiln_tensor_arange(d, KILN_I32, 0, 4, 1, &ints));
   KT_OK(kiln_tensor_sum(ints, 0, false, &r));
+  ck_assert_int_eq(kiln_tensor_dtype(r), KILN_I64); /* the sum of an integer tensor */
   KT_OK(kiln_tensor_item(r, &v));
   ck_assert(v == 6.0);
   kiln_tensor_release(r);

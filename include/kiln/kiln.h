@@ -33,5 +33,6 @@
 #include "kiln/device.h"
 #include "kiln/queue.h"
 #include "kiln/tensor.h"
+#include "kiln/trace.h"
 
 #endif /* KILN_KILN_H */

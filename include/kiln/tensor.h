@@ -325,14 +325,20 @@ kiln_status_t kiln_tensor_matmul(const kiln_tensor_t *a, const kiln_tensor_t *b,
 
 /* ---- reductions ----------------------------------------------------------
  * Along `axis` (negative counts from the end) or KILN_ALL_AXES; keepdim keeps
- * the reduced axis with size 1. sum and max on f32 and i32; mean on f32;
- * argmax returns i32 indices (first maximum). max/argmax of an empty axis is
- * KILN_INVALID_ARGUMENT; the sum of nothing is 0 and its mean NaN. */
+ * the reduced axis with size 1. sum takes every dtype: the sum of an
+ * integer or bool tensor is i64 (wrapping modulo 2^64, accumulated in i64),
+ * of a float tensor the same float (f16 and bf16 accumulated in f32, f64 in
+ * f64). mean takes the floats and keeps the dtype; max every dtype but bool
+ * (same dtype; NaN wins); argmax the same, returning i32 indices (first
+ * maximum). A dtype an op does not take is KILN_DTYPE_MISMATCH naming the
+ * cast to make. max/argmax of an empty axis is KILN_INVALID_ARGUMENT; the
+ * sum of nothing is 0 and its mean NaN. */
 kiln_status_t kiln_tensor_sum(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_mean(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_max(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_argmax(const kiln_tensor_t *a, int axis, bool keepdim, kiln_tensor_t **out);
-/* Frobenius norm, sqrt(sum(a*a)), over all elements: a 0-d f32 tensor. */
+/* Frobenius norm, sqrt(sum(a*a)), over all elements: a 0-d tensor of a's
+ * dtype, which is a float (f16 and bf16 computed in f32). */
 kiln_status_t kiln_tensor_norm(const kiln_tensor_t *a, kiln_tensor_t **out);
 
 /* ---- neural-network operations ----------------------------------------- */
@@ -393,10 +399,11 @@ kiln_status_t kiln_tensor_unary_backward(kiln_unary_op_t op, const kiln_tensor_t
 /* The sum of `a` over the axes along which `shape` (ndim dims) broadcasts to
  * a's shape, NumPy's rule read backwards: the gradient of a broadcast operand
  * of a binary op. Result of `shape`. KILN_SHAPE_MISMATCH when shape does not
- * broadcast to a's. f32 and i32. */
+ * broadcast to a's. Every dtype; the result keeps a's dtype (integers wrap
+ * modulo 2^bits, a bool result is whether any term was true). */
 kiln_status_t kiln_tensor_sum_to(const kiln_tensor_t *a, int ndim, const int64_t *shape, kiln_tensor_t **out);
 /* `a` broadcast to `shape` (NumPy's rule) as a new contiguous tensor: a
- * reduced gradient spread back. f32 and i32. */
+ * reduced gradient spread back. Every dtype. */
 kiln_status_t kiln_tensor_broadcast_to(const kiln_tensor_t *a, int ndim, const int64_t *shape, kiln_tensor_t **out);
 
 /* softmax / log_softmax backward along the last axis, from the forward's

@@ -36,6 +36,35 @@ __version__ = "0.1.0"
 __all__ = [name for name in dir(_kiln) if not name.startswith("_") and name not in ("nn", "HAS_NN", "bool")]
 
 
+class trace:
+    """Record every operation, copy and allocation into Trace Event Format JSON (docs/trace.md)::
+
+        with kiln.trace("run.json") as t:
+            y = x @ w
+        print(t.summary)
+
+    The file is created on entry (kiln.Error when it cannot be); the exit waits
+    for the traced work, writes it and keeps the summary in ``t.summary``. One
+    trace at a time in the process.
+    """
+
+    def __init__(self, path):
+        self.path = _os.fspath(path)
+        self.summary = None
+
+    def __enter__(self):
+        _kiln._trace_start(self.path)
+        return self
+
+    def __exit__(self, *exc):
+        _kiln._trace_stop()
+        self.summary = _kiln.trace_summary()
+        return False
+
+
+__all__.append("trace")
+
+
 def _format_tensor(t):
     """repr(t): the values (read from the device: this waits for it) and where they live."""
     try:

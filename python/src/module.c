@@ -207,6 +207,37 @@ static PyObject *kp_cache_dir(PyObject *self, PyObject *unused) {
   return PyUnicode_DecodeFSDefault(dir);
 }
 
+static PyObject *kp_trace_start(PyObject *self, PyObject *arg) {
+  PyObject *bytes = NULL;
+  if (!PyUnicode_FSConverter(arg, &bytes)) return NULL;
+  kiln_status_t status = kiln_trace_start(PyBytes_AS_STRING(bytes));
+  Py_DECREF(bytes);
+  if (status != KILN_OK) return kp_raise(status);
+  Py_RETURN_NONE;
+}
+
+static PyObject *kp_trace_stop(PyObject *self, PyObject *unused) {
+  kiln_status_t status;
+  /* Waits for the traced work and writes the file. */
+  Py_BEGIN_ALLOW_THREADS
+  status = kiln_trace_stop();
+  Py_END_ALLOW_THREADS
+  if (status != KILN_OK) return kp_raise(status);
+  Py_RETURN_NONE;
+}
+
+static PyObject *kp_trace_summary(PyObject *self, PyObject *unused) {
+  size_t length = 0;
+  kiln_status_t status = kiln_trace_summary(NULL, 0, &length);
+  if (status != KILN_OK) return kp_raise(status);
+  char *text = PyMem_Malloc(length + 1);
+  if (!text) return PyErr_NoMemory();
+  status = kiln_trace_summary(text, length + 1, &length);
+  PyObject *result = status == KILN_OK ? PyUnicode_FromString(text) : kp_raise(status);
+  PyMem_Free(text);
+  return result;
+}
+
 static PyObject *kp_clear_error(PyObject *self, PyObject *unused) {
   kiln_clear_error();
   Py_RETURN_NONE;
@@ -228,6 +259,11 @@ static PyMethodDef kp_module_methods[] = {
     {"set_log_level", kp_set_log_level, METH_O,
      "set_log_level(level)\n--\n\n'off', 'error', 'warn', 'info' or 'debug' (kiln logs to stderr)."},
     {"cache_dir", kp_cache_dir, METH_NOARGS, "cache_dir()\n--\n\nThe kernel and tuning cache folder in force, or None."},
+    {"_trace_start", kp_trace_start, METH_O, NULL},
+    {"_trace_stop", kp_trace_stop, METH_NOARGS, NULL},
+    {"trace_summary", kp_trace_summary, METH_NOARGS,
+     "trace_summary()\n--\n\nThe summary of the trace recording now, or else of the last one (kiln.trace): time "
+     "per op and provider, the ten longest ops, copies, each queue's idle time."},
     {"_clear_error", kp_clear_error, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

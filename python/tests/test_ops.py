@@ -93,6 +93,7 @@ def test_reductions():
     np.testing.assert_allclose(kiln.norm(t).item(), np.linalg.norm(a), rtol=1e-5)
     i = kiln.tensor([[1, 5], [7, 2]])
     assert i.sum(0).tolist() == [8, 7] and i.max().item() == 7
+    assert i.sum(0).dtype == kiln.int64 and i.max().dtype == i.dtype  # integer sums are int64
     with pytest.raises(TypeError):
         t.sum(axis=(0, 1))
 

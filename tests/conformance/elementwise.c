@@ -1,4 +1,6 @@
 /* tests/conformance/elementwise.c: conformance rows: unary and binary ops, their scalar forms, eq, cast, where. */
+#include <string.h>
+
 #include "harness.h"
 
 /* Broadcasting pairs. */
@@ -73,6 +75,7 @@ static void kt_build_binary(const kt_row_t *row) {
       }
     }
   }
+  if (!strcmp(row->op, "compare")) return; /* comparisons take bool too */
   const int64_t shape[1] = {4};
   kt_case_t c = kt_case(row);
   c.must_fail = true;
@@ -87,6 +90,8 @@ static void kt_build_binary(const kt_row_t *row) {
 }
 
 KT_RUN_SHARED(kt_run_binary) { return kiln_tensor_binary((kiln_binary_op_t)c->row->sub, in[0], in[1], out); }
+
+KT_RUN_SHARED(kt_run_compare) { return kiln_tensor_compare((kiln_compare_op_t)c->row->sub, in[0], in[1], out); }
 
 /* Four scalars per dtype; the contiguous 2-D and larger shapes with the first only. */
 static void kt_build_binary_scalar(const kt_row_t *row) {
@@ -329,6 +334,17 @@ static const kt_row_t kt_rows[] = {
      .tol = kt_tol_bits, .expect = kt_expect_cast},
     {.name = "where", .op = "where", .build = kt_build_where, .run = kt_run_where,
      .tol = kt_tol_bits, .expect = kt_expect_where},
+    /* comparisons -> bool: small integers (KT_STEPS), so that equal pairs
+     * are common, and the edge values of each dtype. */
+#define KT_COMPARE_ROW(OP, op_, gen_)                                                                    \
+  {.name = #op_, .op = "compare", .build = kt_build_binary, .run = kt_run_compare, .tol = kt_tol_bits,   \
+   .sub = KILN_COMPARE_##OP, .gen = gen_}
+    KT_COMPARE_ROW(EQUAL, equal, KT_STEPS), KT_COMPARE_ROW(NOT_EQUAL, not_equal, KT_STEPS),
+    KT_COMPARE_ROW(LESS, less, KT_STEPS), KT_COMPARE_ROW(LESS_EQUAL, less_equal, KT_STEPS),
+    KT_COMPARE_ROW(GREATER, greater, KT_WIDE), KT_COMPARE_ROW(GREATER_EQUAL, greater_equal, KT_WIDE),
+    KT_COMPARE_ROW(LOGICAL_AND, logical_and, KT_STEPS), KT_COMPARE_ROW(LOGICAL_OR, logical_or, KT_STEPS),
+    KT_COMPARE_ROW(LOGICAL_XOR, logical_xor, KT_STEPS),
+#undef KT_COMPARE_ROW
 };
 #undef KT_UNARY_ROW
 #undef KT_BINARY_ROW

@@ -349,6 +349,16 @@ static void kt_compare(const kt_case_t *c, kiln_device_t *dev, const char *provi
       ok = g == w;
       snprintf(gv, sizeof gv, "%d", (int)g);
       snprintf(wv, sizeof wv, "%d", (int)w);
+    } else if (want->dtype == KILN_I64) {
+      int64_t g = ((const int64_t *)got->data)[i], w = ((const int64_t *)want->data)[i];
+      ok = g == w;
+      snprintf(gv, sizeof gv, "%lld", (long long)g);
+      snprintf(wv, sizeof wv, "%lld", (long long)w);
+    } else if (want->dtype == KILN_BOOL || want->dtype == KILN_U8 || want->dtype == KILN_I8) {
+      const int g = ((const uint8_t *)got->data)[i], w = ((const uint8_t *)want->data)[i];
+      ok = g == w;
+      snprintf(gv, sizeof gv, "%d", g);
+      snprintf(wv, sizeof wv, "%d", w);
     } else {
       float g = ((const float *)got->data)[i], w = ((const float *)want->data)[i];
       ok = kt_close(g, w, tolerance);
@@ -417,6 +427,20 @@ void kt_check(const kt_case_t *c) {
       /* The device has no kernel for this op in any dtype: skipped, as
        * ggml's test-backend-ops does, and listed in the summary. */
       kt_count(d, "unsupported");
+      continue;
+    }
+    /* A result of a dtype the device does not serve (the sum of i32 is
+     * i64): the device refuses it before dispatch, once, with
+     * KILN_UNSUPPORTED, whatever the providers. */
+    if (want.status == KILN_OK && kiln_device_dtype_support(kt_devs[d], want.dtype) == KILN_DTYPE_UNSUPPORTED) {
+      kt_result_t got;
+      kt_result_get(kt_devs[d], c, &got);
+      kt_count(d, "unsupported");
+      if (got.status != KILN_UNSUPPORTED)
+        kt_fail("%s on %s: got %s (%s), but the device does not serve the result's dtype %s: expected %s", c->label,
+                kiln_device_name(kt_devs[d]), kiln_status_name(got.status), got.message, kiln_dtype_name(want.dtype),
+                kiln_status_name(KILN_UNSUPPORTED));
+      kt_result_free(&got);
       continue;
     }
     char providers[128];

@@ -84,7 +84,8 @@ static const kt_shape_t kt_reduce_shapes[] = {
 
 /* sum, mean, max, argmax: both dtypes over the reduce shapes, along every
  * axis, the last counted from the end, all axes and one out of range (the
- * same status everywhere); keepdim along axis 0 and all axes. */
+ * same status everywhere); keepdim along axis 0 and all axes. The sum of
+ * i32 is i64, compared exactly where the device serves i64. */
 static void kt_build_reduce(const kt_row_t *row) {
   for (int dt = 0; dt < 2; dt++) {
     for (const kt_shape_t *s = kt_reduce_shapes; s->ndim >= 0; s++) {
