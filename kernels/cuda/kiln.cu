@@ -454,10 +454,12 @@ KILN_INSTANCE(kiln_random_f32, kiln_random)
  *
  * The kernels are templates over the element type T and the accumulate type
  * ACC, instantiated as rows below: f32 accumulates in double, i32 in
- * uint32_t (wrapping). What a kernel does with its sum goes through
- * overloads on ACC: kiln_acc_of (an element, or its square for NORM, as an
- * ACC), kiln_acc_finish (SUM, MEAN or NORM of a sum); adding and merging are
- * ACC's own +. A partial result is kiln_part<T, ACC> (the sum, the best
+ * 64 bits (wrapping, as the i64 accumulator of the design). What a kernel
+ * does with its sum goes through overloads on ACC: kiln_acc_of (an element,
+ * or its square for NORM, as an ACC), kiln_acc_finish (SUM, MEAN or NORM of
+ * a sum); adding and merging are ACC's own +. The finished sum is stored in
+ * the out dtype the core chose (sum of i32 -> i64, sum_to keeps i32) through
+ * its carrier, with kernels/dtype_convert.h's rule. A partial result is kiln_part<T, ACC> (the sum, the best
  * value and its index), which is also the record of plan.reduce.parts;
  * KILN_CUDA_REDUCE_PART_BYTES (launch.h) bounds every instance. */
 
@@ -467,7 +469,7 @@ template <typename T, typename ACC> struct kiln_part {
   int64_t index; /* its index; -1: nothing seen yet */
 };
 static_assert(sizeof(kiln_part<float, double>) <= KILN_CUDA_REDUCE_PART_BYTES, "f32 parts outgrow the scratch");
-static_assert(sizeof(kiln_part<int, uint32_t>) <= KILN_CUDA_REDUCE_PART_BYTES, "i32 parts outgrow the scratch");
+static_assert(sizeof(kiln_part<int, unsigned long long>) <= KILN_CUDA_REDUCE_PART_BYTES, "i32 parts outgrow the scratch");
 
 /* ACC double: the element's value (or its square), exact for f32. */
 __device__ __forceinline__ double kiln_acc_of(double *, float v, bool squares) {
@@ -482,10 +484,26 @@ __device__ __forceinline__ double kiln_acc_finish(double sum, int op, int64_t le
   }
 }
 
-/* ACC uint32_t: the element's bits, summed wrapping (MEAN and NORM are f32
- * only, so nothing is squared or divided). */
-__device__ __forceinline__ uint32_t kiln_acc_of(uint32_t *, int v, bool) { return (uint32_t)v; }
-__device__ __forceinline__ uint32_t kiln_acc_finish(uint32_t sum, int, int64_t) { return sum; }
+/* ACC unsigned long long: the element, summed modulo 2^64 (MEAN and NORM
+ * are floats only, so nothing is squared or divided). */
+__device__ __forceinline__ unsigned long long kiln_acc_of(unsigned long long *, int v, bool) {
+  return (unsigned long long)(long long)v;
+}
+__device__ __forceinline__ unsigned long long kiln_acc_finish(unsigned long long sum, int, int64_t) { return sum; }
+
+/* A finished sum into out's dtype through its carrier. */
+__device__ __forceinline__ kiln_carried kiln_acc_carried(double v) {
+  kiln_carried c;
+  c.i = 0;
+  kiln_carry(c, (kiln_f64)v);
+  return c;
+}
+__device__ __forceinline__ kiln_carried kiln_acc_carried(unsigned long long v) {
+  kiln_carried c;
+  c.f = 0.0;
+  kiln_carry(c, (kiln_i64)v);
+  return c;
+}
 
 /* What MAX of nothing gives. */
 template <typename T> __device__ __forceinline__ T kiln_lowest(void);
@@ -560,7 +578,9 @@ __device__ __forceinline__ void kiln_reduce_finish(const kiln_kop_t &p, int64_t 
   switch (p.u.reduce.op) {
   case 3: ((int *)p.out.addr)[at] = r.index < 0 ? 0 : (int)r.index; break;              /* ARGMAX */
   case 2: ((T *)p.out.addr)[at] = r.index < 0 ? kiln_lowest<T>() : r.best; break;       /* MAX */
-  default: ((T *)p.out.addr)[at] = (T)kiln_acc_finish(r.sum, p.u.reduce.op, p.u.reduce.len); break;
+  default: /* SUM, MEAN, NORM */
+    kiln_store_dyn(p.out.dtype, p.out.addr, at, kiln_acc_carried(kiln_acc_finish(r.sum, p.u.reduce.op, p.u.reduce.len)));
+    break;
   }
 }
 
@@ -586,7 +606,7 @@ template <typename T, typename ACC> __device__ void kiln_reduce_rows(const kiln_
 }
 
 KILN_INSTANCE(kiln_reduce_rows_f32, kiln_reduce_rows<float, double>)
-KILN_INSTANCE(kiln_reduce_rows_i32, kiln_reduce_rows<int, uint32_t>)
+KILN_INSTANCE(kiln_reduce_rows_i32, kiln_reduce_rows<int, unsigned long long>)
 
 template <typename T, typename ACC> __device__ void kiln_reduce_parts(const kiln_kop_t &p) {
   const kiln_part<T, ACC> *parts = (const kiln_part<T, ACC> *)p.plan.reduce.parts;
@@ -600,7 +620,7 @@ template <typename T, typename ACC> __device__ void kiln_reduce_parts(const kiln
 }
 
 KILN_INSTANCE(kiln_reduce_parts_f32, kiln_reduce_parts<float, double>)
-KILN_INSTANCE(kiln_reduce_parts_i32, kiln_reduce_parts<int, uint32_t>)
+KILN_INSTANCE(kiln_reduce_parts_i32, kiln_reduce_parts<int, unsigned long long>)
 
 /* inner > 1 (and any len == 0): a block is p.plan.reduce.width neighbouring columns by
  * KILN_CUDA_BLOCK / p.plan.reduce.width lanes along the axis, so a warp reads whole
@@ -644,7 +664,7 @@ template <typename T, typename ACC> __device__ void kiln_reduce_cols(const kiln_
 }
 
 KILN_INSTANCE(kiln_reduce_cols_f32, kiln_reduce_cols<float, double>)
-KILN_INSTANCE(kiln_reduce_cols_i32, kiln_reduce_cols<int, uint32_t>)
+KILN_INSTANCE(kiln_reduce_cols_i32, kiln_reduce_cols<int, unsigned long long>)
 
 /* ---- softmax and cross-entropy --------------------------------------------- */
 

@@ -649,6 +649,7 @@ START_TEST(test_kiln_chunked_reduction_i32) {
     kiln_kop_t a;
     memset(&a, 0, sizeof a);
     a.in[0].addr = din, a.out.addr = dout;
+    a.in[0].dtype = 1, a.out.dtype = 1; /* i32 (kiln_dtype_t 1): a sum kept in i32 wraps */
     a.u.reduce.outer = OUTER, a.u.reduce.len = LEN, a.u.reduce.inner = 1, a.u.reduce.op = ops[o];
     a.plan.reduce.parts = dparts, a.plan.reduce.rows = OUTER, a.plan.reduce.chunk = CHUNK, a.plan.reduce.chunks = CHUNKS;
     void *params[1] = {&a};
