@@ -29,8 +29,9 @@ typedef struct kiln_cuda_function_t {
   CUfunction fn; /* NULL: a free slot */
   char name[64];
 } kiln_cuda_function_t;
-/* Slots per device: twice the kernels the fatbin holds, about. */
-#define KILN_CUDA_KERNEL_SLOTS 256
+/* Slots per device: the fatbin holds about 260 kernels, and CAST, WHERE and
+ * COMPARE take a slot per dtype pair (about 280 more) for one kernel each. */
+#define KILN_CUDA_KERNEL_SLOTS 1024
 
 /* The function-pointer tables of the libraries loaded at run time
  * (cublas.c, cudnn.c). */

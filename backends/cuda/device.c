@@ -431,6 +431,21 @@ static kiln_status_t cuda_device_memory_free(kiln_backend_context_t *ctx, kiln_b
   return status;
 }
 
+/* Every dtype is stored and converted on every CUDA device (kiln.cu,
+ * through kernels/dtype_convert.h); f64, the integers and bool are the GPU's
+ * own arithmetic; f16 and bf16 are computed in f32 and rounded to nearest
+ * even on store, on every architecture (the rule of every kiln backend), so
+ * they are emulated in kiln_dtype_support_t's sense. */
+static int32_t cuda_dtype_support(kiln_backend_context_t *ctx, kiln_backend_device_t *device, kiln_dtype_t dtype) {
+  (void)ctx;
+  (void)device;
+  switch (dtype) {
+  case KILN_F16:
+  case KILN_BF16: return KILN_DTYPE_EMULATED;
+  default: return (unsigned)dtype < KILN_DTYPE_COUNT_ ? KILN_DTYPE_NATIVE : KILN_DTYPE_UNSUPPORTED;
+  }
+}
+
 /* The driver, toolkit, cuBLAS and cuDNN versions found at start-up. */
 static const char *cuda_version_text(kiln_backend_context_t *ctx) { return ctx->version_text; }
 
@@ -471,6 +486,7 @@ static const kiln_backend_iface_t cuda_iface = {
   .buffer_handle = kiln_cuda_buffer_handle,
   .buffer_wrap = kiln_cuda_buffer_wrap,
   .buffer_allocate_on = kiln_cuda_buffer_allocate_on,
+  .dtype_support = cuda_dtype_support,
 };
 
 KILN_PLUGIN_EXPORT const kiln_backend_iface_t *kiln_backend_entry(void);

@@ -157,7 +157,13 @@ kiln_status_t kiln_cuda_kind_kernel(kiln_backend_device_t *device, const kiln_op
   char name[sizeof known->name];
   const char *kind = kiln_backend_op_kind_name(op->kind);
   const char *out_dtype = kiln_backend_dtype_name(op->out.dtype);
-  if (op->n_in == 0)
+  if (op->kind == KILN_OP_CAST || op->kind == KILN_OP_WHERE)
+    /* One kernel for every pair of dtypes, read from the record (kiln.cu). */
+    snprintf(name, sizeof name, "kiln_%s", kind);
+  else if (op->kind == KILN_OP_COMPARE)
+    /* One kernel per formula for every dtype (kiln.cu). */
+    snprintf(name, sizeof name, "kiln_%s_%s", kind, fname ? fname : "?");
+  else if (op->n_in == 0)
     snprintf(name, sizeof name, "kiln_%s_%s", kind, out_dtype);
   else
     snprintf(name, sizeof name, "kiln_%s%s%s_%s_%s", kind, fname ? "_" : "", fname ? fname : "",

@@ -23,12 +23,23 @@
 
 /* ---- the shared op table and Philox ---------------------------------------- */
 
-#define KILN_F_EXP(x) expf(x)
-#define KILN_F_LOG(x) logf(x)
-#define KILN_F_SQRT(x) sqrtf(x)
-#define KILN_F_TANH(x) tanhf(x)
-#define KILN_F_FABS(x) fabsf(x)
-#define KILN_F_COS(x) cosf(x)
+/* The math of kernels/ops.def and philox.h, for float and double. */
+#define KILN_MATH_(name, f, d)                                                                      \
+  __device__ __forceinline__ float name(float x) { return f(x); }                                   \
+  __device__ __forceinline__ double name(double x) { return d(x); }
+KILN_MATH_(kiln_m_exp, expf, exp)
+KILN_MATH_(kiln_m_log, logf, log)
+KILN_MATH_(kiln_m_sqrt, sqrtf, sqrt)
+KILN_MATH_(kiln_m_tanh, tanhf, tanh)
+KILN_MATH_(kiln_m_fabs, fabsf, fabs)
+KILN_MATH_(kiln_m_cos, cosf, cos)
+#undef KILN_MATH_
+#define KILN_F_EXP(x) kiln_m_exp(x)
+#define KILN_F_LOG(x) kiln_m_log(x)
+#define KILN_F_SQRT(x) kiln_m_sqrt(x)
+#define KILN_F_TANH(x) kiln_m_tanh(x)
+#define KILN_F_FABS(x) kiln_m_fabs(x)
+#define KILN_F_COS(x) kiln_m_cos(x)
 
 #define KILN_U32 unsigned int
 #define KILN_U64 unsigned long long
@@ -48,40 +59,129 @@
 
 /* ---- the dtypes: C types and conversions ------------------------------------ */
 
-/* The core's scalar, converted once to each dtype. */
-template <typename T> __device__ __forceinline__ T kiln_scalar(const kiln_scalar_t &s);
-template <> __device__ __forceinline__ float kiln_scalar<float>(const kiln_scalar_t &s) { return s.f32; }
-template <> __device__ __forceinline__ int kiln_scalar<int>(const kiln_scalar_t &s) { return s.i32; }
+/* Every conversion is kernels/dtype_convert.h's, the one rule of every kiln
+ * backend (bit-identical to the CPU's): a dtype loads into an exact carrier
+ * (double for the floats, int64 for the integers and bool) and stores from
+ * either with one rounding. */
+#define KILN_DC_FN __device__ __forceinline__
+#include "dtype_convert.h"
 
-__device__ __forceinline__ int kiln_double_to_i32(double v) {
-  if (v != v) return 0;
-  if (v >= 2147483647.0) return 2147483647;
-  if (v <= -2147483648.0) return (-2147483647 - 1);
-  return (int)v;
+/* Storage types the templates tell apart: f16 and bf16 are their 16 bits,
+ * bool a byte (0 or 1). */
+struct kiln_f16_t { kiln_u16 bits; };
+struct kiln_bf16_t { kiln_u16 bits; };
+struct kiln_bool_t { kiln_u8 bits; };
+
+/* A dtype's raw value as dtype_convert.h takes it, and back. */
+template <typename T> __device__ __forceinline__ T kiln_raw(T x) { return x; }
+__device__ __forceinline__ kiln_u16 kiln_raw(kiln_f16_t x) { return x.bits; }
+__device__ __forceinline__ kiln_u16 kiln_raw(kiln_bf16_t x) { return x.bits; }
+__device__ __forceinline__ kiln_u8 kiln_raw(kiln_bool_t x) { return x.bits; }
+template <typename T> struct kiln_box {
+  template <typename R> static __device__ __forceinline__ T f(R r) { return (T)r; }
+};
+#define KILN_BOX_(T)                                                                                \
+  template <> struct kiln_box<T> {                                                                  \
+    template <typename R> static __device__ __forceinline__ T f(R r) {                              \
+      T v;                                                                                          \
+      v.bits = r;                                                                                   \
+      return v;                                                                                     \
+    }                                                                                               \
+  };
+KILN_BOX_(kiln_f16_t)
+KILN_BOX_(kiln_bf16_t)
+KILN_BOX_(kiln_bool_t)
+#undef KILN_BOX_
+
+/* The dtypes as the kernels name them: X(kernel name, dtype_convert.h name,
+ * storage type, carrier, unsigned type of its size, P), P passed through.
+ * Adding a dtype is a row here (and its conversions in dtype_convert.h). */
+#define KILN_CUDA_DTYPES(X, P)                                                                      \
+  X(f32, f32, float, f64, kiln_u32, P) X(i32, i32, int, i64, kiln_u32, P)                           \
+  X(f16, f16, kiln_f16_t, f64, kiln_u16, P) X(bf16, bf16, kiln_bf16_t, f64, kiln_u16, P)            \
+  X(f64, f64, double, f64, kiln_u64, P) X(i64, i64, kiln_i64, i64, kiln_u64, P)                     \
+  X(i8, i8, kiln_i8, i64, kiln_u8, P) X(u8, u8, kiln_u8, i64, kiln_u8, P)                           \
+  X(i16, i16, kiln_i16, i64, kiln_u16, P) X(bool, b8, kiln_bool_t, i64, kiln_u8, P)
+
+/* kiln_load(x): the carrier's value; kiln_store<T>::from(carrier): rounded
+ * once into T, out of line (the narrowing into f16 and bf16 is long, and
+ * one copy of it serves every kernel: the fatbin and nvcc's time stay
+ * small); kiln_nonzero(x): x != 0 (NaN is nonzero, -0 is not). */
+template <typename T> struct kiln_store;
+#define KILN_DTYPE_CONV_(NAME, DC, T, CARRIER, BITS, P)                                             \
+  __device__ __forceinline__ kiln_##CARRIER kiln_load(const T x) { return kiln_dc_load_##DC(kiln_raw(x)); } \
+  template <> struct kiln_store<T> {                                                                \
+    static __device__ __noinline__ T from(kiln_f64 v) { return kiln_box<T>::f(kiln_dc_f64_to_##DC(v)); } \
+    static __device__ __noinline__ T from(kiln_i64 v) { return kiln_box<T>::f(kiln_dc_i64_to_##DC(v)); } \
+  };
+KILN_CUDA_DTYPES(KILN_DTYPE_CONV_, ~)
+#undef KILN_DTYPE_CONV_
+template <typename T> __device__ __forceinline__ bool kiln_nonzero(T x) { return x != 0; }
+__device__ __forceinline__ bool kiln_nonzero(kiln_f16_t x) { return (x.bits & 0x7fffu) != 0; }
+__device__ __forceinline__ bool kiln_nonzero(kiln_bf16_t x) { return (x.bits & 0x7fffu) != 0; }
+__device__ __forceinline__ bool kiln_nonzero(kiln_bool_t x) { return x.bits != 0; }
+
+/* CAST, WHERE and COMPARE read and write every dtype (pair): one kernel
+ * each (per formula), the dtypes read from the record (a uniform branch
+ * per element, against 90 or 100 instantiations each that would multiply
+ * nvcc's time and the fatbin, for memory-bound kernels). The switches come from KILN_CUDA_DTYPES, whose
+ * order is include/kiln/tensor.h's KILN_DTYPES (the kiln_dtype_t values). */
+enum {
+#define KILN_DT_ENUM_(NAME, DC, T, CARRIER, BITS, P) KILN_CUDA_DT_##NAME,
+  KILN_CUDA_DTYPES(KILN_DT_ENUM_, ~)
+#undef KILN_DT_ENUM_
+};
+
+/* A value in its carrier (kernels/dtype_convert.h), either kind. */
+struct kiln_carried {
+  kiln_f64 f;
+  kiln_i64 i;
+  int is_float;
+};
+__device__ __forceinline__ void kiln_carry(kiln_carried &c, kiln_f64 v) { c.f = v, c.is_float = 1; }
+__device__ __forceinline__ void kiln_carry(kiln_carried &c, kiln_i64 v) { c.i = v, c.is_float = 0; }
+
+__device__ __forceinline__ kiln_carried kiln_load_dyn(int dtype, kiln_u64 addr, int64_t at) {
+  kiln_carried c;
+  c.f = 0.0, c.i = 0, c.is_float = 0;
+  switch (dtype) {
+#define KILN_LOAD_CASE_(NAME, DC, T, CARRIER, BITS, P)                                             \
+  case KILN_CUDA_DT_##NAME: kiln_carry(c, kiln_load(((const T *)addr)[at])); break;
+    KILN_CUDA_DTYPES(KILN_LOAD_CASE_, ~)
+#undef KILN_LOAD_CASE_
+  default: break;
+  }
+  return c;
 }
 
-/* A double rounded once to the dtype (ARANGE, as the CPU backend does). */
-template <typename T> __device__ __forceinline__ T kiln_from_f64(double v);
-template <> __device__ __forceinline__ float kiln_from_f64<float>(double v) { return (float)v; }
-template <> __device__ __forceinline__ int kiln_from_f64<int>(double v) { return kiln_double_to_i32(v); }
-
-/* CAST (and COPY, the identity): f32 -> i32 toward zero, NaN -> 0,
- * saturating at the i32 limits (the rule of every kiln backend, as for
- * scalars); i32 -> f32 to the nearest float, ties to even. */
-template <typename TIN, typename TOUT> struct kiln_convert {
-  static __device__ __forceinline__ TOUT f(TIN v) { return v; }
-};
-template <> struct kiln_convert<float, int> {
-  static __device__ __forceinline__ int f(float v) {
-    if (v != v) return 0;
-    if (v >= 2147483648.0f) return 2147483647;
-    if (v <= -2147483648.0f) return (-2147483647 - 1);
-    return (int)v; /* C's conversion truncates toward zero */
+__device__ __forceinline__ void kiln_store_dyn(int dtype, kiln_u64 addr, int64_t at, const kiln_carried &c) {
+  switch (dtype) {
+#define KILN_STORE_CASE_(NAME, DC, T, CARRIER, BITS, P)                                            \
+  case KILN_CUDA_DT_##NAME: ((T *)addr)[at] = c.is_float ? kiln_store<T>::from(c.f) : kiln_store<T>::from(c.i); break;
+    KILN_CUDA_DTYPES(KILN_STORE_CASE_, ~)
+#undef KILN_STORE_CASE_
+  default: break;
   }
-};
-template <> struct kiln_convert<int, float> {
-  static __device__ __forceinline__ float f(int v) { return __int2float_rn(v); }
-};
+}
+
+__device__ __forceinline__ bool kiln_nonzero_dyn(int dtype, kiln_u64 addr, int64_t at) {
+  switch (dtype) {
+#define KILN_NONZERO_CASE_(NAME, DC, T, CARRIER, BITS, P)                                          \
+  case KILN_CUDA_DT_##NAME: return kiln_nonzero(((const T *)addr)[at]);
+    KILN_CUDA_DTYPES(KILN_NONZERO_CASE_, ~)
+#undef KILN_NONZERO_CASE_
+  default: return false;
+  }
+}
+
+__device__ __forceinline__ int kiln_dtype_bytes(int dtype) {
+  switch (dtype) {
+#define KILN_BYTES_CASE_(NAME, DC, T, CARRIER, BITS, P) case KILN_CUDA_DT_##NAME: return (int)sizeof(T);
+    KILN_CUDA_DTYPES(KILN_BYTES_CASE_, ~)
+#undef KILN_BYTES_CASE_
+  default: return 0;
+  }
+}
 
 /* ---- elementwise --------------------------------------------------------------- */
 
@@ -99,39 +199,88 @@ template <int N> __device__ __forceinline__ void kiln_offsets(const kiln_kop_t &
   }
 }
 
+/* The compute type of each storage type (kernels/ops.def's rule): f16 and
+ * bf16 compute in f32, loaded exactly and stored rounded once to nearest
+ * even; every other dtype is its own. */
+template <typename T> struct kiln_cx {
+  typedef T type;
+  static __device__ __forceinline__ T in(const T x) { return x; }
+  static __device__ __forceinline__ T out(const T c) { return c; }
+};
+template <> struct kiln_cx<kiln_f16_t> {
+  typedef float type;
+  static __device__ __forceinline__ float in(const kiln_f16_t x) { return kiln_dc_f16_to_f32(x.bits); }
+  static __device__ __forceinline__ kiln_f16_t out(const float c) { return kiln_store<kiln_f16_t>::from((kiln_f64)c); }
+};
+template <> struct kiln_cx<kiln_bf16_t> {
+  typedef float type;
+  static __device__ __forceinline__ float in(const kiln_bf16_t x) { return kiln_dc_bf16_to_f32(x.bits); }
+  static __device__ __forceinline__ kiln_bf16_t out(const float c) { return kiln_store<kiln_bf16_t>::from((kiln_f64)c); }
+};
+
 /* The walk of every elementwise kernel: out[i] = F::f(the elements of the
- * N inputs for i), one contiguous run when ndim is 0 (the fast path). */
+ * N inputs for i, in their compute type), one contiguous run when ndim is
+ * 0 (the fast path). */
 template <typename TIN, typename TOUT, int N, typename F> __device__ __forceinline__ void kiln_map(const kiln_kop_t &op) {
+  typedef kiln_cx<TIN> CI;
+  typedef kiln_cx<TOUT> CO;
   const TIN *__restrict__ in0 = (const TIN *)op.in[0].addr;
   const TIN *__restrict__ in1 = (const TIN *)op.in[N > 1 ? 1 : 0].addr;
   TOUT *__restrict__ out = (TOUT *)op.out.addr;
   if (op.ndim == 0) {
-    KILN_FOR_EACH(i, op.n) out[i] = F::f(op, in0[i], N > 1 ? in1[i] : in0[i]);
+    KILN_FOR_EACH(i, op.n) out[i] = CO::out(F::f(op, CI::in(in0[i]), CI::in(N > 1 ? in1[i] : in0[i])));
   } else {
     KILN_FOR_EACH(i, op.n) {
       int64_t o[N];
       kiln_offsets<N>(op, i, o);
-      out[i] = F::f(op, in0[o[0]], N > 1 ? in1[o[N - 1]] : in0[o[0]]);
+      out[i] = CO::out(F::f(op, CI::in(in0[o[0]]), CI::in(N > 1 ? in1[o[N - 1]] : in0[o[0]])));
     }
   }
 }
 
-/* The formulas of kernels/ops.def as functors of (op, first, second); the
- * integer formulas name their type IT and wrap through UT. */
-#define KILN_IT_UT_(T) typedef T IT; typedef unsigned UT; (void)sizeof(IT); (void)sizeof(UT);
-#define KILN_UNARY_FN_(T, TNAME, NAME, expr)                                                       \
+/* The core's scalar (kernels/kop.h) in a formula's compute type: f32 for
+ * f32, f16 and bf16, the value for f64, its bits for the integers. */
+template <typename T> __device__ __forceinline__ typename kiln_cx<T>::type kiln_scalar(const kiln_scalar_t &s) {
+  return (T)s.bits;
+}
+template <> __device__ __forceinline__ float kiln_scalar<float>(const kiln_scalar_t &s) { return s.f32; }
+template <> __device__ __forceinline__ float kiln_scalar<kiln_f16_t>(const kiln_scalar_t &s) { return s.f32; }
+template <> __device__ __forceinline__ float kiln_scalar<kiln_bf16_t>(const kiln_scalar_t &s) { return s.f32; }
+template <> __device__ __forceinline__ double kiln_scalar<double>(const kiln_scalar_t &s) { return s.value; }
+
+/* UT of the integer formulas: unsigned, at least 32 bits and IT's width. */
+template <bool WIDE> struct kiln_ut_ { typedef kiln_u32 type; };
+template <> struct kiln_ut_<true> { typedef kiln_u64 type; };
+
+/* The formulas of kernels/ops.def as functors of (op, first, second) in
+ * the compute type C of storage type T; the integer formulas name their
+ * type IT and wrap through UT. u8's `x < 0` is always false, on purpose. */
+#if defined(__CUDACC__)
+#pragma nv_diag_suppress 186, 514
+#else
+#pragma GCC diagnostic ignored "-Wtype-limits"
+#endif
+#define KILN_IT_UT_(C)                                                                              \
+  typedef C IT;                                                                                     \
+  typedef kiln_ut_<(sizeof(C) > 4)>::type UT;                                                       \
+  (void)sizeof(IT);                                                                                 \
+  (void)sizeof(UT);
+#define KILN_UNARY_FN_(TNAME, T, NAME, expr)                                                       \
   struct kiln_unary_##NAME##_##TNAME {                                                             \
-    static __device__ __forceinline__ T f(const kiln_kop_t &, const T x, const T) { KILN_IT_UT_(T) return (expr); } \
+    typedef kiln_cx<T>::type C;                                                                    \
+    static __device__ __forceinline__ C f(const kiln_kop_t &, const C x, const C) { KILN_IT_UT_(C) return (expr); } \
   };                                                                                               \
   KILN_INSTANCE(kiln_unary_##NAME##_##TNAME##_##TNAME, kiln_map<T, T, 1, kiln_unary_##NAME##_##TNAME>)
-#define KILN_BINARY_FN_(T, TNAME, NAME, expr)                                                      \
+#define KILN_BINARY_FN_(TNAME, T, NAME, expr)                                                      \
   struct kiln_binary_##NAME##_##TNAME {                                                            \
-    static __device__ __forceinline__ T f(const kiln_kop_t &, const T a, const T b) { KILN_IT_UT_(T) return (expr); } \
+    typedef kiln_cx<T>::type C;                                                                    \
+    static __device__ __forceinline__ C f(const kiln_kop_t &, const C a, const C b) { KILN_IT_UT_(C) return (expr); } \
   };                                                                                               \
   struct kiln_binary_scalar_##NAME##_##TNAME {                                                     \
-    static __device__ __forceinline__ T f(const kiln_kop_t &op, const T a, const T) {              \
-      const T b = kiln_scalar<T>(op.u.binary.scalar);                                              \
-      KILN_IT_UT_(T)                                                                               \
+    typedef kiln_cx<T>::type C;                                                                    \
+    static __device__ __forceinline__ C f(const kiln_kop_t &op, const C a, const C) {              \
+      const C b = kiln_scalar<T>(op.u.binary.scalar);                                              \
+      KILN_IT_UT_(C)                                                                               \
       return (expr);                                                                               \
     }                                                                                              \
   };                                                                                               \
@@ -140,9 +289,10 @@ template <typename TIN, typename TOUT, int N, typename F> __device__ __forceinli
                 kiln_map<T, T, 1, kiln_binary_scalar_##NAME##_##TNAME>)
 /* UNARY_BACKWARD: dx = dy * f'(x), x (in[0]) and dy (in[1]) walked as a
  * binary op's inputs. */
-#define KILN_UNARY_GRAD_FN_(T, TNAME, NAME, expr)                                                  \
+#define KILN_UNARY_GRAD_FN_(TNAME, T, NAME, expr)                                                  \
   struct kiln_unary_backward_##NAME##_##TNAME {                                                    \
-    static __device__ __forceinline__ T f(const kiln_kop_t &, const T x, const T dy) {             \
+    typedef kiln_cx<T>::type C;                                                                    \
+    static __device__ __forceinline__ C f(const kiln_kop_t &, const C x, const C dy) {             \
       (void)x; /* NEG's derivative does not read it */                                             \
       return (expr);                                                                               \
     }                                                                                              \
@@ -150,60 +300,105 @@ template <typename TIN, typename TOUT, int N, typename F> __device__ __forceinli
   KILN_INSTANCE(kiln_unary_backward_##NAME##_##TNAME##_##TNAME,                                     \
                 kiln_map<T, T, 2, kiln_unary_backward_##NAME##_##TNAME>)
 
-#define KILN_UNARY_FLOAT(NAME, expr) KILN_UNARY_FN_(float, f32, NAME, expr)
-#define KILN_UNARY_INT(NAME, expr) KILN_UNARY_FN_(int, i32, NAME, expr)
-#define KILN_BINARY_FLOAT(NAME, expr) KILN_BINARY_FN_(float, f32, NAME, expr)
-#define KILN_BINARY_INT(NAME, expr) KILN_BINARY_FN_(int, i32, NAME, expr)
-#define KILN_UNARY_GRAD_FLOAT(NAME, expr) KILN_UNARY_GRAD_FN_(float, f32, NAME, expr)
-#include "ops.def"
+/* The dtypes of each family (rows of KILN_CUDA_DTYPES): X(name, storage
+ * type, the family row's arguments). */
+#define KILN_CUDA_FLOAT_DTYPES(X, ...)                                                              \
+  X(f32, float, __VA_ARGS__) X(f16, kiln_f16_t, __VA_ARGS__) X(bf16, kiln_bf16_t, __VA_ARGS__)      \
+  X(f64, double, __VA_ARGS__)
+#define KILN_CUDA_INT_DTYPES(X, ...)                                                                \
+  X(i32, int, __VA_ARGS__) X(i64, kiln_i64, __VA_ARGS__) X(i8, kiln_i8, __VA_ARGS__)                \
+  X(u8, kiln_u8, __VA_ARGS__) X(i16, kiln_i16, __VA_ARGS__)
 
-/* WHERE: out = cond != 0 ? a : b (NaN is nonzero, -0.0 is not), the
- * condition read as TC, the values copied as their 32-bit patterns (so the
- * value dtype only names the kernel); the three walk out's shape by their
- * strides. */
-template <typename TC> __device__ __forceinline__ void kiln_where(const kiln_kop_t &op) {
-  const TC *__restrict__ c = (const TC *)op.in[0].addr;
-  const unsigned *__restrict__ a = (const unsigned *)op.in[1].addr;
-  const unsigned *__restrict__ b = (const unsigned *)op.in[2].addr;
-  unsigned *__restrict__ out = (unsigned *)op.out.addr;
-  if (op.ndim == 0) {
-    KILN_FOR_EACH(i, op.n) out[i] = c[i] != 0 ? a[i] : b[i];
-  } else {
-    KILN_FOR_EACH(i, op.n) {
-      int64_t o[3];
-      kiln_offsets<3>(op, i, o);
-      out[i] = c[o[0]] != 0 ? a[o[1]] : b[o[2]];
-    }
+/* COMPARE (kernel `kiln_compare_<FORMULA>`, every dtype, out bool): a and
+ * b of one dtype, read from the record, compared in their carrier (double
+ * for the floats, int64 for the integers and bool: exact, so every answer
+ * is the compute type's). */
+template <typename F> __device__ __forceinline__ void kiln_compare_any(const kiln_kop_t &op) {
+  const int dtype = op.in[0].dtype;
+  kiln_u8 *__restrict__ out = (kiln_u8 *)op.out.addr;
+  KILN_FOR_EACH(i, op.n) {
+    int64_t o[2] = {i, i};
+    if (op.ndim != 0) kiln_offsets<2>(op, i, o);
+    const kiln_carried a = kiln_load_dyn(dtype, op.in[0].addr, o[0]);
+    const kiln_carried b = kiln_load_dyn(dtype, op.in[1].addr, o[1]);
+    out[i] = (a.is_float ? F::f(a.f, b.f) : F::f(a.i, b.i)) ? 1u : 0u;
   }
 }
-KILN_INSTANCE(kiln_where_f32_f32, kiln_where<float>)
-KILN_INSTANCE(kiln_where_f32_i32, kiln_where<float>)
-KILN_INSTANCE(kiln_where_i32_f32, kiln_where<int>)
-KILN_INSTANCE(kiln_where_i32_i32, kiln_where<int>)
+#define KILN_COMPARE_FN_(NAME, expr)                                                               \
+  struct kiln_cmp_##NAME {                                                                     \
+    template <typename C> static __device__ __forceinline__ bool f(const C a, const C b) { return (expr); } \
+  };                                                                                               \
+  KILN_INSTANCE(kiln_compare_##NAME, kiln_compare_any<kiln_cmp_##NAME>)
 
-/* COPY and CAST: a strided view (or, ndim 0, a contiguous run) into a
- * contiguous output, converted. */
-template <typename TIN, typename TOUT> struct kiln_cast_fn {
-  static __device__ __forceinline__ TOUT f(const kiln_kop_t &, const TIN x, const TIN) {
-    return kiln_convert<TIN, TOUT>::f(x);
+#define KILN_UNARY_FLOAT(NAME, expr) KILN_CUDA_FLOAT_DTYPES(KILN_UNARY_FN_, NAME, expr)
+#define KILN_UNARY_INT(NAME, expr) KILN_CUDA_INT_DTYPES(KILN_UNARY_FN_, NAME, expr)
+#define KILN_BINARY_FLOAT(NAME, expr) KILN_CUDA_FLOAT_DTYPES(KILN_BINARY_FN_, NAME, expr)
+#define KILN_BINARY_INT(NAME, expr) KILN_CUDA_INT_DTYPES(KILN_BINARY_FN_, NAME, expr)
+#define KILN_UNARY_GRAD_FLOAT(NAME, expr) KILN_UNARY_GRAD_FN_(f32, float, NAME, expr)
+#define KILN_COMPARE(NAME, expr) KILN_COMPARE_FN_(NAME, expr)
+#include "ops.def"
+
+
+/* ---- dtype-dispatched kinds: CAST and WHERE ------------------------------------- */
+
+/* CAST (kernel `kiln_cast`, every pair): kernels/dtype_convert.h's rule,
+ * load into the carrier then one rounding into out's dtype; in[0] a strided
+ * view (or, ndim 0, a contiguous run). */
+__device__ __forceinline__ void kiln_cast_any(const kiln_kop_t &op) {
+  const int from = op.in[0].dtype, to = op.out.dtype;
+  KILN_FOR_EACH(i, op.n) {
+    int64_t o[1] = {i};
+    if (op.ndim != 0) kiln_offsets<1>(op, i, o);
+    kiln_store_dyn(to, op.out.addr, i, kiln_load_dyn(from, op.in[0].addr, o[0]));
   }
+}
+
+/* WHERE (kernel `kiln_where`, any condition dtype, any value dtype): out =
+ * cond != 0 ? a : b (NaN is nonzero, -0.0 is not), the values copied as
+ * bits of their size; the three walk out's shape by their strides. */
+template <typename BITS> __device__ __forceinline__ void kiln_where_bits(const kiln_kop_t &op) {
+  const int cond = op.in[0].dtype;
+  const BITS *__restrict__ a = (const BITS *)op.in[1].addr;
+  const BITS *__restrict__ b = (const BITS *)op.in[2].addr;
+  BITS *__restrict__ out = (BITS *)op.out.addr;
+  KILN_FOR_EACH(i, op.n) {
+    int64_t o[3] = {i, i, i};
+    if (op.ndim != 0) kiln_offsets<3>(op, i, o);
+    out[i] = kiln_nonzero_dyn(cond, op.in[0].addr, o[0]) ? a[o[1]] : b[o[2]];
+  }
+}
+__device__ __forceinline__ void kiln_where_any(const kiln_kop_t &op) {
+  switch (kiln_dtype_bytes(op.out.dtype)) {
+  case 1: kiln_where_bits<kiln_u8>(op); break;
+  case 2: kiln_where_bits<kiln_u16>(op); break;
+  case 4: kiln_where_bits<kiln_u32>(op); break;
+  default: kiln_where_bits<kiln_u64>(op); break;
+  }
+}
+
+/* COPY: the element's bits. */
+template <typename T> struct kiln_copy_fn {
+  static __device__ __forceinline__ T f(const kiln_kop_t &, const T x, const T) { return x; }
 };
-template <typename TIN, typename TOUT> __device__ __forceinline__ void kiln_cast(const kiln_kop_t &op) {
-  kiln_map<TIN, TOUT, 1, kiln_cast_fn<TIN, TOUT> >(op);
+template <typename BITS> __device__ __forceinline__ void kiln_copy(const kiln_kop_t &op) {
+  kiln_map<BITS, BITS, 1, kiln_copy_fn<BITS> >(op);
 }
 
 /* ---- generators ------------------------------------------------------------------ */
 
-template <typename T> __device__ __forceinline__ void kiln_fill(const kiln_kop_t &op) {
-  T *__restrict__ out = (T *)op.out.addr;
-  const T v = kiln_scalar<T>(op.u.fill.value);
+/* FILL: the scalar's bits in the dtype (kiln_scalar_t.bits), by size. */
+template <typename BITS> __device__ __forceinline__ void kiln_fill(const kiln_kop_t &op) {
+  BITS *__restrict__ out = (BITS *)op.out.addr;
+  const BITS v = (BITS)op.u.fill.value.bits;
   KILN_FOR_EACH(i, op.n) out[i] = v;
 }
 
-/* ARANGE in double, rounded once, as the CPU backend does. */
+/* ARANGE: start + i * step in double, not fused (as the CPU computes it),
+ * rounded once into the dtype. */
 template <typename T> __device__ __forceinline__ void kiln_arange(const kiln_kop_t &op) {
   T *__restrict__ out = (T *)op.out.addr;
-  KILN_FOR_EACH(i, op.n) out[i] = kiln_from_f64<T>(op.u.arange.start + (double)i * op.u.arange.step);
+  KILN_FOR_EACH(i, op.n)
+  out[i] = kiln_store<T>::from(__dadd_rn(op.u.arange.start, __dmul_rn((double)i, op.u.arange.step)));
 }
 
 /* The uniform transform on its own (not inlined), so that the build's
@@ -228,15 +423,17 @@ __device__ __forceinline__ void kiln_random(const kiln_kop_t &op) {
 
 /* ---- the instances of the dtype-generic kinds --------------------------------------- */
 
-KILN_INSTANCE(kiln_fill_f32, kiln_fill<float>)
-KILN_INSTANCE(kiln_fill_i32, kiln_fill<int>)
-KILN_INSTANCE(kiln_arange_f32, kiln_arange<float>)
-KILN_INSTANCE(kiln_arange_i32, kiln_arange<int>)
+/* FILL, ARANGE (the core refuses bool's) and COPY per dtype (FILL and COPY
+ * move the element's bits); CAST and WHERE one kernel each. */
+#define KILN_GEN_INSTANCES_(NAME, DC, T, CARRIER, BITS, P)                                         \
+  KILN_INSTANCE(kiln_fill_##NAME, kiln_fill<BITS>)                                                  \
+  KILN_INSTANCE(kiln_arange_##NAME, kiln_arange<T>)                                                 \
+  KILN_INSTANCE(kiln_copy_##NAME##_##NAME, kiln_copy<BITS>)
+KILN_CUDA_DTYPES(KILN_GEN_INSTANCES_, ~)
+#undef KILN_GEN_INSTANCES_
+KILN_INSTANCE(kiln_cast, kiln_cast_any)
+KILN_INSTANCE(kiln_where, kiln_where_any)
 KILN_INSTANCE(kiln_random_f32, kiln_random)
-KILN_INSTANCE(kiln_copy_f32_f32, kiln_cast<float, float>)
-KILN_INSTANCE(kiln_copy_i32_i32, kiln_cast<int, int>)
-KILN_INSTANCE(kiln_cast_f32_i32, kiln_cast<float, int>)
-KILN_INSTANCE(kiln_cast_i32_f32, kiln_cast<int, float>)
 
 /* ---- reductions ------------------------------------------------------------ */
 
@@ -257,10 +454,12 @@ KILN_INSTANCE(kiln_cast_i32_f32, kiln_cast<int, float>)
  *
  * The kernels are templates over the element type T and the accumulate type
  * ACC, instantiated as rows below: f32 accumulates in double, i32 in
- * uint32_t (wrapping). What a kernel does with its sum goes through
- * overloads on ACC: kiln_acc_of (an element, or its square for NORM, as an
- * ACC), kiln_acc_finish (SUM, MEAN or NORM of a sum); adding and merging are
- * ACC's own +. A partial result is kiln_part<T, ACC> (the sum, the best
+ * 64 bits (wrapping, as the i64 accumulator of the design). What a kernel
+ * does with its sum goes through overloads on ACC: kiln_acc_of (an element,
+ * or its square for NORM, as an ACC), kiln_acc_finish (SUM, MEAN or NORM of
+ * a sum); adding and merging are ACC's own +. The finished sum is stored in
+ * the out dtype the core chose (sum of i32 -> i64, sum_to keeps i32) through
+ * its carrier, with kernels/dtype_convert.h's rule. A partial result is kiln_part<T, ACC> (the sum, the best
  * value and its index), which is also the record of plan.reduce.parts;
  * KILN_CUDA_REDUCE_PART_BYTES (launch.h) bounds every instance. */
 
@@ -270,7 +469,7 @@ template <typename T, typename ACC> struct kiln_part {
   int64_t index; /* its index; -1: nothing seen yet */
 };
 static_assert(sizeof(kiln_part<float, double>) <= KILN_CUDA_REDUCE_PART_BYTES, "f32 parts outgrow the scratch");
-static_assert(sizeof(kiln_part<int, uint32_t>) <= KILN_CUDA_REDUCE_PART_BYTES, "i32 parts outgrow the scratch");
+static_assert(sizeof(kiln_part<int, unsigned long long>) <= KILN_CUDA_REDUCE_PART_BYTES, "i32 parts outgrow the scratch");
 
 /* ACC double: the element's value (or its square), exact for f32. */
 __device__ __forceinline__ double kiln_acc_of(double *, float v, bool squares) {
@@ -285,10 +484,26 @@ __device__ __forceinline__ double kiln_acc_finish(double sum, int op, int64_t le
   }
 }
 
-/* ACC uint32_t: the element's bits, summed wrapping (MEAN and NORM are f32
- * only, so nothing is squared or divided). */
-__device__ __forceinline__ uint32_t kiln_acc_of(uint32_t *, int v, bool) { return (uint32_t)v; }
-__device__ __forceinline__ uint32_t kiln_acc_finish(uint32_t sum, int, int64_t) { return sum; }
+/* ACC unsigned long long: the element, summed modulo 2^64 (MEAN and NORM
+ * are floats only, so nothing is squared or divided). */
+__device__ __forceinline__ unsigned long long kiln_acc_of(unsigned long long *, int v, bool) {
+  return (unsigned long long)(long long)v;
+}
+__device__ __forceinline__ unsigned long long kiln_acc_finish(unsigned long long sum, int, int64_t) { return sum; }
+
+/* A finished sum into out's dtype through its carrier. */
+__device__ __forceinline__ kiln_carried kiln_acc_carried(double v) {
+  kiln_carried c;
+  c.i = 0;
+  kiln_carry(c, (kiln_f64)v);
+  return c;
+}
+__device__ __forceinline__ kiln_carried kiln_acc_carried(unsigned long long v) {
+  kiln_carried c;
+  c.f = 0.0;
+  kiln_carry(c, (kiln_i64)v);
+  return c;
+}
 
 /* What MAX of nothing gives. */
 template <typename T> __device__ __forceinline__ T kiln_lowest(void);
@@ -363,7 +578,9 @@ __device__ __forceinline__ void kiln_reduce_finish(const kiln_kop_t &p, int64_t 
   switch (p.u.reduce.op) {
   case 3: ((int *)p.out.addr)[at] = r.index < 0 ? 0 : (int)r.index; break;              /* ARGMAX */
   case 2: ((T *)p.out.addr)[at] = r.index < 0 ? kiln_lowest<T>() : r.best; break;       /* MAX */
-  default: ((T *)p.out.addr)[at] = (T)kiln_acc_finish(r.sum, p.u.reduce.op, p.u.reduce.len); break;
+  default: /* SUM, MEAN, NORM */
+    kiln_store_dyn(p.out.dtype, p.out.addr, at, kiln_acc_carried(kiln_acc_finish(r.sum, p.u.reduce.op, p.u.reduce.len)));
+    break;
   }
 }
 
@@ -389,7 +606,7 @@ template <typename T, typename ACC> __device__ void kiln_reduce_rows(const kiln_
 }
 
 KILN_INSTANCE(kiln_reduce_rows_f32, kiln_reduce_rows<float, double>)
-KILN_INSTANCE(kiln_reduce_rows_i32, kiln_reduce_rows<int, uint32_t>)
+KILN_INSTANCE(kiln_reduce_rows_i32, kiln_reduce_rows<int, unsigned long long>)
 
 template <typename T, typename ACC> __device__ void kiln_reduce_parts(const kiln_kop_t &p) {
   const kiln_part<T, ACC> *parts = (const kiln_part<T, ACC> *)p.plan.reduce.parts;
@@ -403,7 +620,7 @@ template <typename T, typename ACC> __device__ void kiln_reduce_parts(const kiln
 }
 
 KILN_INSTANCE(kiln_reduce_parts_f32, kiln_reduce_parts<float, double>)
-KILN_INSTANCE(kiln_reduce_parts_i32, kiln_reduce_parts<int, uint32_t>)
+KILN_INSTANCE(kiln_reduce_parts_i32, kiln_reduce_parts<int, unsigned long long>)
 
 /* inner > 1 (and any len == 0): a block is p.plan.reduce.width neighbouring columns by
  * KILN_CUDA_BLOCK / p.plan.reduce.width lanes along the axis, so a warp reads whole
@@ -447,7 +664,7 @@ template <typename T, typename ACC> __device__ void kiln_reduce_cols(const kiln_
 }
 
 KILN_INSTANCE(kiln_reduce_cols_f32, kiln_reduce_cols<float, double>)
-KILN_INSTANCE(kiln_reduce_cols_i32, kiln_reduce_cols<int, uint32_t>)
+KILN_INSTANCE(kiln_reduce_cols_i32, kiln_reduce_cols<int, unsigned long long>)
 
 /* ---- softmax and cross-entropy --------------------------------------------- */
 

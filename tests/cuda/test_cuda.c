@@ -1,4 +1,4 @@
-/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, transfers from pageable memory, events, provider choice, TF32 off by default, CAST, long reductions and tall matmuls; skipped (77) without one. */
+/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, transfers from pageable memory, events, provider choice, TF32 off by default, CAST, every dtype's casts, fills, ranges, elementwise ops, comparisons and where against cpu:0, long reductions and tall matmuls; skipped (77) without one. */
 #include <math.h>
 #include <stdint.h>
 
@@ -413,6 +413,330 @@ START_TEST(test_cast_runs) {
 }
 END_TEST
 
+/* ---- every dtype: storage kernels against cpu:0, bit for bit ------------------------------------ */
+
+enum { DT_N = 64 }; /* elements of each source tensor: even, for the [2, 32] transpose */
+
+/* The values every cast starts from, as f64: NaN of both signs, +-inf, +-0,
+ * f32, f16 and bf16 subnormals, ties for f16 and bf16 (1 + 2^-11, 1 + 3 *
+ * 2^-11, 1 + 2^-8), f16's largest and its overflow tie, values just past
+ * each integer range, 2^24 + 1 and 2^63. */
+static void dtype_specials(double v[DT_N]) {
+  const double fixed[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0, -0.0, 1.5, -1.5, 2.5, -2.5,
+                          0.7, -0.7, 65504.0, 65520.0, -65520.0, 65519.99, 5.960464477539063e-08,
+                          2.9802322387695312e-08, 1e-6, -3e-5, 1e-40, -1e-45, 3.4028235e38, 1e300,
+                          1.0 + 1.0 / 2048, 1.0 + 3.0 / 2048, 1.0 + 1.0 / 256, 1.0 + 3.0 / 256, 127.5, 128.0,
+                          -128.0, -129.0, 255.9, 256.0, -1.0, 32767.0, 32768.0, -32769.0, 2147483647.0,
+                          2147483648.0, -2147483649.0, 16777217.0, 9.2233720368547758e18, -9.2233720368547758e18,
+                          1e19, -1e19, 3.0e38, 1.17549435e-38, 6.1035156e-05, 6.097555e-05, 0.1, 1e-8, 12345.678,
+                          -0.4999, 0.5, 33554435.0, 4294967296.0, -4294967297.0, 1e5, 1e-310, -1e-320, 42.0, 3.0,
+                          -7.25};
+  for (int i = 0; i < DT_N; i++) v[i] = fixed[i % (sizeof fixed / sizeof fixed[0])];
+}
+
+/* Raw patterns no f64 cast makes: NaN payloads of f16 and bf16 (signalling
+ * ones too), the largest and smallest integers. */
+static void dtype_raw(kiln_dtype_t d, void *out) {
+  if (d == KILN_F16 || d == KILN_BF16) {
+    const uint16_t f16[] = {0x7e01, 0xfd55, 0x7c01, 0xfc00, 0x7c00, 0x0001, 0x8001, 0x03ff, 0x0400, 0x7bff, 0x8000, 0x3c00};
+    const uint16_t bf16[] = {0x7fc1, 0xff81, 0x7f81, 0xff80, 0x7f80, 0x0001, 0x8001, 0x007f, 0x0080, 0x7f7f, 0x8000, 0x3f80};
+    uint16_t *o = out;
+    for (int i = 0; i < DT_N; i++) o[i] = (d == KILN_F16 ? f16 : bf16)[i % 12] ^ (uint16_t)(i >= 12 ? (i * 37) & 0x3ff : 0);
+  } else {
+    const int64_t i64[] = {INT64_MIN, INT64_MAX, ((int64_t)1 << 53) + 1, -((int64_t)1 << 24) - 1, 255, 256, -1, 0x7fff,
+                           0x8000, -0x8001, (int64_t)1 << 62, 0x7fffffff};
+    int64_t *o = out;
+    for (int i = 0; i < DT_N; i++) o[i] = i64[i % 12] + (i >= 12 ? i * 977 : 0);
+  }
+}
+
+/* One tensor of dtype d with the same bytes on cpu:0 and on the GPU. */
+static void dtype_pair(kiln_dtype_t d, const void *bytes, kiln_tensor_t **on_cpu, kiln_tensor_t **on_gpu) {
+  const int64_t shape[2] = {2, DT_N / 2};
+  KT_OK(kiln_tensor_from_host(cpu, d, 2, shape, bytes, on_cpu));
+  KT_OK(kiln_tensor_from_host(gpu, d, 2, shape, bytes, on_gpu));
+}
+
+/* Both results' bytes equal, or a message naming the first difference. */
+static void same_bytes(const char *what, kiln_tensor_t *expected, kiln_tensor_t *got) {
+  const size_t size = kiln_dtype_size(kiln_tensor_dtype(expected));
+  ck_assert_int_eq(kiln_tensor_dtype(got), kiln_tensor_dtype(expected));
+  ck_assert_int_eq(kiln_tensor_numel(got), kiln_tensor_numel(expected));
+  const size_t n = (size_t)kiln_tensor_numel(expected), bytes = n * size;
+  unsigned char *e = malloc(bytes ? bytes : 1), *g = malloc(bytes ? bytes : 1);
+  KT_OK(kiln_tensor_read(expected, e, bytes));
+  KT_OK(kiln_tensor_read(got, g, bytes));
+  for (size_t i = 0; i < n; i++) {
+    if (memcmp(e + i * size, g + i * size, size) == 0) continue;
+    uint64_t ev = 0, gv = 0;
+    memcpy(&ev, e + i * size, size);
+    memcpy(&gv, g + i * size, size);
+    ck_abort_msg("%s: element %zu is 0x%llx on the GPU, 0x%llx on cpu:0", what, i, (unsigned long long)gv,
+                 (unsigned long long)ev);
+  }
+  free(e);
+  free(g);
+}
+
+/* Cast a's pair to every other dtype on both devices, from the contiguous
+ * tensors and from their transposes (the strided walk). */
+static void casts_from(kiln_dtype_t s, const void *bytes) {
+  kiln_tensor_t *c, *g, *ct, *gt;
+  dtype_pair(s, bytes, &c, &g);
+  KT_OK(kiln_tensor_transpose(c, 0, 1, &ct));
+  KT_OK(kiln_tensor_transpose(g, 0, 1, &gt));
+  for (int d = 0; d < KILN_DTYPE_COUNT_; d++) {
+    char what[64];
+    kiln_tensor_t *e, *r;
+    snprintf(what, sizeof what, "cast %s -> %s", kiln_dtype_name(s), kiln_dtype_name((kiln_dtype_t)d));
+    KT_OK(kiln_tensor_cast(c, (kiln_dtype_t)d, &e));
+    KT_OK(kiln_tensor_cast(g, (kiln_dtype_t)d, &r));
+    same_bytes(what, e, r);
+    kiln_tensor_release(e);
+    kiln_tensor_release(r);
+    snprintf(what, sizeof what, "cast %s -> %s, transposed", kiln_dtype_name(s), kiln_dtype_name((kiln_dtype_t)d));
+    KT_OK(kiln_tensor_cast(ct, (kiln_dtype_t)d, &e));
+    KT_OK(kiln_tensor_cast(gt, (kiln_dtype_t)d, &r));
+    same_bytes(what, e, r);
+    kiln_tensor_release(e);
+    kiln_tensor_release(r);
+  }
+  kiln_tensor_release(ct);
+  kiln_tensor_release(gt);
+  kiln_tensor_release(c);
+  kiln_tensor_release(g);
+}
+
+/* CAST of every pair of dtypes (and COPY, the same dtype, contiguous and
+ * strided) gives cpu:0's bits: NaN (payloads kept, signalling ones
+ * quieted), +-inf, -0, subnormals, ties to even, values past every range.
+ * Each source is the specials cast to it on cpu:0; f16, bf16 and i64 get
+ * raw patterns too. */
+START_TEST(test_cast_every_pair_matches_cpu) {
+  double v[DT_N];
+  dtype_specials(v);
+  const int64_t shape[2] = {2, DT_N / 2};
+  kiln_tensor_t *f64;
+  KT_OK(kiln_tensor_from_host(cpu, KILN_F64, 2, shape, v, &f64));
+  for (int s = 0; s < KILN_DTYPE_COUNT_; s++) {
+    kiln_tensor_t *src;
+    KT_OK(kiln_tensor_cast(f64, (kiln_dtype_t)s, &src));
+    unsigned char bytes[DT_N * 8];
+    KT_OK(kiln_tensor_read(src, bytes, (size_t)DT_N * kiln_dtype_size((kiln_dtype_t)s)));
+    kiln_tensor_release(src);
+    casts_from((kiln_dtype_t)s, bytes);
+  }
+  kiln_tensor_release(f64);
+  const kiln_dtype_t raw[3] = {KILN_F16, KILN_BF16, KILN_I64};
+  for (int k = 0; k < 3; k++) {
+    int64_t bytes[DT_N];
+    dtype_raw(raw[k], bytes);
+    casts_from(raw[k], bytes);
+  }
+}
+END_TEST
+
+/* FILL (zeros, ones, full) and ARANGE of every dtype give cpu:0's bits. */
+START_TEST(test_fill_and_arange_every_dtype_match_cpu) {
+  const double values[] = {0.0, 1.0, -0.0, -1.5, NAN, INFINITY, 1e10, 65504.5, 1.0 + 1.0 / 256, -300.7};
+  const int64_t shape[2] = {3, 37};
+  for (int d = 0; d < KILN_DTYPE_COUNT_; d++) {
+    const kiln_dtype_t dt = (kiln_dtype_t)d;
+    char what[96];
+    for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+      kiln_tensor_t *e, *r;
+      snprintf(what, sizeof what, "full(%s, %g)", kiln_dtype_name(dt), values[k]);
+      KT_OK(kiln_tensor_full(cpu, dt, 2, shape, values[k], &e));
+      KT_OK(kiln_tensor_full(gpu, dt, 2, shape, values[k], &r));
+      same_bytes(what, e, r);
+      kiln_tensor_release(e);
+      kiln_tensor_release(r);
+    }
+    if (dt == KILN_BOOL) continue; /* arange of bool is refused */
+    const double ranges[][3] = {{-3.5, 40.0, 0.7}, {-200.0, 300.0, 1.0}, {1e9, 1e10, 3.3e7}, {0.0, 1.0, 0.01},
+                                {65000.0, 66000.0, 7.5}};
+    for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+      kiln_tensor_t *e, *r;
+      snprintf(what, sizeof what, "arange(%s, %g, %g, %g)", kiln_dtype_name(dt), ranges[k][0], ranges[k][1],
+               ranges[k][2]);
+      KT_OK(kiln_tensor_arange(cpu, dt, ranges[k][0], ranges[k][1], ranges[k][2], &e));
+      KT_OK(kiln_tensor_arange(gpu, dt, ranges[k][0], ranges[k][1], ranges[k][2], &r));
+      same_bytes(what, e, r);
+      kiln_tensor_release(e);
+      kiln_tensor_release(r);
+    }
+  }
+}
+END_TEST
+
+/* Float bits as ordered integers (sign-magnitude to two's complement order). */
+static int64_t ordered(kiln_dtype_t d, uint64_t bits) {
+  const int width = (int)kiln_dtype_size(d) * 8;
+  const uint64_t sign = (uint64_t)1 << (width - 1);
+  const int64_t magnitude = (int64_t)(bits & (sign - 1));
+  return bits & sign ? -magnitude : magnitude;
+}
+
+static bool is_nan_bits(kiln_dtype_t d, uint64_t b) {
+  switch (d) {
+  case KILN_F16: return (b & 0x7c00u) == 0x7c00u && (b & 0x3ffu);
+  case KILN_BF16: return (b & 0x7f80u) == 0x7f80u && (b & 0x7fu);
+  case KILN_F32: return (b & 0x7f800000u) == 0x7f800000u && (b & 0x7fffffu);
+  case KILN_F64: return (b & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (b & 0xfffffffffffffull);
+  default: return false;
+  }
+}
+
+/* Results within `ulps` units in the last place of the dtype (0: the same
+ * bits; NaN matches NaN). */
+static void close_bits(const char *what, kiln_tensor_t *expected, kiln_tensor_t *got, int ulps) {
+  if (ulps == 0) {
+    same_bytes(what, expected, got);
+    return;
+  }
+  const kiln_dtype_t d = kiln_tensor_dtype(expected);
+  const size_t size = kiln_dtype_size(d), n = (size_t)kiln_tensor_numel(expected);
+  ck_assert_int_eq(kiln_tensor_dtype(got), d);
+  unsigned char *e = malloc(n * size + 1), *g = malloc(n * size + 1);
+  KT_OK(kiln_tensor_read(expected, e, n * size));
+  KT_OK(kiln_tensor_read(got, g, n * size));
+  for (size_t i = 0; i < n; i++) {
+    uint64_t ev = 0, gv = 0;
+    memcpy(&ev, e + i * size, size);
+    memcpy(&gv, g + i * size, size);
+    if (ev == gv || (is_nan_bits(d, ev) && is_nan_bits(d, gv))) continue;
+    const int64_t diff = ordered(d, ev) - ordered(d, gv);
+    ck_assert_msg(diff >= -ulps && diff <= ulps, "%s: element %zu is 0x%llx on the GPU, 0x%llx on cpu:0 (%lld ulps)",
+                  what, i, (unsigned long long)gv, (unsigned long long)ev, (long long)diff);
+  }
+  free(e);
+  free(g);
+}
+
+/* Both devices answer alike: the same status, and (when OK) results
+ * within `ulps`. */
+static void both_agree(const char *what, kiln_status_t sc, kiln_tensor_t *e, kiln_status_t sg, kiln_tensor_t *r,
+                       int ulps) {
+  ck_assert_msg(sc == sg, "%s: cpu:0 says %d, the GPU %d (%s)", what, (int)sc, (int)sg, kiln_last_error());
+  if (sc == KILN_OK) close_bits(what, e, r, ulps);
+  kiln_tensor_release(e);
+  kiln_tensor_release(r);
+}
+
+/* The specials of dtype_specials in dtype d, on both devices ([2, 32]), and
+ * a second operand: the same values in another order. */
+static void dtype_operands(kiln_dtype_t d, kiln_tensor_t *c[2], kiln_tensor_t *g[2]) {
+  double v[DT_N], w[DT_N];
+  dtype_specials(v);
+  for (int i = 0; i < DT_N; i++) w[i] = v[(i * 7 + 3) % DT_N];
+  const int64_t shape[2] = {2, DT_N / 2};
+  for (int k = 0; k < 2; k++) {
+    kiln_tensor_t *f64, *src;
+    KT_OK(kiln_tensor_from_host(cpu, KILN_F64, 2, shape, k ? w : v, &f64));
+    KT_OK(kiln_tensor_cast(f64, d, &src));
+    unsigned char bytes[DT_N * 8];
+    KT_OK(kiln_tensor_read(src, bytes, (size_t)DT_N * kiln_dtype_size(d)));
+    dtype_pair(d, bytes, &c[k], &g[k]);
+    kiln_tensor_release(src);
+    kiln_tensor_release(f64);
+  }
+}
+
+/* UNARY, BINARY, BINARY_SCALAR and COMPARE of every dtype, WHERE with a
+ * condition of every dtype, contiguous and strided (a transposed operand),
+ * against cpu:0: the same bits (integers wrap, f16 and bf16 computed in f32
+ * and rounded once, f64 in f64), except exp, log, tanh and sigmoid, whose
+ * math library is the device's: within 1 ulp of the dtype (CUDA's expf,
+ * logf and tanhf are within 2 ulps of the exact result, glibc's within 1;
+ * on the test driver both are glibc's and agree). An op a dtype does not
+ * take fails alike on both. */
+START_TEST(test_elementwise_every_dtype_matches_cpu) {
+  const double scalars[] = {2.5, -3.0, 0.0, 1e6};
+  for (int di = 0; di < KILN_DTYPE_COUNT_; di++) {
+    const kiln_dtype_t d = (kiln_dtype_t)di;
+    kiln_tensor_t *c[2], *g[2], *ct, *gt;
+    dtype_operands(d, c, g);
+    KT_OK(kiln_tensor_transpose(c[1], 0, 1, &ct));
+    KT_OK(kiln_tensor_transpose(g[1], 0, 1, &gt));
+    kiln_tensor_t *c1t, *g1t; /* [32, 2] views of both, for a strided pair */
+    KT_OK(kiln_tensor_transpose(c[0], 0, 1, &c1t));
+    KT_OK(kiln_tensor_transpose(g[0], 0, 1, &g1t));
+    char what[96];
+    for (int op = 0; op < KILN_UNARY_COUNT_; op++) {
+      const int ulps = op == KILN_UNARY_EXP || op == KILN_UNARY_LOG || op == KILN_UNARY_TANH || op == KILN_UNARY_SIGMOID;
+      kiln_tensor_t *e = NULL, *r = NULL;
+      snprintf(what, sizeof what, "unary %d of %s", op, kiln_dtype_name(d));
+      const kiln_status_t sc = kiln_tensor_unary((kiln_unary_op_t)op, c[0], &e);
+      const kiln_status_t sg = kiln_tensor_unary((kiln_unary_op_t)op, g[0], &r);
+      both_agree(what, sc, e, sg, r, ulps);
+      snprintf(what, sizeof what, "unary %d of %s, strided", op, kiln_dtype_name(d));
+      const kiln_status_t sct = kiln_tensor_unary((kiln_unary_op_t)op, ct, &e);
+      const kiln_status_t sgt = kiln_tensor_unary((kiln_unary_op_t)op, gt, &r);
+      both_agree(what, sct, e, sgt, r, ulps);
+    }
+    for (int op = 0; op < KILN_BINARY_COUNT_; op++) {
+      kiln_tensor_t *e = NULL, *r = NULL;
+      snprintf(what, sizeof what, "binary %d of %s", op, kiln_dtype_name(d));
+      kiln_status_t sc = kiln_tensor_binary((kiln_binary_op_t)op, c[0], c[1], &e);
+      kiln_status_t sg = kiln_tensor_binary((kiln_binary_op_t)op, g[0], g[1], &r);
+      both_agree(what, sc, e, sg, r, 0);
+      snprintf(what, sizeof what, "binary %d of %s, strided", op, kiln_dtype_name(d));
+      sc = kiln_tensor_binary((kiln_binary_op_t)op, c1t, ct, &e);
+      sg = kiln_tensor_binary((kiln_binary_op_t)op, g1t, gt, &r);
+      both_agree(what, sc, e, sg, r, 0);
+      for (size_t k = 0; k < sizeof scalars / sizeof scalars[0]; k++) {
+        snprintf(what, sizeof what, "binary %d of %s and %g", op, kiln_dtype_name(d), scalars[k]);
+        sc = kiln_tensor_binary_scalar((kiln_binary_op_t)op, c[0], scalars[k], &e);
+        sg = kiln_tensor_binary_scalar((kiln_binary_op_t)op, g[0], scalars[k], &r);
+        both_agree(what, sc, e, sg, r, 0);
+      }
+    }
+    for (int op = 0; op < KILN_COMPARE_COUNT_; op++) {
+      kiln_tensor_t *e = NULL, *r = NULL;
+      snprintf(what, sizeof what, "compare %d of %s", op, kiln_dtype_name(d));
+      kiln_status_t sc = kiln_tensor_compare((kiln_compare_op_t)op, c[0], c[1], &e);
+      kiln_status_t sg = kiln_tensor_compare((kiln_compare_op_t)op, g[0], g[1], &r);
+      both_agree(what, sc, e, sg, r, 0);
+      snprintf(what, sizeof what, "compare %d of %s, strided", op, kiln_dtype_name(d));
+      sc = kiln_tensor_compare((kiln_compare_op_t)op, c1t, ct, &e);
+      sg = kiln_tensor_compare((kiln_compare_op_t)op, g1t, gt, &r);
+      both_agree(what, sc, e, sg, r, 0);
+    }
+    /* where(cond of d, a, b) for a and b of every dtype. */
+    for (int vi = 0; vi < KILN_DTYPE_COUNT_; vi++) {
+      kiln_tensor_t *vc[2], *vg[2], *e = NULL, *r = NULL;
+      dtype_operands((kiln_dtype_t)vi, vc, vg);
+      snprintf(what, sizeof what, "where(%s, %s)", kiln_dtype_name(d), kiln_dtype_name((kiln_dtype_t)vi));
+      kiln_status_t sc = kiln_tensor_where(c[1], vc[0], vc[1], &e);
+      kiln_status_t sg = kiln_tensor_where(g[1], vg[0], vg[1], &r);
+      both_agree(what, sc, e, sg, r, 0);
+      snprintf(what, sizeof what, "where(%s, %s), strided", kiln_dtype_name(d), kiln_dtype_name((kiln_dtype_t)vi));
+      kiln_tensor_t *vct, *vgt;
+      KT_OK(kiln_tensor_transpose(vc[0], 0, 1, &vct));
+      KT_OK(kiln_tensor_transpose(vg[0], 0, 1, &vgt));
+      sc = kiln_tensor_where(c1t, vct, ct, &e);
+      sg = kiln_tensor_where(g1t, vgt, gt, &r);
+      /* ct and gt are of d: where promotes the values when they differ. */
+      both_agree(what, sc, e, sg, r, 0);
+      kiln_tensor_release(vct);
+      kiln_tensor_release(vgt);
+      for (int k = 0; k < 2; k++) {
+        kiln_tensor_release(vc[k]);
+        kiln_tensor_release(vg[k]);
+      }
+    }
+    kiln_tensor_release(c1t);
+    kiln_tensor_release(g1t);
+    kiln_tensor_release(ct);
+    kiln_tensor_release(gt);
+    for (int k = 0; k < 2; k++) {
+      kiln_tensor_release(c[k]);
+      kiln_tensor_release(g[k]);
+    }
+  }
+}
+END_TEST
+
 /* Axis 0 of a tall, narrow tensor: the long axis is split over many blocks
  * and merged in a second pass. Small integers keep every sum exact. */
 START_TEST(test_column_reduction_of_a_long_axis) {
@@ -526,6 +850,9 @@ int main(void) {
   tcase_add_test(tc, test_tf32_off_by_default);
   tcase_add_test(tc, test_cudnn_and_native_agree);
   tcase_add_test(tc, test_cast_runs);
+  tcase_add_test(tc, test_cast_every_pair_matches_cpu);
+  tcase_add_test(tc, test_fill_and_arange_every_dtype_match_cpu);
+  tcase_add_test(tc, test_elementwise_every_dtype_matches_cpu);
   tcase_add_test(tc, test_column_reduction_of_a_long_axis);
   tcase_add_test(tc, test_native_matmul_of_many_rows);
   suite_add_tcase(suite, tc);

@@ -231,6 +231,8 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __int2float_rn(int v) { return (float)v; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 
 inline int min(int a, int b) { return a < b ? a : b; }

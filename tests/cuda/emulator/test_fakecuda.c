@@ -153,7 +153,7 @@ START_TEST(test_launches_over_the_limits_are_refused) {
   memset(&a, 0, sizeof a);
   a.out.addr = out;
   a.n = 4096;
-  a.u.fill.value.i32 = 7;
+  a.u.fill.value.bits = 7; /* FILL stores the value's bits in the dtype */
   void *params[1] = {&a};
   /* The device's grid and block limits. */
   CU_IS(CUDA_ERROR_INVALID_VALUE, cuLaunchKernel(fill, 1, 65536, 1, 256, 1, 1, 0, NULL, params, NULL));
@@ -181,10 +181,10 @@ START_TEST(test_launches_over_the_limits_are_refused) {
   for (int i = 0; i < 4096; i++) ck_assert_uint_eq(back[i], 7u);
   CUstream s;
   CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  a.u.fill.value.i32 = 9;
+  a.u.fill.value.bits = 9;
   a.n = 1000;
   CU_OK(cuLaunchKernel(fill, 2, 1, 1, 256, 1, 1, 0, s, params, NULL));
-  a.u.fill.value.i32 = 0; /* the launch copied the arguments */
+  a.u.fill.value.bits = 0; /* the launch copied the arguments */
   CU_OK(cuMemcpyDtoHAsync(back, out, sizeof back, s));
   for (int i = 0; i < 4096; i++) ck_assert_uint_eq(back[i], i < 1000 ? 9u : 7u);
   CU_OK(cuStreamDestroy(s));
@@ -649,6 +649,7 @@ START_TEST(test_kiln_chunked_reduction_i32) {
     kiln_kop_t a;
     memset(&a, 0, sizeof a);
     a.in[0].addr = din, a.out.addr = dout;
+    a.in[0].dtype = 1, a.out.dtype = 1; /* i32 (kiln_dtype_t 1): a sum kept in i32 wraps */
     a.u.reduce.outer = OUTER, a.u.reduce.len = LEN, a.u.reduce.inner = 1, a.u.reduce.op = ops[o];
     a.plan.reduce.parts = dparts, a.plan.reduce.rows = OUTER, a.plan.reduce.chunk = CHUNK, a.plan.reduce.chunks = CHUNKS;
     void *params[1] = {&a};
