@@ -579,6 +579,24 @@ static inline size_t kiln_backend_dtype_size(kiln_dtype_t dtype) {
   }
 }
 
+/* Whether every operand of `op` has a dtype of `in_mask` and its result one
+ * of `out_mask` (bits 1u << kiln_dtype_t); *out_bad (when not NULL) the
+ * first dtype that does not. For kernels that compute some dtypes only: a
+ * device serves a dtype once any of its kernels does, so the others check. */
+static inline bool kiln_backend_op_dtypes_in(const kiln_op_t *op, uint32_t in_mask, uint32_t out_mask,
+                                             kiln_dtype_t *out_bad) {
+  for (int i = 0; i < op->n_in; i++)
+    if (!((in_mask >> (unsigned)op->in[i].dtype) & 1u)) {
+      if (out_bad) *out_bad = op->in[i].dtype;
+      return false;
+    }
+  if (!((out_mask >> (unsigned)op->out.dtype) & 1u)) {
+    if (out_bad) *out_bad = op->out.dtype;
+    return false;
+  }
+  return true;
+}
+
 static inline int64_t kiln_backend_view_numel(const kiln_view_t *view) {
   int64_t n = 1;
   for (int32_t d = 0; d < view->ndim; d++) n *= view->shape[d];

@@ -117,6 +117,8 @@ bool kiln_cuda_cublas_supports(kiln_backend_context_t *ctx, kiln_backend_device_
                                const kiln_op_entry_t *entry, const kiln_op_t *op) {
   if (!ctx->cublas || atomic_load_explicit(&device->cublas_failed, memory_order_relaxed)) return false;
   if (!op) return true;
+  /* SGEMM: f32 only (the other dtypes run native, or are refused there). */
+  if (!kiln_backend_op_dtypes_in(op, 1u << KILN_F32, 1u << KILN_F32, NULL)) return false;
   /* k == 0 is an empty sum, written as zeros without cuBLAS. */
   if (op->u.matmul.k == 0) return true;
   /* cuBLAS takes int sizes: beyond them the native provider runs. */

@@ -373,6 +373,9 @@ bool kiln_cuda_cudnn_supports(kiln_backend_context_t *ctx, kiln_backend_device_t
                               const kiln_op_entry_t *entry, const kiln_op_t *op) {
   if (!ctx->cudnn || atomic_load_explicit(&device->cudnn_failed, memory_order_relaxed)) return false;
   if (!op) return true;
+  /* kiln's cuDNN descriptors are f32 (the other dtypes run native, or are
+   * refused there). */
+  if (!kiln_backend_op_dtypes_in(op, 1u << KILN_F32 | 1u << KILN_I32, 1u << KILN_F32, NULL)) return false;
   if (is_conv(op->kind)) {
     const int64_t dims[] = {op->u.conv2d.n, op->u.conv2d.c, op->u.conv2d.h, op->u.conv2d.w, op->u.conv2d.k,
                             op->u.conv2d.r, op->u.conv2d.s, op->u.conv2d.p, op->u.conv2d.q,

@@ -305,11 +305,34 @@ static kiln_status_t in_context(kiln_backend_context_t *ctx, kiln_backend_queue_
   }
 KILN_CUDA_ROW_(run_flat)
 KILN_CUDA_ROW_(run_rows)
+
+/* The planned kinds compute f32 (and i32 where a kind takes integers) only
+ * yet, but for COPY (every dtype) and REDUCE's result (an i64 sum); their
+ * rows refuse other dtypes rather than read them as f32. FLAT and ROWS
+ * kinds need no such check: a missing kernel is missing by name. */
+static kiln_status_t plan_takes(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  const uint32_t f32_i32 = 1u << KILN_F32 | 1u << KILN_I32;
+  kiln_dtype_t bad = KILN_F32;
+  if (op->kind == KILN_OP_COPY ||
+      kiln_backend_op_dtypes_in(op, f32_i32, op->kind == KILN_OP_REDUCE ? f32_i32 | 1u << KILN_I64 : f32_i32, &bad))
+    return KILN_OK;
+  return kiln_cuda_error(ctx, KILN_UNSUPPORTED,
+                         "the CUDA backend's native %s has no %s kernel yet (cuda:%d): cast to f32 first, or compute it "
+                         "on cpu:0 (kiln_tensor_to)",
+                         kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(bad), queue->device->ordinal);
+}
+
 /* The planners of the PLAN kinds, kiln_cuda_plan_<name>: a kind without one
  * fails to compile here. */
 #define KILN_CUDA_PLAN_ROW_FLAT(name)
 #define KILN_CUDA_PLAN_ROW_ROWS(name)
-#define KILN_CUDA_PLAN_ROW_PLAN(name) KILN_CUDA_ROW_(kiln_cuda_plan_##name)
+#define KILN_CUDA_PLAN_ROW_PLAN(name)                                                                   \
+  static kiln_status_t kiln_cuda_plan_##name##_row(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, \
+                                                   const kiln_op_entry_t *entry, const kiln_op_t *op) {   \
+    (void)entry;                                                                                        \
+    const kiln_status_t status = plan_takes(ctx, queue, op);                                            \
+    return status == KILN_OK ? in_context(ctx, queue, op, kiln_cuda_plan_##name) : status;              \
+  }
 #define KILN_CUDA_PLAN_ROW_(NAME, name, launch) KILN_CUDA_PLAN_ROW_##launch(name)
 KILN_OP_KINDS(KILN_CUDA_PLAN_ROW_)
 KILN_CUDA_ROW_(kiln_cuda_cublas_matmul)

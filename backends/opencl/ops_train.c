@@ -9,6 +9,12 @@ kiln_status_t kiln_cl_plan_max_pool2d_backward(kiln_backend_context_t *ctx, kiln
                                               const kiln_op_entry_t *entry, const kiln_op_t *op) {
   const int64_t planes = op->u.pooling.n * op->u.pooling.c, h = op->u.pooling.h, w = op->u.pooling.w;
   const int64_t p = op->u.pooling.p, q = op->u.pooling.q;
+  kiln_dtype_t bad = KILN_F32;
+  if (!kiln_backend_op_dtypes_in(op, 1u << KILN_F32, 1u << KILN_F32, &bad))
+    return kiln_cl_error(ctx, KILN_UNSUPPORTED,
+                         "the OpenCL backend has no max_pool2d_backward kernel for %s yet (opencl:%zu): cast to f32 "
+                         "first, or compute it on cpu:0 (kiln_tensor_to)",
+                         kiln_backend_dtype_name(bad), queue->device->index);
   if (!kiln_cl_fits_i32(h * w) || !kiln_cl_fits_i32(p * q))
     return kiln_cl_error(
         ctx, KILN_OUT_OF_RESOURCES,
