@@ -21,7 +21,7 @@ import sys
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["src/module.c", "src/device.c", "src/tensor.c", "src/convert.c", "src/ops.c", "src/dlpack.c"]
+SOURCES = ["src/module.c", "src/device.c", "src/tensor.c", "src/convert.c", "src/ops.c", "src/dlpack.c", "src/methods.c"]
 NN_SOURCES = ["src/nn_data.c", "src/nn_train.c", "src/nn_model.c"]
 
 
