@@ -166,3 +166,17 @@ def test_repr_shows_values_dtype_and_device():
     assert repr(kiln.tensor([1.0, 2.0])) == "tensor([1., 2.], device='cpu:0')"
     assert repr(kiln.tensor([1, 2], dtype=kiln.int64)) == "tensor([1, 2], device='cpu:0', dtype=int64)"
     assert repr(kiln.tensor([True])) == "tensor([ True], device='cpu:0', dtype=bool)"
+
+
+def test_host_reads_see_every_pending_operation():
+    # A blocking read of a few bytes runs a short pending queue on the reading
+    # thread (backends/cpu/queue.c): the values must still follow every op.
+    a = kiln.zeros(16, device="cpu:0")
+    one = kiln.ones(16, device="cpu:0")
+    for i in range(1, 301):
+        a += one
+        assert float(a.sum()) == 16.0 * i and a.max().item() == i
+    big = kiln.ones(4096, device="cpu:0")  # 16 KiB: read through the queue as before
+    for _ in range(3):
+        big += one.sum() * 0 + 1
+    assert float(big.sum()) == 4 * 4096.0 and a.numpy().tolist() == [300.0] * 16
