@@ -168,6 +168,9 @@ PyObject *kp_nb_index(PyObject *a);
  * is ready (they replace tensor.c's NumPy-only forms). */
 int kp_module_init_methods(PyObject *module);
 
+/* Basic indexing and assignment through views (indexing.c). */
+extern PyMappingMethods kp_tensor_mapping;
+
 /* ---- DLPack (dlpack.c) ------------------------------------------------------------------- */
 
 PyObject *kp_tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);

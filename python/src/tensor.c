@@ -792,6 +792,7 @@ PyTypeObject kp_tensor_type = {
     .tp_repr = (reprfunc)kp_tensor_repr,
     .tp_as_number = &kp_tensor_number,
     .tp_as_sequence = &kp_tensor_sequence,
+    .tp_as_mapping = &kp_tensor_mapping,
     .tp_hash = kp_tensor_hash,
     .tp_richcompare = kp_tensor_richcompare,
     .tp_flags = Py_TPFLAGS_DEFAULT,
