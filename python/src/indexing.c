@@ -181,6 +181,7 @@ static int kp_tensor_setitem(PyObject *self, PyObject *key, PyObject *value) {
                    "(x = x.float()) or write a whole number", kp_double_text(v, text), kiln_dtype_long_name(dtype));
       goto fail;
     }
+    if (kp_value_fits(v, dtype, "tensor assignment", "the value") < 0) goto fail;
     status = kiln_tensor_full(kiln_tensor_device(view), kiln_dtype_class(dtype) == KILN_DTYPE_CLASS_FLOAT ? dtype
                               : KILN_F64, 0, NULL, v, &src);
   } else {

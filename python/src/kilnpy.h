@@ -168,6 +168,11 @@ PyObject *kp_nb_index(PyObject *a);
  * is ready (they replace tensor.c's NumPy-only forms). */
 int kp_module_init_methods(PyObject *module);
 
+/* A value a creation or an assignment writes into `dtype` must fit it (no
+ * silent saturation): 0, or -1 with OverflowError naming the value and the
+ * dtype's range (ops.c). */
+int kp_value_fits(double v, kiln_dtype_t dtype, const char *call, const char *what);
+
 /* Basic indexing and assignment through views (indexing.c). */
 extern PyMappingMethods kp_tensor_mapping;
 

@@ -197,7 +197,7 @@ static int kp_unary_name(PyObject *arg, kiln_unary_op_t *out) {
 /* A value that a creation writes into a tensor of `dtype` must fit it: kiln
  * would saturate an int32 (2**40 -> 2147483647) or turn a float32 into inf,
  * silently. 0, or -1 with OverflowError naming the value and the dtype. */
-static int kp_value_fits(double v, kiln_dtype_t dtype, const char *call, const char *what) {
+int kp_value_fits(double v, kiln_dtype_t dtype, const char *call, const char *what) {
   char text[32];
   if (dtype == KILN_I32 && !(v >= -2147483648.0 && v <= 2147483647.0)) {
     PyErr_Format(PyExc_OverflowError, "%s: %s %s does not fit in int32 (-2147483648 to 2147483647); use "

@@ -82,5 +82,7 @@ def test_assignment_errors():
         i[0] = 2.5
     with pytest.raises(kiln.DeviceMismatchError):
         x[0] = kiln.ones(4, device="cpu:1")
+    with pytest.raises(OverflowError, match="300 does not fit in uint8"):
+        kiln.zeros(2, dtype=kiln.uint8)[0] = 300
     with pytest.raises(TypeError, match="cannot be deleted"):
         del x[0]
