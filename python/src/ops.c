@@ -680,10 +680,10 @@ static PyObject *kp_fn_adam_update(PyObject *self, PyObject *args, PyObject *kwa
 #define KP_FAST(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL
 
 PyMethodDef kp_ops_methods[] = {
-    {"empty", KP_KW(kp_fn_empty), "empty(*size, dtype=float32, device=None)\n--\n\nA tensor of undefined values."},
-    {"zeros", KP_KW(kp_fn_zeros), "zeros(*size, dtype=float32, device=None)\n--\n\nA tensor of zeros."},
-    {"ones", KP_KW(kp_fn_ones), "ones(*size, dtype=float32, device=None)\n--\n\nA tensor of ones."},
-    {"full", KP_KW(kp_fn_full), "full(shape, fill_value, dtype=float32, *, device=None)\n--\n\nA tensor of one value."},
+    {"empty", KP_KW(kp_fn_empty), "empty(*size, dtype=None, device=None)\n--\n\nA tensor of undefined values."},
+    {"zeros", KP_KW(kp_fn_zeros), "zeros(*size, dtype=None, device=None)\n--\n\nA tensor of zeros."},
+    {"ones", KP_KW(kp_fn_ones), "ones(*size, dtype=None, device=None)\n--\n\nA tensor of ones."},
+    {"full", KP_KW(kp_fn_full), "full(shape, fill_value, dtype=None, *, device=None)\n--\n\nA tensor of one value."},
     {"empty_like", KP_KW(kp_fn_empty_like), "empty_like(a, dtype=None, *, device=None)\n--\n\nempty() of a's shape, dtype and device."},
     {"zeros_like", KP_KW(kp_fn_zeros_like), "zeros_like(a, dtype=None, *, device=None)\n--\n\nzeros() of a's shape, dtype and device."},
     {"ones_like", KP_KW(kp_fn_ones_like), "ones_like(a, dtype=None, *, device=None)\n--\n\nones() of a's shape, dtype and device."},
@@ -697,17 +697,17 @@ PyMethodDef kp_ops_methods[] = {
      "int32 unless dtype says otherwise. Blocks until the data has left host memory."},
     {"asarray", KP_KW(kp_fn_tensor), "asarray(data, dtype=None, *, device=None)\n--\n\nkiln.tensor(data, ...): a copy."},
     {"uniform", KP_KW(kp_fn_uniform),
-     "uniform(*size, low=0.0, high=1.0, seed=None, dtype=float32, device=None)\n--\n\nUniform numbers in [low, "
+     "uniform(*size, low=0.0, high=1.0, seed=None, dtype=None, device=None)\n--\n\nUniform numbers in [low, "
      "high) from Philox with key `seed` (the same numbers on every device); seed None takes the next of "
      "kiln.manual_seed's counter. The size as ints or one tuple; the rest keyword-only."},
     {"rand", KP_KW(kp_fn_rand),
-     "rand(*size, low=0.0, high=1.0, seed=None, dtype=float32, device=None)\n--\n\nkiln.uniform: rand(2, 3) or "
+     "rand(*size, low=0.0, high=1.0, seed=None, dtype=None, device=None)\n--\n\nkiln.uniform: rand(2, 3) or "
      "rand((2, 3))."},
     {"normal", KP_KW(kp_fn_normal),
-     "normal(*size, mean=0.0, std=1.0, seed=None, dtype=float32, device=None)\n--\n\nNormal numbers (Philox, as "
+     "normal(*size, mean=0.0, std=1.0, seed=None, dtype=None, device=None)\n--\n\nNormal numbers (Philox, as "
      "uniform)."},
     {"randn", KP_KW(kp_fn_randn),
-     "randn(*size, mean=0.0, std=1.0, seed=None, dtype=float32, device=None)\n--\n\nkiln.normal: randn(2, 3)."},
+     "randn(*size, mean=0.0, std=1.0, seed=None, dtype=None, device=None)\n--\n\nkiln.normal: randn(2, 3)."},
     {"manual_seed", kp_fn_manual_seed, METH_O,
      "manual_seed(seed)\n--\n\nRestart the counter that gives random tensors their seed when none is given."},
 #define KP_BINARY_ENTRY(NAME, name) {#name, KP_FAST(kp_fn_##name), #name "(a, b)\n--\n\nElementwise " #name " with NumPy's broadcasting; either side may be a number."},

@@ -162,6 +162,16 @@ def test_one_element_conversions():
         bool(kiln.tensor([1.0, 2.0]))
 
 
+def test_every_signature_reads_in_help():
+    import inspect
+    for owner in (kiln, kiln.Tensor):
+        for name in dir(owner):
+            fn = getattr(owner, name)
+            if callable(fn) and getattr(fn, "__text_signature__", None):
+                inspect.signature(fn)  # ValueError when help() could not show it
+    assert str(inspect.signature(kiln.rand)) == "(*size, low=0.0, high=1.0, seed=None, dtype=None, device=None)"
+
+
 def test_repr_shows_values_dtype_and_device():
     assert repr(kiln.tensor([1.0, 2.0])) == "tensor([1., 2.], device='cpu:0')"
     assert repr(kiln.tensor([1, 2], dtype=kiln.int64)) == "tensor([1, 2], device='cpu:0', dtype=int64)"
