@@ -157,6 +157,43 @@ def main():
                 np.from_dlpack(t)
         return run
 
+    # Host reads of a small result: float(t.sum()) (an op then a blocking
+    # read), t.item() of a 0-d tensor, np.asarray of 16 floats.
+    def reads(lib):
+        if lib == "kiln":
+            d = kiln.device(args.device)
+            a = kiln.ones(16, device=d)
+        elif lib == "torch":
+            a = torch.ones(16)
+        else:
+            a = np.ones(16, np.float32)
+        s = a.sum()
+        return a, s, s.item
+
+    def read_sum(lib):
+        a, _, _ = reads(lib)
+
+        def run(iters):
+            for _ in range(iters):
+                float(a.sum())
+        return run
+
+    def read_item(lib):
+        _, _, item = reads(lib)
+
+        def run(iters):
+            for _ in range(iters):
+                item()
+        return run
+
+    def read_asarray(lib):
+        a, _, _ = reads(lib)
+
+        def run(iters):
+            for _ in range(iters):
+                np.asarray(a)
+        return run
+
     tasks = {
         "kiln_add16": kiln_add16, "torch_add16": torch_add16, "numpy_add16": numpy_add16,
         "kiln_roundtrip": lambda: roundtrip(kiln.from_dlpack),
@@ -164,6 +201,10 @@ def main():
         "numpy_roundtrip": lambda: roundtrip(lambda a: a),
         "kiln_import": kiln_import, "kiln_export": kiln_export,
     }
+    for lib in ("kiln", "torch", "numpy"):
+        tasks[lib + "_read_sum"] = lambda lib=lib: read_sum(lib)
+        tasks[lib + "_read_item"] = lambda lib=lib: read_item(lib)
+        tasks[lib + "_read_asarray"] = lambda lib=lib: read_asarray(lib)
     for task in args.tasks:
         try:
             if task not in tasks:

@@ -12,7 +12,7 @@
 #define KILN_BENCH_PYTHON_EXT_DIR ""
 #endif
 
-enum { PY_TASKS = 8 };
+enum { PY_TASKS = 17 };
 
 /* What python_bench.py answered for one task. */
 typedef struct py_result_t {
@@ -164,7 +164,10 @@ static bench_row_t py_row(const py_result_t *r, const char *name, const char *de
 void bench_section_python(const bench_options_t *opts) {
   const int S = BENCH_SECTION_PYTHON;
   const char *tasks[PY_TASKS + 1] = {"kiln_add16",     "torch_add16",     "numpy_add16", "kiln_roundtrip",
-                                     "torch_roundtrip", "numpy_roundtrip", "kiln_import", "kiln_export"};
+                                     "torch_roundtrip", "numpy_roundtrip", "kiln_import", "kiln_export",
+                                     "kiln_read_sum",   "torch_read_sum",  "numpy_read_sum",
+                                     "kiln_read_item",  "torch_read_item", "numpy_read_item",
+                                     "kiln_read_asarray", "torch_read_asarray", "numpy_read_asarray"};
   tasks[PY_TASKS] = NULL;
   py_result_t r[PY_TASKS];
   bench_progress("python: kiln, PyTorch and NumPy from one Python process (%s)", bench_python());
@@ -210,4 +213,25 @@ void bench_section_python(const bench_options_t *opts) {
   bench_add(&imp);
   bench_row_t exp = py_row(&r[7], "DLPack: np.from_dlpack(tensor)", "cpu:0", "kiln export", false);
   bench_add(&exp);
+
+  /* Host reads of a small result: within 1.5x of PyTorch's. */
+  static const char *const reads[3][2] = {{"read float(t.sum()) from Python", "float(t.sum())"},
+                                          {"read t.item() of a 0-d tensor", "t.item()"},
+                                          {"read np.asarray(t) of 16 floats", "np.asarray(t)"}};
+  for (int k = 0; k < 3; k++) {
+    const int at = 8 + 3 * k;
+    char who[64];
+    snprintf(who, sizeof who, "torch %s", reads[k][1]);
+    bench_row_t torch_read = py_row(&r[at + 1], reads[k][0], "host", who, true);
+    bench_add(&torch_read);
+    snprintf(who, sizeof who, "numpy %s", reads[k][1]);
+    bench_row_t numpy_read = py_row(&r[at + 2], reads[k][0], "host", who, true);
+    bench_add(&numpy_read);
+    snprintf(who, sizeof who, "kiln %s", reads[k][1]);
+    bench_row_t read = py_row(&r[at], reads[k][0], "cpu:0", who, false);
+    snprintf(who, sizeof who, "torch %s", reads[k][1]);
+    bench_row_compare(&read, who, torch_read.valid ? torch_read.st.median : NAN);
+    bench_row_target_ratio(&read, 1.0 / 1.5); /* at most 1.5x PyTorch's time */
+    bench_add(&read);
+  }
 }

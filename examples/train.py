@@ -50,9 +50,9 @@ def python_epoch(model, optimizer, loader, tape):
         optimizer.zero_grad()
         # Kept on the device: reading them every step would make the host wait.
         loss_sum = loss_sum + loss
-        # sum_to a 0-d shape keeps the hits' int32 (sum() would make an int64,
-        # which not every device serves).
-        correct = correct + kiln.sum_to(logits.argmax(axis=1) == labels, ())
+        # kiln.eq's hits are int32 (== would give bool), summed to a 0-d shape:
+        # sum() would make an int64; not every device serves bool or int64.
+        correct = correct + kiln.sum_to(kiln.eq(logits.argmax(axis=1), labels), ())
         images_seen += labels.shape[0]
         steps += 1
     loss_mean = loss_sum.item() / steps  # the one wait of the epoch
@@ -81,7 +81,7 @@ def main():
     layout = "nchw"
     loader = nn.Loader(train, device, batch_size=args.batch, seed=args.seed, layout=layout)
     test_loader = nn.Loader(test, device, batch_size=1000, shuffle=False, layout=layout)
-    print(f"kiln {kiln.__version__}: {args.model} ({sum(p.value.size for p in model.parameters()):,} parameters) "
+    print(f"kiln {kiln.__version__}: {args.model} ({sum(p.value.numel() for p in model.parameters()):,} parameters) "
           f"on {device.selector} ({device.name}), {optimizer}, batch {args.batch}, {len(train)} images, "
           f"{args.loop} loop")
 

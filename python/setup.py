@@ -21,7 +21,7 @@ import sys
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["src/module.c", "src/device.c", "src/tensor.c", "src/convert.c", "src/ops.c", "src/dlpack.c"]
+SOURCES = ["src/module.c", "src/device.c", "src/tensor.c", "src/convert.c", "src/ops.c", "src/dlpack.c", "src/methods.c", "src/indexing.c"]
 NN_SOURCES = ["src/nn_data.c", "src/nn_train.c", "src/nn_model.c"]
 
 
@@ -105,6 +105,24 @@ def kiln_config():
     return cfg, has_nn
 
 
+def check_wheel_support():
+    """pip builds a wheel; setuptools before 70.1 needs the wheel package for that, which --no-build-isolation
+    does not fetch (the failure would read "invalid command 'bdist_wheel'")."""
+    if not any(arg.startswith("bdist_wheel") for arg in sys.argv[1:]):
+        return
+    try:
+        import setuptools.command.bdist_wheel  # noqa: F401  (setuptools >= 70.1 has its own)
+        return
+    except ImportError:
+        pass
+    try:
+        import wheel  # noqa: F401
+    except ImportError:
+        fail(f"{sys.executable} has no 'wheel' package, which building with --no-build-isolation needs: install it "
+             "(Debian: apt install python3-wheel; a venv: python -m pip install wheel), or drop --no-build-isolation "
+             "where pip can reach the network")
+
+
 def extension():
     cfg, has_nn = kiln_config()
     sources = SOURCES + (NN_SOURCES if has_nn else [])
@@ -117,4 +135,5 @@ def extension():
                      extra_link_args=cfg["extra_link_args"])
 
 
+check_wheel_support()
 setup(packages=["kiln"], ext_modules=[extension()])

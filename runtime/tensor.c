@@ -1,4 +1,4 @@
-/* runtime/tensor.c: the tensor object: its struct, accessors, allocation, and the views that never copy (permute, transpose). */
+/* runtime/tensor.c: the tensor object: its struct, accessors, allocation, the views that never copy (permute, transpose, slice) and copies into a view. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,3 +255,105 @@ kiln_status_t kiln_tensor_transpose(kiln_tensor_t *tensor, int dim0, int dim1, k
   return kiln_tensor_permute(tensor, perm, out);
 }
 
+
+kiln_status_t kiln_tensor_slice(kiln_tensor_t *tensor, int dim, int64_t start, int64_t stop, int64_t step,
+                                kiln_tensor_t **out) {
+  static const char call[] = "kiln_tensor_slice";
+  kiln_status_t status = tensor_check(call, "tensor", tensor);
+  if (status != KILN_OK) return status;
+  if (!out) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: out is NULL; pass the address of a kiln_tensor_t *", call);
+  const int n = tensor->ndim;
+  const int d = dim < 0 ? dim + n : dim;
+  if (d < 0 || d >= n)
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: dim %d is out of range for a tensor of %d dimensions; use a dim in "
+                           "[-%d, %d)", call, dim, n, n, n);
+  if (step < 1)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "%s: step %lld; kiln's views take steps >= 1 (no negative strides): slice forward and "
+                           "reverse the result's order yourself", call, (long long)step);
+  const int64_t size = tensor->shape[d];
+  if (start < 0) start += size;
+  if (stop < 0) stop += size;
+  start = start < 0 ? 0 : start > size ? size : start;
+  stop = stop < 0 ? 0 : stop > size ? size : stop;
+  const int64_t count = stop > start ? (stop - start - 1) / step + 1 : 0;
+  int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
+  for (int i = 0; i < n; i++) {
+    shape[i] = tensor->shape[i];
+    strides[i] = tensor->strides[i];
+  }
+  shape[d] = count;
+  strides[d] = tensor->strides[d] * step;
+  const size_t offset = tensor->offset + (count > 0 ? (size_t)(start * tensor->strides[d]) : 0);
+  return kiln__tensor_view_new(tensor, n, shape, strides, offset, out);
+}
+
+kiln_status_t kiln_tensor_copy_into(kiln_tensor_t *dst, const kiln_tensor_t *src) {
+  static const char call[] = "kiln_tensor_copy_into";
+  kiln_status_t status = tensor_check(call, "dst", dst);
+  if (status == KILN_OK) status = tensor_check(call, "src", src);
+  if (status != KILN_OK) return status;
+  kiln_device_t *device = dst->buffer->device;
+  if (src->buffer->device != device)
+    return kiln__set_error(KILN_DEVICE_MISMATCH,
+                           "%s: src lives on %s and dst on %s; move src first (kiln_tensor_to(src, dst's device))", call,
+                           kiln_device_selector(src->buffer->device), kiln_device_selector(device));
+  if (kiln_tensor_numel(dst) == 0) return KILN_OK;
+  /* Bring src to dst's dtype and shape, contiguous, in memory of its own. */
+  kiln_tensor_t *cur = kiln_tensor_retain((kiln_tensor_t *)src), *next = NULL;
+  bool own = false; /* cur is a new tensor of this call's */
+  if (cur->dtype != dst->dtype) {
+    status = kiln_tensor_cast(cur, dst->dtype, &next);
+    own = true;
+  }
+  bool same_shape = cur->ndim == dst->ndim;
+  for (int i = 0; same_shape && i < dst->ndim; i++) same_shape = cur->shape[i] == dst->shape[i];
+  if (status == KILN_OK && !same_shape) {
+    kiln_tensor_t *from = next ? next : cur;
+    kiln_tensor_t *b = NULL;
+    status = kiln_tensor_broadcast_to(from, dst->ndim, dst->shape, &b);
+    if (next) kiln_tensor_release(next);
+    next = status == KILN_OK ? b : NULL;
+    own = true;
+  }
+  if (next) {
+    kiln_tensor_release(cur);
+    cur = next;
+    next = NULL;
+  }
+  if (status == KILN_OK && (!kiln_tensor_is_contiguous(cur) || (!own && cur->buffer == dst->buffer))) {
+    /* Strided, or perhaps overlapping dst: read it all before writing. */
+    status = kiln_tensor_copy(cur, device, &next);
+    kiln_tensor_release(cur);
+    cur = next;
+  }
+  if (status != KILN_OK) {
+    kiln_tensor_release(cur);
+    return kiln__wrap_error(status, "%s", call);
+  }
+  /* dst's innermost dims that are dense form runs of `run` elements. */
+  const int n = dst->ndim;
+  int k = n;
+  int64_t run = 1;
+  for (int i = n - 1; i >= 0; i--) {
+    if (dst->shape[i] != 1 && dst->strides[i] != run) break;
+    run *= dst->shape[i];
+    k = i;
+  }
+  const size_t item = kiln_dtype_size(dst->dtype);
+  kiln_queue_t *queue = kiln_device_current_queue(device);
+  const int64_t runs = kiln_tensor_numel(dst) / run;
+  int64_t idx[KILN_MAX_DIMS] = {0};
+  for (int64_t r = 0; r < runs && status == KILN_OK; r++) {
+    int64_t at = (int64_t)dst->offset;
+    for (int i = 0; i < k; i++) at += idx[i] * dst->strides[i];
+    status = kiln_buffer_copy(queue, cur->buffer, kiln_tensor_offset_bytes(cur) + (size_t)(r * run) * item, dst->buffer,
+                              (size_t)at * item, (size_t)run * item, 0, NULL, NULL);
+    for (int i = k - 1; i >= 0; i--) {
+      if (++idx[i] < dst->shape[i]) break;
+      idx[i] = 0;
+    }
+  }
+  kiln_tensor_release(cur);
+  return status == KILN_OK ? KILN_OK : kiln__wrap_error(status, "%s", call);
+}

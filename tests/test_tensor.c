@@ -554,6 +554,60 @@ START_TEST(test_deinitialize_frees_everything) {
 }
 END_TEST
 
+
+/* Slices are views (offset and strides, the same memory); copy_into writes
+ * through any view, broadcasting and converting, and reads an overlapping
+ * source first. */
+START_TEST(test_slice_and_copy_into) {
+  kiln_device_t *d = kt_cpu();
+  float v[12];
+  for (int i = 0; i < 12; i++) v[i] = (float)i;
+  kiln_tensor_t *x = kt_f32(d, 2, (const int64_t[]){3, 4}, v), *a = NULL, *b = NULL, *c = NULL;
+  /* x[1:3, ::2] */
+  KT_OK(kiln_tensor_slice(x, 0, 1, 3, 1, &a));
+  KT_OK(kiln_tensor_slice(a, 1, 0, 4, 2, &b));
+  kt_expect_shape(b, 2, (const int64_t[]){2, 2});
+  ck_assert_ptr_eq(kiln_tensor_buffer(b), kiln_tensor_buffer(x));
+  ck_assert_uint_eq(kiln_tensor_offset_bytes(b), 4 * sizeof(float));
+  ck_assert_int_eq(kiln_tensor_strides(b)[0], 4);
+  ck_assert_int_eq(kiln_tensor_strides(b)[1], 2);
+  kt_expect_f32(b, (const float[]){4, 6, 8, 10}, 4);
+  /* Python's clamping and negative bounds: x[-1:100] along dim 1 of row view; step 3. */
+  KT_OK(kiln_tensor_slice(x, -1, -3, 100, 2, &c));
+  kt_expect_f32(c, (const float[]){1, 3, 5, 7, 9, 11}, 6);
+  kiln_tensor_release(c);
+  KT_OK(kiln_tensor_slice(x, 0, 2, 1, 1, &c)); /* stop <= start: empty */
+  kt_expect_shape(c, 2, (const int64_t[]){0, 4});
+  kiln_tensor_release(c);
+  ck_assert_int_eq(kiln_tensor_slice(x, 0, 0, 3, 0, &c), KILN_INVALID_ARGUMENT);
+  ck_assert_int_eq(kiln_tensor_slice(x, 0, 0, 3, -1, &c), KILN_INVALID_ARGUMENT);
+  ck_assert_int_eq(kiln_tensor_slice(x, 2, 0, 3, 1, &c), KILN_INVALID_ARGUMENT);
+  /* Write a row of two values, broadcast over b's rows, from i32: x[1:3, ::2] = [100, 200]. */
+  kiln_tensor_t *row = NULL;
+  KT_OK(kiln_tensor_from_host(d, KILN_I32, 1, (const int64_t[]){2}, (const int32_t[]){100, 200}, &row));
+  KT_OK(kiln_tensor_copy_into(b, row));
+  kt_expect_f32(x, (const float[]){0, 1, 2, 3, 100, 5, 200, 7, 100, 9, 200, 11}, 12);
+  /* Overlap: x[0, 1:4] = x[0, 0:3] reads before it writes. */
+  kiln_tensor_t *r0 = NULL, *dst = NULL, *src = NULL;
+  KT_OK(kiln_tensor_slice(x, 0, 0, 1, 1, &r0));
+  KT_OK(kiln_tensor_slice(r0, 1, 1, 4, 1, &dst));
+  KT_OK(kiln_tensor_slice(r0, 1, 0, 3, 1, &src));
+  KT_OK(kiln_tensor_copy_into(dst, src));
+  kt_expect_f32(r0, (const float[]){0, 0, 1, 2}, 4);
+  /* A shape that does not broadcast. */
+  kiln_tensor_t *three = kt_f32(d, 1, (const int64_t[]){3}, (const float[]){1, 2, 3});
+  ck_assert_int_eq(kiln_tensor_copy_into(b, three), KILN_SHAPE_MISMATCH);
+  kiln_tensor_release(three);
+  kiln_tensor_release(r0);
+  kiln_tensor_release(dst);
+  kiln_tensor_release(src);
+  kiln_tensor_release(row);
+  kiln_tensor_release(a);
+  kiln_tensor_release(b);
+  kiln_tensor_release(x);
+}
+END_TEST
+
 int main(void) {
   kt_private_cache_dir();
   setenv("KILN_BACKEND", "cpu", 1);
@@ -572,6 +626,7 @@ int main(void) {
   tcase_add_test(tc, test_reductions);
   tcase_add_test(tc, test_nn_ops);
   tcase_add_test(tc, test_dtype_helpers);
+  tcase_add_test(tc, test_slice_and_copy_into);
   tcase_add_test(tc, test_deinitialize_frees_everything);
   suite_add_tcase(s, tc);
   return kt_run_suite(s);

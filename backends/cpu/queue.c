@@ -63,6 +63,9 @@ struct kiln_backend_queue_t {
    * wait_lock, after resetting wake_at) before it wakes them; each woken
    * sleeper registers its target again. */
   _Atomic uint32_t head_sleepers;
+  /* Who runs commands: the worker, or a thread in a blocking read that runs
+   * a short pending tail itself (run_pending_here); 1 while one of them is. */
+  _Atomic uint32_t consuming;
   _Atomic uint32_t wake_at;
   _Atomic uint32_t wake_gen;
   pthread_mutex_t wait_lock;
@@ -277,17 +280,29 @@ static void wait_head(kiln_backend_queue_t *q, uint32_t target, bool spin) {
 
 static void *worker_main(void *arg) {
   kiln_backend_queue_t *q = arg;
-  uint32_t head = 0;
   for (;;) {
+    uint32_t head = atomic_load_explicit(&q->head, memory_order_acquire);
     uint32_t tail = atomic_load_explicit(&q->tail, memory_order_acquire);
-    if (tail == head) tail = kiln_cpu_wait_change(&q->tail, head, &q->tail_sleepers);
-    while (head != tail) {
-      bool more = execute(q, &q->ring[head & (KILN_CPU_RING_SLOTS - 1)]);
+    if (tail == head) {
+      kiln_cpu_wait_change(&q->tail, head, &q->tail_sleepers);
+      continue;
+    }
+    if (atomic_exchange(&q->consuming, 1) != 0) {
+      /* A reading thread runs a few commands itself: a moment. */
+      kiln_cpu_relax();
+      continue;
+    }
+    head = atomic_load_explicit(&q->head, memory_order_acquire);
+    tail = atomic_load_explicit(&q->tail, memory_order_acquire);
+    bool more = true;
+    while (head != tail && more) {
+      more = execute(q, &q->ring[head & (KILN_CPU_RING_SLOTS - 1)]);
       head++;
       atomic_store(&q->head, head);
       wake_head_sleepers(q, head);
-      if (!more) return NULL;
     }
+    atomic_store(&q->consuming, 0);
+    if (!more) return NULL;
   }
 }
 
@@ -341,6 +356,7 @@ kiln_status_t kiln_cpu_queue_create(kiln_backend_context_t *ctx, kiln_backend_de
   atomic_init(&q->head_sleepers, 0);
   atomic_init(&q->wake_at, INT32_MAX);
   atomic_init(&q->wake_gen, 0);
+  atomic_init(&q->consuming, 0);
 
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -448,7 +464,49 @@ void kiln_cpu_event_release(kiln_backend_context_t *ctx, kiln_backend_event_t *e
 
 /* ---- transfers --------------------------------------------------------------- */
 
+/* A blocking copy this small is done by the calling thread itself, after
+ * running what little is pending (run_pending_here): the worker would add a
+ * hand-off each way (two wake-ups on a busy machine) to a memcpy of a few
+ * bytes. The producer lock keeps the copy in the queue's order: nothing is
+ * enqueued meanwhile. */
+#define KILN_CPU_INLINE_COPY_BYTES 4096u
+
+/* At most this many pending commands are run by a reading thread itself. */
+#define KILN_CPU_INLINE_PENDING 8u
+
+/* With the producer lock held: run what is pending on this thread when it
+ * is short and holds only ops, copies, fills and event records (never a
+ * wait on another queue, never the stop), if the worker is not running
+ * commands right now. True when the queue is then empty. */
+static bool run_pending_here(kiln_backend_queue_t *q, uint32_t tail) {
+  uint32_t head = atomic_load_explicit(&q->head, memory_order_acquire);
+  if (head == tail) return true;
+  if (tail - head > KILN_CPU_INLINE_PENDING || atomic_exchange(&q->consuming, 1) != 0) return false;
+  head = atomic_load_explicit(&q->head, memory_order_acquire);
+  bool ok = true;
+  for (uint32_t i = head; i != tail && ok; i++) {
+    const cmd_kind_t kind = q->ring[i & (KILN_CPU_RING_SLOTS - 1)].kind;
+    ok = kind == CMD_OP || kind == CMD_MEMCPY || kind == CMD_FILL || kind == CMD_RECORD;
+  }
+  for (; ok && head != tail; head++) {
+    execute(q, &q->ring[head & (KILN_CPU_RING_SLOTS - 1)]);
+    atomic_store(&q->head, head + 1);
+    wake_head_sleepers(q, head + 1);
+  }
+  atomic_store(&q->consuming, 0);
+  return ok;
+}
+
 static kiln_status_t enqueue_memcpy(kiln_backend_queue_t *q, void *dst, const void *src, size_t size, bool blocking) {
+  if (blocking && size <= KILN_CPU_INLINE_COPY_BYTES) {
+    pthread_mutex_lock(&q->producer_lock);
+    if (run_pending_here(q, atomic_load_explicit(&q->tail, memory_order_relaxed))) {
+      memcpy(dst, src, size);
+      pthread_mutex_unlock(&q->producer_lock);
+      return KILN_OK;
+    }
+    pthread_mutex_unlock(&q->producer_lock);
+  }
   uint32_t seq;
   cmd_t *c = reserve(q, &seq);
   c->kind = CMD_MEMCPY;

@@ -254,6 +254,24 @@ kiln_status_t kiln_tensor_transpose(kiln_tensor_t *tensor, int dim0, int dim1, k
 kiln_status_t kiln_tensor_permute(kiln_tensor_t *tensor, const int *perm, kiln_tensor_t **out);
 /* `tensor` itself (retained) when contiguous, else a contiguous copy. */
 kiln_status_t kiln_tensor_contiguous(kiln_tensor_t *tensor, kiln_tensor_t **out);
+/* A view of the elements start, start + step, ... before stop along `dim`
+ * (negative counts from the end), sharing the tensor's memory (the view keeps
+ * it alive): Python's t[start:stop:step] on one axis, as offset and strides
+ * only. start and stop count from the end when negative (once) and are then
+ * clamped to [0, size]; stop <= start gives an empty view. step must be >= 1
+ * (kiln's strides are never negative), else KILN_INVALID_ARGUMENT; so is a
+ * dim out of range. Never blocks. */
+kiln_status_t kiln_tensor_slice(kiln_tensor_t *tensor, int dim, int64_t start, int64_t stop, int64_t step,
+                                kiln_tensor_t **out);
+/* Write src's values into the existing tensor dst, which may be any view (a
+ * slice, a permutation): src broadcasts to dst's shape (NumPy's rule) and is
+ * converted to dst's dtype (kiln_tensor_cast's rule); a src sharing dst's
+ * memory is read before anything is written. Enqueued on the device's
+ * current queue; src and dst on one device (else KILN_DEVICE_MISMATCH).
+ * KILN_SHAPE_MISMATCH when src does not broadcast to dst. Contiguous dst: one
+ * copy; otherwise one copy per dense run of dst's innermost dims (a step in
+ * the last dim makes every element a run). Returns at once. */
+kiln_status_t kiln_tensor_copy_into(kiln_tensor_t *dst, const kiln_tensor_t *src);
 
 /* ---- elementwise ------------------------------------------------------- */
 

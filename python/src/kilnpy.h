@@ -144,6 +144,38 @@ int kp_pair_arg(PyObject *arg, int32_t fallback, int32_t out[2], const char *wha
 PyObject *kp_binary(kiln_binary_op_t op, PyObject *a, PyObject *b);
 PyObject *kp_matmul(PyObject *a, PyObject *b, bool trans_a, bool trans_b);
 
+/* ---- PyTorch's spellings (methods.c) -------------------------------------------------------- */
+
+/* The sizes of a creation or view call from args[first:]: ints as varargs or
+ * one tuple/list; with out_dtype, NumPy's (shape, dtype) pair too. A float or
+ * another non-int is a TypeError naming the keyword-only parameters of
+ * `call`. Returns ndim or -1. */
+int kp_size_args(PyObject *args, Py_ssize_t first, const char *call, int64_t shape[KILN_MAX_DIMS],
+                 PyObject **out_dtype);
+/* Comparison operators into bool tensors (kiln_tensor_compare). */
+PyObject *kp_compare(PyObject *a, PyObject *b, int pyop);
+PyObject *kp_nb_power(PyObject *a, PyObject *b, PyObject *mod);
+PyObject *kp_nb_iadd(PyObject *a, PyObject *b);
+PyObject *kp_nb_isub(PyObject *a, PyObject *b);
+PyObject *kp_nb_imul(PyObject *a, PyObject *b);
+PyObject *kp_nb_idiv(PyObject *a, PyObject *b);
+PyObject *kp_nb_and(PyObject *a, PyObject *b);
+PyObject *kp_nb_or(PyObject *a, PyObject *b);
+PyObject *kp_nb_xor(PyObject *a, PyObject *b);
+PyObject *kp_nb_invert(PyObject *a);
+PyObject *kp_nb_index(PyObject *a);
+/* The Tensor methods and module functions of methods.c, added after the type
+ * is ready (they replace tensor.c's NumPy-only forms). */
+int kp_module_init_methods(PyObject *module);
+
+/* A value a creation or an assignment writes into `dtype` must fit it (no
+ * silent saturation): 0, or -1 with OverflowError naming the value and the
+ * dtype's range (ops.c). */
+int kp_value_fits(double v, kiln_dtype_t dtype, const char *call, const char *what);
+
+/* Basic indexing and assignment through views (indexing.c). */
+extern PyMappingMethods kp_tensor_mapping;
+
 /* ---- DLPack (dlpack.c) ------------------------------------------------------------------- */
 
 PyObject *kp_tensor_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);

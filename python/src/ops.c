@@ -197,7 +197,7 @@ static int kp_unary_name(PyObject *arg, kiln_unary_op_t *out) {
 /* A value that a creation writes into a tensor of `dtype` must fit it: kiln
  * would saturate an int32 (2**40 -> 2147483647) or turn a float32 into inf,
  * silently. 0, or -1 with OverflowError naming the value and the dtype. */
-static int kp_value_fits(double v, kiln_dtype_t dtype, const char *call, const char *what) {
+int kp_value_fits(double v, kiln_dtype_t dtype, const char *call, const char *what) {
   char text[32];
   if (dtype == KILN_I32 && !(v >= -2147483648.0 && v <= 2147483647.0)) {
     PyErr_Format(PyExc_OverflowError, "%s: %s %s does not fit in int32 (-2147483648 to 2147483647); use "
@@ -236,26 +236,49 @@ static int kp_value_fits(double v, kiln_dtype_t dtype, const char *call, const c
  * argument is a shape, or with `like` a tensor whose shape, dtype and
  * device are taken unless given. */
 static PyObject *kp_fill(PyObject *args, PyObject *kwargs, const char *name, int kind, bool like) {
-  static char *names_plain[] = {"shape", "dtype", "device", NULL};
+  static char *names_sized[] = {"size", "shape", "dtype", "device", NULL};
   static char *names_full[] = {"shape", "fill_value", "dtype", "device", NULL};
   static char *names_like_plain[] = {"a", "dtype", "device", NULL};
   static char *names_like_full[] = {"a", "fill_value", "dtype", "device", NULL};
-  char **names = kind == 3 ? (like ? names_like_full : names_full) : (like ? names_like_plain : names_plain);
-  PyObject *first, *dtype_arg = NULL, *device_arg = NULL;
+  PyObject *first = NULL, *dtype_arg = NULL, *device_arg = NULL, *size_kw = NULL, *shape_kw = NULL;
   double value = 0;
   char format[48];
   bool ok;
-  if (kind == 3) {
-    snprintf(format, sizeof format, "Od|O$O:%s", name);
-    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names, &first, &value, &dtype_arg, &device_arg);
-  } else {
-    snprintf(format, sizeof format, "O|O$O:%s", name);
-    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names, &first, &dtype_arg, &device_arg);
-  }
-  if (!ok) return NULL;
   int64_t shape_buf[KILN_MAX_DIMS];
   const int64_t *shape = shape_buf;
-  int ndim;
+  int ndim = -1;
+  if (kind == 3) {
+    snprintf(format, sizeof format, "Od|O$O:%s", name);
+    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, like ? names_like_full : names_full, &first, &value,
+                                     &dtype_arg, &device_arg);
+  } else if (like) {
+    snprintf(format, sizeof format, "O|O$O:%s", name);
+    ok = PyArg_ParseTupleAndKeywords(args, kwargs, format, names_like_plain, &first, &dtype_arg, &device_arg);
+  } else {
+    /* PyTorch's zeros(2, 3) and zeros((2, 3)), NumPy's zeros((2, 3), dtype);
+     * everything but the sizes by keyword. */
+    PyObject *empty = PyTuple_New(0);
+    snprintf(format, sizeof format, "|$OOOO:%s", name);
+    ok = empty && PyArg_ParseTupleAndKeywords(empty, kwargs, format, names_sized, &size_kw, &shape_kw, &dtype_arg,
+                                              &device_arg);
+    Py_XDECREF(empty);
+    if (!ok) return NULL;
+    PyObject *size_obj = size_kw ? size_kw : shape_kw;
+    if (size_obj && PyTuple_GET_SIZE(args) > 0)
+      return PyErr_Format(PyExc_TypeError, "%s(): the size is given twice (positionally and by keyword)", name);
+    if (size_obj) {
+      ndim = kp_shape_arg(size_obj, shape_buf, "size");
+    } else {
+      PyObject *positional_dtype = NULL;
+      ndim = kp_size_args(args, 0, name, shape_buf, &positional_dtype);
+      if (positional_dtype) {
+        if (dtype_arg) return PyErr_Format(PyExc_TypeError, "%s(): dtype given twice", name);
+        dtype_arg = positional_dtype;
+      }
+    }
+    if (ndim < 0) return NULL;
+  }
+  if (!ok) return NULL;
   kiln_dtype_t dtype;
   kiln_device_t *device;
   if (like) {
@@ -267,7 +290,7 @@ static PyObject *kp_fill(PyObject *args, PyObject *kwargs, const char *name, int
     if (kp_dtype_arg(dtype_arg, kiln_tensor_dtype(t), &dtype) < 0) return NULL;
     if (device_arg && device_arg != Py_None && kp_device_arg(device_arg, &device) < 0) return NULL;
   } else {
-    ndim = kp_shape_arg(first, shape_buf, "shape");
+    if (kind == 3) ndim = kp_shape_arg(first, shape_buf, "shape");
     if (ndim < 0) return NULL;
     if (kp_dtype_arg(dtype_arg, KILN_F32, &dtype) < 0 || kp_device_kw(device_arg, &device) < 0) return NULL;
   }
@@ -356,24 +379,54 @@ static PyObject *kp_fn_manual_seed(PyObject *self, PyObject *arg) {
   Py_RETURN_NONE;
 }
 
+/* rand(*size, low=0, high=1, seed=None, dtype=None, device=None) and
+ * randn(*size, mean=0, std=1, ...): the sizes as PyTorch's, everything else
+ * by keyword (a number among the sizes is a TypeError naming them). Drawn in
+ * the dtype named (kiln_tensor_uniform_dtype). */
 static PyObject *kp_random(PyObject *args, PyObject *kwargs, bool normal, const char *name) {
-  static char *names[] = {"shape", "low", "high", "seed", "device", "dtype", NULL};
-  static char *names_n[] = {"shape", "mean", "std", "seed", "device", "dtype", NULL};
-  PyObject *shape_arg, *seed_arg = NULL, *device_arg = NULL, *dtype_arg = NULL;
-  double p0 = normal ? 0.0 : 0.0, p1 = 1.0;
+  static char *names[] = {"size", "shape", "low", "high", "seed", "dtype", "device", NULL};
+  static char *names_n[] = {"size", "shape", "mean", "std", "seed", "dtype", "device", NULL};
+  PyObject *size_kw = NULL, *shape_kw = NULL, *seed_arg = NULL, *dtype_arg = NULL, *device_arg = NULL;
+  double p0 = 0.0, p1 = 1.0;
   char format[48];
-  snprintf(format, sizeof format, "O|dd$OOO:%s", name);
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, normal ? names_n : names, &shape_arg, &p0, &p1, &seed_arg,
-                                   &device_arg, &dtype_arg))
-    return NULL;
+  snprintf(format, sizeof format, "|$OOddOOO:%s", name);
+  PyObject *empty = PyTuple_New(0);
+  bool ok = empty && PyArg_ParseTupleAndKeywords(empty, kwargs, format, normal ? names_n : names, &size_kw, &shape_kw,
+                                                 &p0, &p1, &seed_arg, &dtype_arg, &device_arg);
+  Py_XDECREF(empty);
+  if (!ok) return NULL;
   int64_t shape[KILN_MAX_DIMS];
-  int ndim = kp_shape_arg(shape_arg, shape, "shape");
+  PyObject *size_obj = size_kw ? size_kw : shape_kw;
+  if (size_obj && PyTuple_GET_SIZE(args) > 0)
+    return PyErr_Format(PyExc_TypeError, "%s(): the size is given twice (positionally and by keyword)", name);
+  Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+  /* uniform/normal keep kiln's older (shape, low, high) when the shape is one
+   * tuple or list, where nothing can be misread; rand/randn are PyTorch's. */
+  bool legacy = !strcmp(name, "uniform") || !strcmp(name, "normal");
+  if (legacy && nargs >= 2 && nargs <= 3 && (PyTuple_Check(PyTuple_GET_ITEM(args, 0)) ||
+                                             PyList_Check(PyTuple_GET_ITEM(args, 0)))) {
+    if ((kwargs && PyDict_GET_SIZE(kwargs) > 0 &&
+         (PyDict_GetItemString(kwargs, normal ? "mean" : "low") || PyDict_GetItemString(kwargs, normal ? "std" : "high"))))
+      return PyErr_Format(PyExc_TypeError, "%s(): a distribution parameter given twice", name);
+    if (kp_scalar(PyTuple_GET_ITEM(args, 1), &p0) <= 0 || (nargs == 3 && kp_scalar(PyTuple_GET_ITEM(args, 2), &p1) <= 0))
+      return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "%s(shape, %s, %s): numbers", name,
+                                                    normal ? "mean" : "low", normal ? "std" : "high");
+    nargs = 1;
+  }
+  PyObject *sizes = PyTuple_GetSlice(args, 0, nargs);
+  if (!sizes) return NULL;
+  int ndim = size_obj ? kp_shape_arg(size_obj, shape, "size") : kp_size_args(sizes, 0, name, shape, NULL);
+  Py_DECREF(sizes);
   kiln_device_t *device;
   kiln_dtype_t dtype;
   uint64_t seed;
-  if (ndim < 0 || kp_device_kw(device_arg, &device) < 0 || kp_seed_arg(seed_arg, &seed) < 0 ||
-      kp_dtype_arg(dtype_arg, KILN_F32, &dtype) < 0)
-    return NULL;
+  if (ndim < 0 || kp_device_kw(device_arg, &device) < 0 || kp_dtype_arg(dtype_arg, KILN_F32, &dtype) < 0) return NULL;
+  if (kiln_dtype_class(dtype) != KILN_DTYPE_CLASS_FLOAT)
+    return kp_raise_msg(KILN_DTYPE_MISMATCH, "%s(): dtype %s; random numbers come in a float dtype (float32, float64, "
+                        "float16, bfloat16): convert after (.long())", name, kiln_dtype_long_name(dtype));
+  if (kp_seed_arg(seed_arg, &seed) < 0) return NULL;
+  /* In the dtype itself (f16/bf16: the f32 numbers rounded; f64: 53-bit
+   * numbers of the same counters), the same bits as the C API's. */
   kiln_tensor_t *out = NULL;
   kiln_status_t status =
       normal ? kiln_tensor_normal_dtype(device, dtype, ndim, shape, seed, (float)p0, (float)p1, &out)
@@ -383,30 +436,10 @@ static PyObject *kp_random(PyObject *args, PyObject *kwargs, bool normal, const 
 
 static PyObject *kp_fn_uniform(PyObject *s, PyObject *a, PyObject *k) { return kp_random(a, k, false, "uniform"); }
 static PyObject *kp_fn_normal(PyObject *s, PyObject *a, PyObject *k) { return kp_random(a, k, true, "normal"); }
+static PyObject *kp_fn_rand(PyObject *s, PyObject *a, PyObject *k) { return kp_random(a, k, false, "rand"); }
+static PyObject *kp_fn_randn(PyObject *s, PyObject *a, PyObject *k) { return kp_random(a, k, true, "randn"); }
 
 /* ---- reductions and nn operations --------------------------------------------------------------- */
-
-typedef kiln_status_t (*kp_reduce_fn)(const kiln_tensor_t *, int, bool, kiln_tensor_t **);
-
-static PyObject *kp_reduce_fn_call(PyObject *args, PyObject *kwargs, kp_reduce_fn fn, const char *name) {
-  static char *names[] = {"a", "axis", "keepdims", NULL};
-  PyObject *a, *axis_arg = Py_None;
-  int keepdims = 0;
-  char format[32];
-  snprintf(format, sizeof format, "O|Op:%s", name);
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, names, &a, &axis_arg, &keepdims)) return NULL;
-  kiln_tensor_t *t = kp_tensor_arg(a, "a"), *out = NULL;
-  int axis;
-  if (!t || kp_axis_arg(axis_arg, &axis) < 0) return NULL;
-  return kp_result(fn(t, axis, keepdims != 0, &out), &out);
-}
-
-#define KP_REDUCE_FN(name) \
-  static PyObject *kp_fn_##name(PyObject *s, PyObject *a, PyObject *k) { return kp_reduce_fn_call(a, k, kiln_tensor_##name, #name); }
-KP_REDUCE_FN(sum)
-KP_REDUCE_FN(mean)
-KP_REDUCE_FN(max)
-KP_REDUCE_FN(argmax)
 
 static PyObject *kp_fn_norm(PyObject *self, PyObject *arg) {
   kiln_tensor_t *t = kp_tensor_arg(arg, "a"), *out = NULL;
@@ -644,10 +677,10 @@ static PyObject *kp_fn_adam_update(PyObject *self, PyObject *args, PyObject *kwa
 #define KP_FAST(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL
 
 PyMethodDef kp_ops_methods[] = {
-    {"empty", KP_KW(kp_fn_empty), "empty(shape, dtype=float32, *, device=None)\n--\n\nA tensor of undefined values."},
-    {"zeros", KP_KW(kp_fn_zeros), "zeros(shape, dtype=float32, *, device=None)\n--\n\nA tensor of zeros."},
-    {"ones", KP_KW(kp_fn_ones), "ones(shape, dtype=float32, *, device=None)\n--\n\nA tensor of ones."},
-    {"full", KP_KW(kp_fn_full), "full(shape, fill_value, dtype=float32, *, device=None)\n--\n\nA tensor of one value."},
+    {"empty", KP_KW(kp_fn_empty), "empty(*size, dtype=None, device=None)\n--\n\nA tensor of undefined values."},
+    {"zeros", KP_KW(kp_fn_zeros), "zeros(*size, dtype=None, device=None)\n--\n\nA tensor of zeros."},
+    {"ones", KP_KW(kp_fn_ones), "ones(*size, dtype=None, device=None)\n--\n\nA tensor of ones."},
+    {"full", KP_KW(kp_fn_full), "full(shape, fill_value, dtype=None, *, device=None)\n--\n\nA tensor of one value."},
     {"empty_like", KP_KW(kp_fn_empty_like), "empty_like(a, dtype=None, *, device=None)\n--\n\nempty() of a's shape, dtype and device."},
     {"zeros_like", KP_KW(kp_fn_zeros_like), "zeros_like(a, dtype=None, *, device=None)\n--\n\nzeros() of a's shape, dtype and device."},
     {"ones_like", KP_KW(kp_fn_ones_like), "ones_like(a, dtype=None, *, device=None)\n--\n\nones() of a's shape, dtype and device."},
@@ -661,14 +694,17 @@ PyMethodDef kp_ops_methods[] = {
      "int32 unless dtype says otherwise. Blocks until the data has left host memory."},
     {"asarray", KP_KW(kp_fn_tensor), "asarray(data, dtype=None, *, device=None)\n--\n\nkiln.tensor(data, ...): a copy."},
     {"uniform", KP_KW(kp_fn_uniform),
-     "uniform(shape, low=0.0, high=1.0, *, seed=None, device=None, dtype=None)\n--\n\nUniform in [low, high) "
-     "from Philox with key `seed` (the same numbers on every device); seed None takes the next of kiln.manual_seed's "
-     "counter. dtype: float32 (None), float64, float16 or bfloat16 (float32's numbers rounded)."},
-    {"rand", KP_KW(kp_fn_uniform), "rand(shape, low=0.0, high=1.0, *, seed=None, device=None, dtype=None)\n--\n\nkiln.uniform."},
+     "uniform(*size, low=0.0, high=1.0, seed=None, dtype=None, device=None)\n--\n\nUniform numbers in [low, "
+     "high) from Philox with key `seed` (the same numbers on every device); seed None takes the next of "
+     "kiln.manual_seed's counter. The size as ints or one tuple; the rest keyword-only."},
+    {"rand", KP_KW(kp_fn_rand),
+     "rand(*size, low=0.0, high=1.0, seed=None, dtype=None, device=None)\n--\n\nkiln.uniform: rand(2, 3) or "
+     "rand((2, 3))."},
     {"normal", KP_KW(kp_fn_normal),
-     "normal(shape, mean=0.0, std=1.0, *, seed=None, device=None, dtype=None)\n--\n\nNormal numbers (Philox, as "
-     "uniform; dtype as there)."},
-    {"randn", KP_KW(kp_fn_normal), "randn(shape, mean=0.0, std=1.0, *, seed=None, device=None, dtype=None)\n--\n\nkiln.normal."},
+     "normal(*size, mean=0.0, std=1.0, seed=None, dtype=None, device=None)\n--\n\nNormal numbers (Philox, as "
+     "uniform)."},
+    {"randn", KP_KW(kp_fn_randn),
+     "randn(*size, mean=0.0, std=1.0, seed=None, dtype=None, device=None)\n--\n\nkiln.normal: randn(2, 3)."},
     {"manual_seed", kp_fn_manual_seed, METH_O,
      "manual_seed(seed)\n--\n\nRestart the counter that gives random tensors their seed when none is given."},
 #define KP_BINARY_ENTRY(NAME, name) {#name, KP_FAST(kp_fn_##name), #name "(a, b)\n--\n\nElementwise " #name " with NumPy's broadcasting; either side may be a number."},
@@ -680,10 +716,6 @@ PyMethodDef kp_ops_methods[] = {
 #define KP_UNARY_ENTRY(NAME, name) {#name, kp_fn_##name, METH_O, #name "(x)\n--\n\nElementwise " #name "."},
     KILN_UNARY_OPS(KP_UNARY_ENTRY)
 #undef KP_UNARY_ENTRY
-    {"sum", KP_KW(kp_fn_sum), "sum(a, axis=None, keepdims=False)\n--\n\nThe sum along one axis, or of all elements."},
-    {"mean", KP_KW(kp_fn_mean), "mean(a, axis=None, keepdims=False)\n--\n\nThe mean (float32)."},
-    {"max", KP_KW(kp_fn_max), "max(a, axis=None, keepdims=False)\n--\n\nThe maximum."},
-    {"argmax", KP_KW(kp_fn_argmax), "argmax(a, axis=None, keepdims=False)\n--\n\nThe index of the first maximum (int32)."},
     {"norm", kp_fn_norm, METH_O, "norm(a)\n--\n\nThe Frobenius norm: a 0-d float32 tensor."},
     {"softmax", KP_KW(kp_fn_softmax), "softmax(a, axis=-1)\n--\n\nSoftmax along the last axis."},
     {"log_softmax", KP_KW(kp_fn_log_softmax), "log_softmax(a, axis=-1)\n--\n\nLog-softmax along the last axis."},

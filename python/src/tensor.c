@@ -377,9 +377,6 @@ static PyObject *kp_tensor_get_strides(kp_tensor_t *o, void *c) {
   return kp_shape_tuple(kiln_tensor_ndim(o->tensor), kiln_tensor_strides(o->tensor));
 }
 static PyObject *kp_tensor_get_ndim(kp_tensor_t *o, void *c) { return PyLong_FromLong(kiln_tensor_ndim(o->tensor)); }
-static PyObject *kp_tensor_get_size(kp_tensor_t *o, void *c) {
-  return PyLong_FromLongLong(kiln_tensor_numel(o->tensor));
-}
 static PyObject *kp_tensor_get_dtype(kp_tensor_t *o, void *c) {
   return Py_NewRef(kp_dtype_object(kiln_tensor_dtype(o->tensor)));
 }
@@ -411,7 +408,6 @@ static PyGetSetDef kp_tensor_getset[] = {
     {"shape", (getter)kp_tensor_get_shape, NULL, "the sizes, a tuple", NULL},
     {"strides", (getter)kp_tensor_get_strides, NULL, "the strides in elements (NumPy's are in bytes)", NULL},
     {"ndim", (getter)kp_tensor_get_ndim, NULL, "the number of dimensions", NULL},
-    {"size", (getter)kp_tensor_get_size, NULL, "the number of elements", NULL},
     {"dtype", (getter)kp_tensor_get_dtype, NULL, "the element type: kiln.float32, kiln.bfloat16, kiln.bool, ...", NULL},
     {"device", (getter)kp_tensor_get_device, NULL, "the kiln.Device the tensor lives on", NULL},
     {"itemsize", (getter)kp_tensor_get_itemsize, NULL, "bytes per element", NULL},
@@ -481,22 +477,6 @@ static int kp_nb_bool(PyObject *o) {
 
 /* ---- movement ------------------------------------------------------------------------------- */
 
-static PyObject *kp_tensor_to(kp_tensor_t *o, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-  PyObject *dev_arg = nargs > 0 ? args[0] : NULL;
-  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  for (Py_ssize_t i = 0; i < nkw; i++) {
-    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "device") == 0 && !dev_arg) dev_arg = args[nargs + i];
-    else return PyErr_Format(PyExc_TypeError, "to() takes one argument, the device");
-  }
-  if (nargs > 1 || !dev_arg) return PyErr_Format(PyExc_TypeError, "to(device) takes exactly one device");
-  kiln_device_t *device;
-  if (kp_device_arg(dev_arg, &device) < 0) return NULL;
-  /* The same object when it already lives there (the chapter's `Z.to(...) is Z`). */
-  if (kiln_tensor_device(o->tensor) == device) return Py_NewRef((PyObject *)o);
-  kiln_tensor_t *out = NULL;
-  return kp_result(kiln_tensor_to(o->tensor, device, &out), &out);
-}
-
 static PyObject *kp_tensor_copy(kp_tensor_t *o, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   PyObject *dev_arg = nargs > 0 ? args[0] : NULL;
   Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
@@ -518,19 +498,6 @@ static PyObject *kp_tensor_cpu(kp_tensor_t *o, PyObject *unused) {
   if (kiln_tensor_device(o->tensor) == cpu) return Py_NewRef((PyObject *)o);
   kiln_tensor_t *out = NULL;
   return kp_result(kiln_tensor_to(o->tensor, cpu, &out), &out);
-}
-
-/* reshape(*shape) or reshape(shape). */
-static PyObject *kp_tensor_reshape(kp_tensor_t *o, PyObject *args) {
-  int64_t shape[KILN_MAX_DIMS];
-  int ndim;
-  if (PyTuple_GET_SIZE(args) == 1 && !PyLong_Check(PyTuple_GET_ITEM(args, 0)))
-    ndim = kp_shape_arg(PyTuple_GET_ITEM(args, 0), shape, "shape");
-  else
-    ndim = kp_shape_arg(args, shape, "shape");
-  if (ndim < 0) return NULL;
-  kiln_tensor_t *out = NULL;
-  return kp_result(kiln_tensor_reshape(o->tensor, ndim, shape, &out), &out);
 }
 
 static PyObject *kp_tensor_flatten(kp_tensor_t *o, PyObject *unused) {
@@ -559,7 +526,6 @@ static PyObject *kp_permute_args(kp_tensor_t *o, PyObject *args, bool empty_reve
 }
 
 static PyObject *kp_tensor_permute(kp_tensor_t *o, PyObject *args) { return kp_permute_args(o, args, false); }
-static PyObject *kp_tensor_transpose(kp_tensor_t *o, PyObject *args) { return kp_permute_args(o, args, true); }
 
 static PyObject *kp_tensor_swapaxes(kp_tensor_t *o, PyObject *args) {
   int a, b;
@@ -587,30 +553,6 @@ static PyObject *kp_tensor_astype(kp_tensor_t *o, PyObject *arg) {
 }
 
 /* ---- reductions and the rest as methods ------------------------------------------------------ */
-
-typedef kiln_status_t (*kp_reduce_fn)(const kiln_tensor_t *, int, bool, kiln_tensor_t **);
-
-static PyObject *kp_reduce(kp_tensor_t *o, PyObject *args, PyObject *kwargs, kp_reduce_fn fn, const char *name) {
-  static char *names[] = {"axis", "keepdims", NULL};
-  PyObject *axis_arg = Py_None;
-  int keepdims = 0;
-  char format[32];
-  snprintf(format, sizeof format, "|Op:%s", name);
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, format, names, &axis_arg, &keepdims)) return NULL;
-  int axis;
-  if (kp_axis_arg(axis_arg, &axis) < 0) return NULL;
-  kiln_tensor_t *out = NULL;
-  return kp_result(fn(o->tensor, axis, keepdims != 0, &out), &out);
-}
-
-#define KP_REDUCE_METHOD(name)                                                                    \
-  static PyObject *kp_tensor_##name(kp_tensor_t *o, PyObject *args, PyObject *kwargs) {            \
-    return kp_reduce(o, args, kwargs, kiln_tensor_##name, #name);                                  \
-  }
-KP_REDUCE_METHOD(sum)
-KP_REDUCE_METHOD(mean)
-KP_REDUCE_METHOD(max)
-KP_REDUCE_METHOD(argmax)
 
 static PyObject *kp_tensor_norm(kp_tensor_t *o, PyObject *unused) {
   kiln_tensor_t *out = NULL;
@@ -718,22 +660,7 @@ static PyObject *kp_nb_abs(PyObject *a) {
 }
 static PyObject *kp_nb_pos(PyObject *a) { return Py_NewRef(a); }
 
-static PyObject *kp_tensor_richcompare(PyObject *a, PyObject *b, int op) {
-  if (op == Py_EQ) return kp_binary(KILN_BINARY_EQ, a, b);
-  if (op == Py_NE) {
-    PyObject *eq = kp_binary(KILN_BINARY_EQ, a, b);
-    if (!eq || eq == Py_NotImplemented) return eq;
-    /* 1 - eq */
-    kiln_tensor_t *neg = NULL, *out = NULL;
-    kiln_status_t status = kiln_tensor_neg(KP_TENSOR(eq), &neg);
-    Py_DECREF(eq);
-    if (status != KILN_OK) return kp_raise(status);
-    status = kiln_tensor_add_scalar(neg, 1.0, &out);
-    kiln_tensor_release(neg);
-    return kp_result(status, &out);
-  }
-  Py_RETURN_NOTIMPLEMENTED;
-}
+static PyObject *kp_tensor_richcompare(PyObject *a, PyObject *b, int op) { return kp_compare(a, b, op); }
 
 static Py_ssize_t kp_tensor_len(PyObject *o) {
   if (kiln_tensor_ndim(KP_TENSOR(o)) == 0) {
@@ -755,6 +682,16 @@ static PyNumberMethods kp_tensor_number = {
     .nb_bool = kp_nb_bool,
     .nb_float = kp_nb_float,
     .nb_int = kp_nb_int,
+    .nb_index = kp_nb_index,
+    .nb_power = kp_nb_power,
+    .nb_invert = kp_nb_invert,
+    .nb_and = kp_nb_and,
+    .nb_or = kp_nb_or,
+    .nb_xor = kp_nb_xor,
+    .nb_inplace_add = kp_nb_iadd,
+    .nb_inplace_subtract = kp_nb_isub,
+    .nb_inplace_multiply = kp_nb_imul,
+    .nb_inplace_true_divide = kp_nb_idiv,
 };
 
 static PySequenceMethods kp_tensor_sequence = {
@@ -804,9 +741,6 @@ static PyObject *kp_tensor_reduce(kp_tensor_t *o, PyObject *unused) {
 /* ---- the type ------------------------------------------------------------------------------------ */
 
 static PyMethodDef kp_tensor_methods[] = {
-    {"to", (PyCFunction)(void (*)(void))kp_tensor_to, METH_FASTCALL | METH_KEYWORDS,
-     "to(device)\n--\n\nThe tensor on `device`: this very object when it already lives there, else a copy "
-     "(a transfer)."},
     {"copy", (PyCFunction)(void (*)(void))kp_tensor_copy, METH_FASTCALL | METH_KEYWORDS,
      "copy(device=None)\n--\n\nA new copy on `device` (the tensor's own device when None), always new memory."},
     {"cpu", (PyCFunction)kp_tensor_cpu, METH_NOARGS, "cpu()\n--\n\nto(kiln.device('cpu'))."},
@@ -817,11 +751,7 @@ static PyMethodDef kp_tensor_methods[] = {
     {"tolist", (PyCFunction)kp_tensor_tolist, METH_NOARGS, "tolist()\n--\n\nThe values as nested lists (blocks)."},
     {"item", (PyCFunction)kp_tensor_item, METH_NOARGS,
      "item()\n--\n\nThe value of a one-element tensor as a float or int (blocks)."},
-    {"reshape", (PyCFunction)kp_tensor_reshape, METH_VARARGS,
-     "reshape(*shape)\n--\n\nA view with a new shape when the layout allows, else a copy; one size may be -1."},
     {"flatten", (PyCFunction)kp_tensor_flatten, METH_NOARGS, "flatten()\n--\n\nreshape(-1)."},
-    {"transpose", (PyCFunction)kp_tensor_transpose, METH_VARARGS,
-     "transpose(*axes)\n--\n\nA view with the axes permuted as NumPy's: no argument reverses them."},
     {"permute", (PyCFunction)kp_tensor_permute, METH_VARARGS, "permute(*dims)\n--\n\nA view with the axes permuted."},
     {"swapaxes", (PyCFunction)kp_tensor_swapaxes, METH_VARARGS, "swapaxes(a, b)\n--\n\nA view with two axes swapped."},
     {"contiguous", (PyCFunction)kp_tensor_contiguous, METH_NOARGS,
@@ -829,14 +759,6 @@ static PyMethodDef kp_tensor_methods[] = {
     {"astype", (PyCFunction)kp_tensor_astype, METH_O,
      "astype(dtype)\n--\n\nThe values converted to another dtype by kiln's one cast rule (docs/dtypes.md; always a new "
      "tensor). Every pair on the CPU; GPU devices convert the dtypes they serve."},
-    {"sum", (PyCFunction)(void (*)(void))kp_tensor_sum, METH_VARARGS | METH_KEYWORDS,
-     "sum(axis=None, keepdims=False)\n--\n\nThe sum along an axis, or of everything when axis is None."},
-    {"mean", (PyCFunction)(void (*)(void))kp_tensor_mean, METH_VARARGS | METH_KEYWORDS,
-     "mean(axis=None, keepdims=False)\n--\n\nThe mean (float32)."},
-    {"max", (PyCFunction)(void (*)(void))kp_tensor_max, METH_VARARGS | METH_KEYWORDS,
-     "max(axis=None, keepdims=False)\n--\n\nThe maximum."},
-    {"argmax", (PyCFunction)(void (*)(void))kp_tensor_argmax, METH_VARARGS | METH_KEYWORDS,
-     "argmax(axis=None, keepdims=False)\n--\n\nThe index of the first maximum (int32)."},
     {"norm", (PyCFunction)kp_tensor_norm, METH_NOARGS, "norm()\n--\n\nThe Frobenius norm, a 0-d float32 tensor."},
 #define KP_UNARY_ENTRY(NAME, name) {#name, (PyCFunction)kp_tensor_##name, METH_NOARGS, #name "()\n--\n\nkiln." #name "(self)."},
     KILN_UNARY_OPS(KP_UNARY_ENTRY)
@@ -870,6 +792,7 @@ PyTypeObject kp_tensor_type = {
     .tp_repr = (reprfunc)kp_tensor_repr,
     .tp_as_number = &kp_tensor_number,
     .tp_as_sequence = &kp_tensor_sequence,
+    .tp_as_mapping = &kp_tensor_mapping,
     .tp_hash = kp_tensor_hash,
     .tp_richcompare = kp_tensor_richcompare,
     .tp_flags = Py_TPFLAGS_DEFAULT,

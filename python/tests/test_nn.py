@@ -162,7 +162,7 @@ def test_model_save_load(tmp_path):
     other.load(path)
     assert other.state_dict()["1.bias"].tolist() == model.state_dict()["1.bias"].tolist()
     other.reset_parameters(2)
-    assert sum(p.value.size for p in other.parameters()) == 795010
+    assert sum(p.value.numel() for p in other.parameters()) == 795010
     with pytest.raises(kiln.NotFoundError):
         nn.preset("resnet")
 

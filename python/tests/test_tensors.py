@@ -60,7 +60,7 @@ def test_tensor_from_host_data(cpu1):
 
 def test_attributes():
     t = kiln.zeros((2, 3, 4))
-    assert t.shape == (2, 3, 4) and t.ndim == 3 and t.size == 24 and len(t) == 2
+    assert t.shape == (2, 3, 4) and t.ndim == 3 and t.numel() == 24 and len(t) == 2
     assert t.strides == (12, 4, 1) and t.is_contiguous and t.itemsize == 4 and t.nbytes == 96
     assert t.dtype == kiln.float32 and t.dtype == "float32" and str(t.dtype) == "float32"
     assert repr(kiln.int32) == "kiln.int32" and kiln.int32.itemsize == 4
