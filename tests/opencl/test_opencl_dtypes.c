@@ -53,6 +53,16 @@ static void check_refused(kiln_status_t status, const char *what) {
                 "%s: the refusal does not name the device and cl_khr_fp64: %s", what, kiln_last_error());
 }
 
+/* Whether `bits` (the low bytes) are a NaN of the float dtype. */
+static bool is_nan_bits(kiln_dtype_t dtype, uint64_t bits) {
+  switch (dtype) {
+  case KILN_F16: return (bits & 0x7c00u) == 0x7c00u && (bits & 0x3ffu);
+  case KILN_BF16: return (bits & 0x7f80u) == 0x7f80u && (bits & 0x7fu);
+  case KILN_F32: return (bits & 0x7f800000u) == 0x7f800000u && (bits & 0x7fffffu);
+  default: return (bits & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (bits & 0xfffffffffffffull);
+  }
+}
+
 /* got (from an OpenCL device) and want (cpu:0): the same dtype, shape and bits. */
 static void check_same(const char *what, kiln_device_t *device, const kiln_tensor_t *got, const kiln_tensor_t *want) {
   ck_assert_int_eq(kiln_tensor_dtype(got), kiln_tensor_dtype(want));
@@ -62,11 +72,17 @@ static void check_same(const char *what, kiln_device_t *device, const kiln_tenso
   ck_assert(a && b);
   KT_OK(kiln_tensor_read(got, a, n * es));
   KT_OK(kiln_tensor_read(want, b, n * es));
+  const kiln_dtype_t dtype = kiln_tensor_dtype(want);
   for (size_t i = 0; i < n; i++) {
     if (memcmp(a + i * es, b + i * es, es) == 0) continue;
     uint64_t ga = 0, wb = 0;
     memcpy(&ga, a + i * es, es);
     memcpy(&wb, b + i * es, es);
+    /* A NaN matches a NaN: max returns the element on the CPU (its payload
+     * as stored, a signalling one too) and the f32 computation's quiet NaN
+     * on OpenCL. */
+    if (kiln_dtype_class(dtype) == KILN_DTYPE_CLASS_FLOAT && is_nan_bits(dtype, ga) && is_nan_bits(dtype, wb))
+      continue;
     ck_abort_msg("%s on %s: element %zu is 0x%llx, cpu:0 has 0x%llx (%s)", what, kiln_device_selector(device), i,
                  (unsigned long long)ga, (unsigned long long)wb, kiln_dtype_name(kiln_tensor_dtype(want)));
   }
