@@ -170,8 +170,6 @@ KILN_FN void kiln_offset2(long i, int ndim, const long *shape, const long *s0, c
 #define kiln_cl_fc_load_bf16 kiln_dc_load_bf16
 #define kiln_cl_fc_load_f64 kiln_dc_load_f64
 #define kiln_cl_fc_to_f32 kiln_dc_f64_to_f32
-#define kiln_cl_fc_to_f16 kiln_dc_f64_to_f16
-#define kiln_cl_fc_to_bf16 kiln_dc_f64_to_bf16
 #define kiln_cl_fc_to_f64 kiln_dc_f64_to_f64
 #define kiln_cl_fc_to_i32 kiln_dc_f64_to_i32
 #define kiln_cl_fc_to_i64 kiln_dc_f64_to_i64
@@ -225,6 +223,26 @@ KILN_FN ushort kiln_cl_narrow_f32(float x, int mb, int bias) {
 #ifndef KILN_CL_HAVE_FP64
 KILN_FN ushort kiln_cl_fc_to_f16(float x) { return kiln_cl_narrow_f32(x, 10, 15); }
 KILN_FN ushort kiln_cl_fc_to_bf16(float x) { return kiln_cl_narrow_f32(x, 7, 127); }
+#else
+/* A double into f16 or bf16 through a float rounded to odd (toward zero,
+ * then its lowest bit set when inexact): 24 bits are more than the 11 (8)
+ * plus two that make the second rounding, to nearest even, give the
+ * once-rounded result (subnormals included: the float grid is finer).
+ * kiln_dc_narrow_f64's 53-bit path compiles to what Oclgrind cannot take (a
+ * 128-bit constant). A NaN keeps its sign and top payload bits, quiet. */
+KILN_FN ushort kiln_cl_narrow_f64(double x, int mb, int bias) {
+  if (x != x) {
+    const ulong b = as_ulong(x);
+    const uint sign = (uint)(b >> 63) << (uint)(mb + (bias == 15 ? 5 : 8));
+    const uint inf = (uint)(2 * bias + 1) << (uint)mb;
+    return (ushort)(sign | inf | (1u << (uint)(mb - 1)) | (uint)((b & 0xfffffffffffffUL) >> (uint)(52 - mb)));
+  }
+  float f = convert_float_rtz(x);
+  if ((double)f != x) f = as_float(as_uint(f) | 1u);
+  return kiln_cl_narrow_f32(f, mb, bias);
+}
+KILN_FN ushort kiln_cl_fc_to_f16(double x) { return kiln_cl_narrow_f64(x, 10, 15); }
+KILN_FN ushort kiln_cl_fc_to_bf16(double x) { return kiln_cl_narrow_f64(x, 7, 127); }
 #endif
 
 /* f16 and bf16 compute in f32: a value's load into its compute type, and
