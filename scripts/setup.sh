@@ -100,6 +100,19 @@ kiln_build() {
   ninja -C "$KILN_ROOT/$1" || kiln_die "the build in $1 failed (see the compiler output above)"
 }
 
+# kiln_meson_test DIR [ARGS...]: `meson test -C DIR ARGS`; when a test fails,
+# a digest of each failure (scripts/failed_tests.py) is printed last, where a
+# log cut to its tail still shows it, and the script stops.
+kiln_meson_test() {
+  local dir="$1"
+  shift
+  if ! meson test -C "$KILN_ROOT/$dir" "$@"; then
+    kiln_section "Why the tests in $dir failed (a digest of each failed test's log)"
+    /usr/bin/python3 "$KILN_ROOT/scripts/failed_tests.py" "$KILN_ROOT/$dir" || true
+    kiln_die "tests failed in $dir (the digest above; the full log: $dir/meson-logs/testlog.txt)"
+  fi
+}
+
 # Warnings are errors in CI (CI=true), and always when test.sh asks.
 kiln_werror_option() {
   if [ "${CI:-}" = "true" ] || [ "${KILN_WERROR:-}" = "1" ]; then

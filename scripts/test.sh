@@ -23,7 +23,7 @@ kiln_private_caches
 kiln_configure build -Dwerror=true
 kiln_build build
 kiln_section "Tests (build)"
-meson test -C build --print-errorlogs --timeout-multiplier 3
+kiln_meson_test build --print-errorlogs --timeout-multiplier 3
 
 # Hermetic: with KILN_CACHE_DIR set, as the README suggests to users, the
 # unit suites pass twice in a row and write nothing into that folder.
@@ -52,7 +52,7 @@ ninja -C "$KILN_ROOT/build-tsan" tests/test_queue tests/test_thread_pool tests/t
   kiln_die "the ThreadSanitizer build failed (see the compiler output above)"
 kiln_section "Tests (build-tsan: queues, thread pool, two CPU devices)"
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1" \
-  meson test -C build-tsan --no-rebuild --print-errorlogs --timeout-multiplier 10 queue thread_pool multidevice
+  kiln_meson_test build-tsan --no-rebuild --print-errorlogs --timeout-multiplier 10 queue thread_pool multidevice
 
 # The sanitizer build: address + undefined. The CUDA backend is built for
 # sm_90 only (the fatbin's other architectures add time and nothing here):
@@ -69,7 +69,7 @@ kiln_section "Tests (build-asan: address, undefined)"
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=1:print_summary=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:print_summary=1"
 export LSAN_OPTIONS="suppressions=$KILN_ROOT/tests/lsan.supp:print_suppressions=0"
-meson test -C build-asan --print-errorlogs --timeout-multiplier 10
+kiln_meson_test build-asan --print-errorlogs --timeout-multiplier 10
 unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 
 bench="build/bench/kiln-bench"

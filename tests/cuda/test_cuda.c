@@ -446,7 +446,7 @@ static void dtype_raw(kiln_dtype_t d, void *out) {
     const int64_t i64[] = {INT64_MIN, INT64_MAX, ((int64_t)1 << 53) + 1, -((int64_t)1 << 24) - 1, 255, 256, -1, 0x7fff,
                            0x8000, -0x8001, (int64_t)1 << 62, 0x7fffffff};
     int64_t *o = out;
-    for (int i = 0; i < DT_N; i++) o[i] = i64[i % 12] + (i >= 12 ? i * 977 : 0);
+    for (int i = 0; i < DT_N; i++) o[i] = (int64_t)((uint64_t)i64[i % 12] + (uint64_t)(i >= 12 ? i * 977 : 0)); /* wraps */
   }
 }
 
