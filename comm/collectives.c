@@ -1,5 +1,6 @@
 /* comm/collectives.c: the collectives and send/recv: kiln dtypes as MPI types, tensors as host memory (zero-copy on the CPU, staged elsewhere), f16/bf16 reductions in f32. */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #include "kernels/dtype_convert.h"
 #include "kiln/dlpack.h"
 #include "kiln/queue.h"
+#include "kiln/trace.h"
 
 /* ---- f16 and bf16: MPI has no such type; their bits travel as MPI_UINT16_T
  * and these operations reduce them in f32, rounding once per step. --------- */
@@ -274,7 +276,7 @@ static kiln_status_t allreduce_staged(kiln_comm_t *comm, kiln_tensor_t *tensor, 
   return status;
 }
 
-kiln_status_t kiln_comm_allreduce(kiln_comm_t *comm, kiln_tensor_t *tensor, kiln_comm_reduce_t op) {
+static kiln_status_t allreduce(kiln_comm_t *comm, kiln_tensor_t *tensor, kiln_comm_reduce_t op) {
   const char *call = "kiln_comm_allreduce";
   kiln_status_t status = check_comm(call, comm);
   if (status == KILN_OK) status = check_tensor(call, "tensor", tensor, true);
@@ -310,7 +312,7 @@ kiln_status_t kiln_comm_allreduce(kiln_comm_t *comm, kiln_tensor_t *tensor, kiln
   return allreduce_staged(comm, tensor, op, &fp, chunk);
 }
 
-kiln_status_t kiln_comm_broadcast(kiln_comm_t *comm, kiln_tensor_t *tensor, int root) {
+static kiln_status_t broadcast(kiln_comm_t *comm, kiln_tensor_t *tensor, int root) {
   const char *call = "kiln_comm_broadcast";
   kiln_status_t status = check_comm(call, comm);
   if (status == KILN_OK) status = check_tensor(call, "tensor", tensor, true);
@@ -336,7 +338,7 @@ kiln_status_t kiln_comm_broadcast(kiln_comm_t *comm, kiln_tensor_t *tensor, int 
   return status;
 }
 
-kiln_status_t kiln_comm_allgather(kiln_comm_t *comm, const kiln_tensor_t *input, kiln_tensor_t *output) {
+static kiln_status_t allgather(kiln_comm_t *comm, const kiln_tensor_t *input, kiln_tensor_t *output) {
   const char *call = "kiln_comm_allgather";
   kiln_status_t status = check_comm(call, comm);
   if (status == KILN_OK) status = check_tensor(call, "input", input, false);
@@ -371,8 +373,8 @@ kiln_status_t kiln_comm_allgather(kiln_comm_t *comm, const kiln_tensor_t *input,
   return status;
 }
 
-kiln_status_t kiln_comm_reduce_scatter(kiln_comm_t *comm, const kiln_tensor_t *input, kiln_tensor_t *output,
-                                       kiln_comm_reduce_t op) {
+static kiln_status_t reduce_scatter(kiln_comm_t *comm, const kiln_tensor_t *input, kiln_tensor_t *output,
+                                     kiln_comm_reduce_t op) {
   const char *call = "kiln_comm_reduce_scatter";
   kiln_status_t status = check_comm(call, comm);
   if (status == KILN_OK) status = check_tensor(call, "input", input, false);
@@ -442,10 +444,53 @@ static kiln_status_t p2p(kiln_comm_t *comm, kiln_tensor_t *tensor, int peer, boo
   return status;
 }
 
+/* ---- the public calls: each one a span of the trace ------------------------------------ */
+
+/* When a trace records, each call is a span of category "collective": its
+ * name, dtype, element count, rank, and the bytes of its input; a failed
+ * call says so in the detail. t0 < 0: no trace was recording at the call. */
+static kiln_status_t traced(kiln_comm_t *comm, const char *name, int64_t t0, const kiln_tensor_t *tensor,
+                            kiln_status_t status) {
+  if (t0 < 0 || !comm || !tensor) return status;
+  const kiln_dtype_t dtype = kiln_tensor_dtype(tensor);
+  const int64_t count = kiln_tensor_numel(tensor);
+  char detail[96];
+  snprintf(detail, sizeof detail, "%s x %lld on %s, rank %d of %d%s%s", kiln_dtype_name(dtype), (long long)count,
+           kiln_device_selector(kiln_tensor_device(tensor)), comm->rank, comm->size,
+           status == KILN_OK ? "" : ", failed: ", status == KILN_OK ? "" : kiln_status_name(status));
+  (void)kiln_trace_span("collective", name, t0, (uint64_t)count * kiln_dtype_size(dtype), detail);
+  return status;
+}
+
+static int64_t trace_t0(void) { return kiln_trace_active() ? kiln_trace_clock_ns() : -1; }
+
+kiln_status_t kiln_comm_allreduce(kiln_comm_t *comm, kiln_tensor_t *tensor, kiln_comm_reduce_t op) {
+  const int64_t t0 = trace_t0();
+  return traced(comm, "allreduce", t0, tensor, allreduce(comm, tensor, op));
+}
+
+kiln_status_t kiln_comm_broadcast(kiln_comm_t *comm, kiln_tensor_t *tensor, int root) {
+  const int64_t t0 = trace_t0();
+  return traced(comm, "broadcast", t0, tensor, broadcast(comm, tensor, root));
+}
+
+kiln_status_t kiln_comm_allgather(kiln_comm_t *comm, const kiln_tensor_t *input, kiln_tensor_t *output) {
+  const int64_t t0 = trace_t0();
+  return traced(comm, "allgather", t0, input, allgather(comm, input, output));
+}
+
+kiln_status_t kiln_comm_reduce_scatter(kiln_comm_t *comm, const kiln_tensor_t *input, kiln_tensor_t *output,
+                                       kiln_comm_reduce_t op) {
+  const int64_t t0 = trace_t0();
+  return traced(comm, "reduce_scatter", t0, input, reduce_scatter(comm, input, output, op));
+}
+
 kiln_status_t kiln_comm_send(kiln_comm_t *comm, const kiln_tensor_t *tensor, int peer) {
-  return p2p(comm, (kiln_tensor_t *)tensor, peer, true);
+  const int64_t t0 = trace_t0();
+  return traced(comm, "send", t0, tensor, p2p(comm, (kiln_tensor_t *)tensor, peer, true));
 }
 
 kiln_status_t kiln_comm_recv(kiln_comm_t *comm, kiln_tensor_t *tensor, int peer) {
-  return p2p(comm, tensor, peer, false);
+  const int64_t t0 = trace_t0();
+  return traced(comm, "recv", t0, tensor, p2p(comm, tensor, peer, false));
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "comm_internal.h"
+#include "kiln/trace.h"
 
 /* MPI is process-wide: kiln finalises it only if kiln initialised it, once
  * the last of its communicators is destroyed. */
@@ -489,5 +490,13 @@ kiln_status_t kiln_comm_barrier(kiln_comm_t *comm) {
   if (!comm) return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_comm_barrier: comm is NULL");
   /* The fingerprint exchange reaches every rank from every rank: a barrier. */
   kiln_comm_fingerprint_t fp = {KILN_COMM_KIND_BARRIER, -1, -1, -1, 0, 0};
-  return kiln__comm_agree(comm, fp);
+  const int64_t t0 = kiln_trace_active() ? kiln_trace_clock_ns() : -1;
+  kiln_status_t status = kiln__comm_agree(comm, fp);
+  if (t0 >= 0) {
+    char detail[64];
+    snprintf(detail, sizeof detail, "rank %d of %d%s%s", comm->rank, comm->size, status == KILN_OK ? "" : ", failed: ",
+             status == KILN_OK ? "" : kiln_status_name(status));
+    (void)kiln_trace_span("collective", "barrier", t0, 0, detail);
+  }
+  return status;
 }

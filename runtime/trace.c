@@ -296,6 +296,57 @@ void kiln__trace_memory(kiln_device_t *device, uint64_t in_use, uint64_t pooled)
   atomic_store_explicit(&memory_now[device->index].changed, true, memory_order_release);
 }
 
+/* ---- spans: host work outside kiln's ops ----------------------------------------------- */
+
+/* A span's category and name, interned for the trace's records: a fixed
+ * table (no allocation on the traced path), reset when a trace starts.
+ * Names past its size share one entry. Guarded by `lock`. */
+#define SPAN_NAMES 128
+#define SPAN_NAME_MAX 64
+static char span_names[SPAN_NAMES][SPAN_NAME_MAX];
+static size_t span_name_count;
+
+static const char *intern_locked(const char *s) {
+  for (size_t i = 0; i < span_name_count; i++)
+    if (!strncmp(span_names[i], s, SPAN_NAME_MAX - 1)) return span_names[i];
+  if (span_name_count == SPAN_NAMES) return "(more names than the trace keeps)";
+  snprintf(span_names[span_name_count], SPAN_NAME_MAX, "%s", s);
+  return span_names[span_name_count++];
+}
+
+int64_t kiln_trace_clock_ns(void) { return kiln__trace_now(); }
+
+kiln_status_t kiln_trace_span(const char *category, const char *name, int64_t start_ns, uint64_t bytes,
+                              const char *detail) {
+  const int64_t end = kiln__trace_now();
+  if (!category || !category[0] || !name || !name[0])
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "kiln_trace_span: %s is %s; pass a category and a name, e.g. (\"phase\", \"load batch\")",
+                           !category || !category[0] ? "the category" : "the name",
+                           (!category || !category[0] ? !category : !name) ? "NULL" : "empty");
+  if (start_ns > end)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "kiln_trace_span(\"%s\", \"%s\"): start_ns %lld is after now (%lld); take it from "
+                           "kiln_trace_clock_ns() before the work",
+                           category, name, (long long)start_ns, (long long)end);
+  if (!KILN__TRACE_ON()) return KILN_OK;
+  pthread_mutex_lock(&lock);
+  if (tr.active) {
+    kiln__trace_record_t *r = append_locked();
+    r->type = KILN__TRACE_SPAN;
+    r->provider = intern_locked(category);
+    r->name = intern_locked(name);
+    r->thread = this_thread();
+    r->host_t0 = start_ns < tr.t_start ? tr.t_start : start_ns;
+    r->host_t1 = end;
+    r->bytes_read = bytes;
+    for (int s = 0; s < 3; s++) r->ndim[s] = -1;
+    snprintf(r->detail, sizeof r->detail, "%s", detail ? detail : "");
+  }
+  pthread_mutex_unlock(&lock);
+  return KILN_OK;
+}
+
 /* ---- start and stop ---------------------------------------------------------------- */
 
 /* A sample of what kiln_device_memory_stats says, read from the pool itself:
@@ -360,6 +411,7 @@ kiln_status_t kiln__trace_start(const char *path, size_t events) {
   tr.path = copy;
   tr.t_start = kiln__trace_now();
   tr.active = true;
+  span_name_count = 0;
   free(last_summary);
   last_summary = NULL;
   /* Each queue's clock, and the memory each device holds already as the

@@ -13,11 +13,16 @@
 
 /* WAIT: a queue told to wait for another's event; its device slice is the
  * wait, so that the work after it starts where the wait ends. */
-enum { KILN__TRACE_OP = 1, KILN__TRACE_COPY, KILN__TRACE_MEMORY, KILN__TRACE_WAIT };
+/* SPAN: host work outside kiln's ops (kiln_trace_span: a collective, the
+ * caller's phase); `provider` holds its category, `detail` its text. */
+enum { KILN__TRACE_OP = 1, KILN__TRACE_COPY, KILN__TRACE_MEMORY, KILN__TRACE_WAIT, KILN__TRACE_SPAN };
 enum { KILN__TRACE_TIMING_NONE, KILN__TRACE_TIMING_DEVICE, KILN__TRACE_TIMING_HOST };
 
-/* One op, copy or memory sample. Strings are static storage (op names,
- * provider names of loaded backends, policy names). Times in ns on
+#define KILN__TRACE_DETAIL 96 /* a span's detail text, with its NUL */
+
+/* One op, copy, memory sample or span. Strings are static storage (op names,
+ * provider names of loaded backends, policy names; a span's category and
+ * name are interned by runtime/trace.c until the trace stops). Times in ns on
  * kiln__trace_now's clock; dev_t0/dev_t1 0 until resolved. */
 typedef struct kiln__trace_record_t {
   uint64_t seq; /* from 1, the flow id; 0 for an empty slot */
@@ -34,7 +39,10 @@ typedef struct kiln__trace_record_t {
   uint8_t type, timing;
   int8_t ndim[3]; /* out, in[0], in[1]; -1 when absent */
   uint8_t dtype[3];
-  int64_t shape[3][KILN__TRACE_DIMS];
+  union {
+    int64_t shape[3][KILN__TRACE_DIMS];
+    char detail[KILN__TRACE_DETAIL]; /* a span's */
+  };
 } kiln__trace_record_t;
 
 typedef struct kiln__trace_pending_t {

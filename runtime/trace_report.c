@@ -114,8 +114,27 @@ static void json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* A span: an X slice on its thread's host track, named and categorised by
+ * its caller. */
+static void write_span(FILE *f, const kiln__trace_t *trace, const kiln__trace_record_t *r) {
+  const int64_t ns = r->host_t1 - r->host_t0;
+  fputs("{\"name\":", f);
+  json_string(f, r->name);
+  fputs(",\"cat\":", f);
+  json_string(f, r->provider);
+  fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%u,\"args\":{\"detail\":",
+          us(r->host_t0 - trace->t_start), us(ns), HOST_PID, (unsigned)r->thread);
+  json_string(f, r->detail);
+  fprintf(f, ",\"bytes\":%llu,\"gb_per_s\":%.3f}}", (unsigned long long)r->bytes_read,
+          ns > 0 ? (double)r->bytes_read / (double)ns : 0.0);
+}
+
 static void write_event(FILE *f, const kiln__trace_t *trace, const event_t *e) {
   const kiln__trace_record_t *r = e->r;
+  if (r->type == KILN__TRACE_SPAN) {
+    write_span(f, trace, r);
+    return;
+  }
   const double ts = us(e->ts - trace->t_start);
   const int dpid = device_pid(r->device);
   const unsigned long long id = (unsigned long long)r->seq;
@@ -197,7 +216,7 @@ static void write_metadata(FILE *f, const kiln__trace_t *trace, bool *first) {
 
 kiln_status_t kiln__trace_write_json(const kiln__trace_t *trace, FILE *f) {
   size_t n = 0;
-  FOR_EACH_RECORD(trace, r) n += r->type == KILN__TRACE_MEMORY || r->type == KILN__TRACE_WAIT ? 1 : 4;
+  FOR_EACH_RECORD(trace, r) n += r->type == KILN__TRACE_MEMORY || r->type == KILN__TRACE_WAIT || r->type == KILN__TRACE_SPAN ? 1 : 4;
   event_t *events = malloc((n ? n : 1) * sizeof *events);
   if (!events)
     return kiln__set_error(KILN_OUT_OF_MEMORY, "kiln_trace_stop: cannot sort the %zu events of \"%s\"", n, trace->path);
@@ -209,6 +228,10 @@ kiln_status_t kiln__trace_write_json(const kiln__trace_t *trace, FILE *f) {
     }
     if (r->type == KILN__TRACE_WAIT) {
       if (r->timing != KILN__TRACE_TIMING_NONE) events[n++] = (event_t){r->dev_t0, r->seq, EV_DEVICE, r};
+      continue;
+    }
+    if (r->type == KILN__TRACE_SPAN) {
+      events[n++] = (event_t){r->host_t0, r->seq, EV_HOST, r};
       continue;
     }
     events[n++] = (event_t){r->host_t0, r->seq, EV_HOST, r};
@@ -252,6 +275,7 @@ static int row_order(const void *a, const void *b) {
 
 #define SUMMARY_ROWS 512
 #define SUMMARY_TOP 10
+#define SUMMARY_SPANS 64
 
 char *kiln__trace_summary_text(const kiln__trace_t *trace) {
   row_t *rows = calloc(SUMMARY_ROWS, sizeof *rows);
@@ -264,7 +288,22 @@ char *kiln__trace_summary_text(const kiln__trace_t *trace) {
   } copies[3] = {{0}};
   uint64_t ops = 0, op_records = 0;
   int64_t dev_total = 0, host_total = 0;
+  row_t spans[SUMMARY_SPANS];
+  uint64_t span_bytes[SUMMARY_SPANS] = {0};
+  size_t span_count = 0;
   FOR_EACH_RECORD(trace, r) {
+    if (r->type == KILN__TRACE_SPAN) {
+      /* Spans: per category (in provider) and name; host time only. */
+      size_t i = 0;
+      while (i < span_count && !(spans[i].name == r->name && spans[i].provider == r->provider)) i++;
+      if (i == span_count && span_count < SUMMARY_SPANS) spans[span_count++] = (row_t){r->name, r->provider, 0, 0, 0};
+      if (i < span_count) {
+        spans[i].calls++;
+        spans[i].host_ns += r->host_t1 - r->host_t0;
+        span_bytes[i] += r->bytes_read;
+      }
+      continue;
+    }
     if (r->type == KILN__TRACE_MEMORY || r->type == KILN__TRACE_WAIT) continue;
     op_records++;
     const int64_t dev = r->timing ? r->dev_t1 - r->dev_t0 : 0;
@@ -327,6 +366,15 @@ char *kiln__trace_summary_text(const kiln__trace_t *trace) {
       put(&t, "%-9s %8llu %14llu %12.3f %10.3f\n", directions[d], (unsigned long long)copies[d].count,
           (unsigned long long)copies[d].bytes, us(copies[d].ns) / 1e3,
           copies[d].ns > 0 ? (double)copies[d].bytes / (double)copies[d].ns : 0.0);
+
+  if (span_count) {
+    put(&t, "\nspans (host work outside kiln's ops: collectives, the caller's phases)\n%-12s %-24s %8s %12s %14s %10s\n",
+        "category", "name", "count", "ms", "bytes", "GB/s");
+    for (size_t i = 0; i < span_count; i++)
+      put(&t, "%-12s %-24s %8llu %12.3f %14llu %10.3f\n", spans[i].provider, spans[i].name,
+          (unsigned long long)spans[i].calls, us(spans[i].host_ns) / 1e3, (unsigned long long)span_bytes[i],
+          spans[i].host_ns > 0 ? (double)span_bytes[i] / (double)spans[i].host_ns : 0.0);
+  }
 
   /* Gaps: where a queue sat idle between its slices, waiting on the host or
    * on another queue. */

@@ -46,139 +46,7 @@ static kiln_tensor_t *filled(kiln_device_t *device, int64_t rows, int64_t cols, 
   return t;
 }
 
-/* ---- the JSON ------------------------------------------------------------------ */
-
-static json_object *field(json_object *o, const char *key) {
-  json_object *v = NULL;
-  return json_object_object_get_ex(o, key, &v) ? v : NULL;
-}
-
-static const char *str_field(json_object *o, const char *key) {
-  json_object *v = field(o, key);
-  return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
-}
-
-#define TRACKS 64
-typedef struct track_t {
-  int64_t pid, tid;
-  double last_ts;  /* every event */
-  double last_end; /* X slices on device tracks: they never overlap */
-  int open;        /* B minus E */
-} track_t;
-
-static track_t *track_of(track_t *tracks, int *count, int64_t pid, int64_t tid) {
-  for (int i = 0; i < *count; i++)
-    if (tracks[i].pid == pid && tracks[i].tid == tid) return &tracks[i];
-  ck_assert_int_lt(*count, TRACKS);
-  tracks[*count] = (track_t){pid, tid, -1e300, -1e300, 0};
-  return &tracks[(*count)++];
-}
-
-typedef struct checked_t {
-  int ops, copies, counters, flows;
-  double matmul_device_us; /* every matmul slice on the device's tracks */
-  int64_t matmul_flops_seen;
-  uint64_t last_in_use, last_pooled;
-  int64_t dropped;
-} checked_t;
-
-/* Every rule the importers rely on: the required fields, X slices with a
- * duration, B/E balanced, timestamps rising per track, device slices apart,
- * flows s -> f matched by id. */
-static checked_t check_json(const char *path, int device_pid) {
-  checked_t c = {0};
-  json_object *root = json_object_from_file(path);
-  ck_assert_msg(root != NULL, "%s is not JSON: %s", path, json_util_get_last_err());
-  json_object *other = field(root, "otherData");
-  ck_assert_ptr_nonnull(other);
-  ck_assert_ptr_nonnull(field(other, "events_dropped"));
-  c.dropped = json_object_get_int64(field(other, "events_dropped"));
-  json_object *events = field(root, "traceEvents");
-  ck_assert_ptr_nonnull(events);
-  ck_assert(json_object_is_type(events, json_type_array));
-  const size_t n = json_object_array_length(events);
-  ck_assert_uint_gt(n, 10);
-  track_t tracks[TRACKS];
-  int track_count = 0;
-  /* Flow ids: +1 at s, and f must find one open. */
-  size_t max_id = (size_t)1 << 20;
-  int *flow = calloc(max_id, sizeof *flow);
-  for (size_t i = 0; i < n; i++) {
-    json_object *e = json_object_array_get_idx(events, i);
-    const char *name = str_field(e, "name"), *ph = str_field(e, "ph");
-    ck_assert_msg(name && ph && field(e, "ts") && field(e, "pid") && field(e, "tid"),
-                  "event %zu lacks name/ph/ts/pid/tid: %s", i, json_object_to_json_string(e));
-    const double ts = json_object_get_double(field(e, "ts"));
-    const int64_t pid = json_object_get_int64(field(e, "pid")), tid = json_object_get_int64(field(e, "tid"));
-    if (!strcmp(ph, "M")) continue;
-    track_t *t = track_of(tracks, &track_count, pid, tid);
-    ck_assert_msg(ts >= t->last_ts, "event %zu (%s %s) at %.3f before %.3f on track %lld/%lld", i, ph, name, ts,
-                  t->last_ts, (long long)pid, (long long)tid);
-    t->last_ts = ts;
-    json_object *args = field(e, "args");
-    if (!strcmp(ph, "X")) {
-      ck_assert_ptr_nonnull(field(e, "dur"));
-      const double dur = json_object_get_double(field(e, "dur"));
-      ck_assert_msg(dur >= 0, "event %zu has a negative duration", i);
-      const char *cat = str_field(e, "cat");
-      ck_assert_ptr_nonnull(cat);
-      if (!strcmp(cat, "device")) {
-        ck_assert_msg(ts + 0.002 >= t->last_end, "device slices overlap on track %lld/%lld at %.3f",
-                      (long long)pid, (long long)tid, ts);
-        t->last_end = ts + dur;
-        if (pid == device_pid && !strcmp(name, "matmul")) c.matmul_device_us += dur;
-        ck_assert_ptr_nonnull(str_field(args, "timing"));
-      } else if (!strcmp(cat, "op")) {
-        c.ops++;
-        ck_assert_ptr_nonnull(str_field(args, "provider"));
-        ck_assert_ptr_nonnull(str_field(args, "why"));
-        ck_assert_ptr_nonnull(str_field(args, "shapes"));
-        ck_assert_ptr_nonnull(str_field(args, "dtypes"));
-        ck_assert_ptr_nonnull(field(args, "bytes_read"));
-        ck_assert_ptr_nonnull(field(args, "bytes_written"));
-        if (!strcmp(name, "matmul")) {
-          ck_assert_ptr_nonnull(field(args, "flops"));
-          c.matmul_flops_seen = json_object_get_int64(field(args, "flops"));
-        }
-      } else {
-        ck_assert_str_eq(cat, "copy");
-        c.copies++;
-        ck_assert_ptr_nonnull(str_field(args, "direction"));
-        ck_assert_ptr_nonnull(field(args, "bytes"));
-      }
-    } else if (!strcmp(ph, "B")) {
-      t->open++;
-    } else if (!strcmp(ph, "E")) {
-      ck_assert_msg(t->open > 0, "E without B on track %lld/%lld", (long long)pid, (long long)tid);
-      t->open--;
-    } else if (!strcmp(ph, "s") || !strcmp(ph, "f")) {
-      const int64_t id = json_object_get_int64(field(e, "id"));
-      ck_assert(id > 0 && (size_t)id < max_id);
-      if (ph[0] == 's') {
-        ck_assert_int_eq(flow[id], 0);
-        flow[id] = 1;
-        c.flows++;
-      } else {
-        ck_assert_msg(flow[id] == 1, "flow end %lld without its start", (long long)id);
-        ck_assert_str_eq(str_field(e, "bp"), "e");
-        flow[id] = 2;
-      }
-    } else if (!strcmp(ph, "C")) {
-      if (pid == device_pid) {
-        c.counters++;
-        c.last_in_use = (uint64_t)json_object_get_int64(field(args, "in_use"));
-        c.last_pooled = (uint64_t)json_object_get_int64(field(args, "pooled"));
-      }
-    } else {
-      ck_abort_msg("event %zu has ph \"%s\", which the trace never writes", i, ph);
-    }
-  }
-  for (size_t id = 0; id < max_id; id++) ck_assert_msg(flow[id] != 1, "flow %zu never ends", id);
-  for (int i = 0; i < track_count; i++) ck_assert_int_eq(tracks[i].open, 0);
-  free(flow);
-  json_object_put(root);
-  return c;
-}
+#include "trace_check.h"
 
 /* ---- the cases ------------------------------------------------------------------- */
 
@@ -285,6 +153,51 @@ START_TEST(test_trace_run) {
   free(text);
   kiln_tensor_release(a);
   kiln_tensor_release(b);
+  remove_dir();
+}
+END_TEST
+
+/* kiln_trace_span: the caller's own work on the host track, totalled in the
+ * summary; refused arguments; nothing recorded (and KILN_OK) with no trace. */
+START_TEST(test_trace_spans) {
+  make_dir();
+  char path[4200];
+  snprintf(path, sizeof path, "%s/spans.json", dir);
+  kiln_device_t *device = traced_device();
+  KT_OK(kiln_trace_span("phase", "before", kiln_trace_clock_ns(), 0, NULL));
+  KT_OK(kiln_trace_start(path));
+  kiln_tensor_t *x = filled(device, 8, 8, 1.0f);
+  for (int i = 0; i < 3; i++) {
+    const int64_t t0 = kiln_trace_clock_ns();
+    kiln_tensor_t *y = NULL;
+    KT_OK(kiln_tensor_add(x, x, &y));
+    KT_OK(kiln_queue_finish(kiln_device_current_queue(device)));
+    kiln_tensor_release(y);
+    KT_OK(kiln_trace_span("phase", "step", t0, 256, "a \"quoted\" detail"));
+  }
+  KT_FAILS(kiln_trace_span(NULL, "step", 0, 0, NULL), KILN_INVALID_ARGUMENT, "the category is NULL");
+  KT_FAILS(kiln_trace_span("phase", "", 0, 0, NULL), KILN_INVALID_ARGUMENT, "the name is empty");
+  KT_FAILS(kiln_trace_span("phase", "late", kiln_trace_clock_ns() + 1000000000, 0, NULL), KILN_INVALID_ARGUMENT,
+           "is after now");
+  KT_OK(kiln_trace_stop());
+  kiln_device_info_t info;
+  KT_OK(kiln_device_info(device, &info));
+  checked_t c = check_json(path, 2 + (int)info.index);
+  ck_assert_int_eq(c.spans, 3);
+  ck_assert_int_eq(c.ops, 3);
+  size_t length = 0;
+  KT_OK(kiln_trace_summary(NULL, 0, &length));
+  char *text = malloc(length + 1);
+  KT_OK(kiln_trace_summary(text, length + 1, &length));
+  const char *row = strstr(text, "phase        step");
+  ck_assert_msg(row != NULL, "no span row in:\n%s", text);
+  unsigned long long count = 0, bytes = 0;
+  double ms = 0;
+  ck_assert_int_eq(sscanf(row, "phase step %llu %lf %llu", &count, &ms, &bytes), 3);
+  ck_assert_uint_eq(count, 3);
+  ck_assert_uint_eq(bytes, 768);
+  free(text);
+  kiln_tensor_release(x);
   remove_dir();
 }
 END_TEST
@@ -415,6 +328,7 @@ int main(void) {
   tcase_add_test(tc, test_trace_bad_input);
   tcase_add_test(tc, test_trace_run);
   tcase_add_test(tc, test_trace_ring_drops);
+  tcase_add_test(tc, test_trace_spans);
   tcase_add_test(tc, test_trace_from_environment);
   tcase_add_test(tc, test_trace_environment_refused);
   tcase_add_test(tc, test_trace_events_refused);

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kiln/status.h"
 
@@ -48,6 +49,25 @@ bool kiln_trace_active(void);
  * out_length is NULL or out_text is NULL with size > 0. Waits for the traced
  * work when a trace is recording. Thread-safe. */
 kiln_status_t kiln_trace_summary(char *out_text, size_t size, size_t *out_length);
+
+/* The trace's clock: CLOCK_MONOTONIC in nanoseconds, for kiln_trace_span's
+ * start. Never fails. */
+int64_t kiln_trace_clock_ns(void);
+
+/* Record host work that is not one of kiln's ops, from start_ns (read from
+ * kiln_trace_clock_ns before the work) to now, on the calling thread's host
+ * track: a collective (libkiln-comm records each one as category
+ * "collective"), or a phase of the caller's own ("phase", "load batch").
+ * `bytes` is the data it moved (0 for none; the trace shows GB/s from it);
+ * `detail` is free text shown with it (NULL for none; its first 95 bytes are
+ * kept). The summary totals spans per category and name. KILN_OK and nothing
+ * recorded when no trace records, so callers need not test
+ * kiln_trace_active first (though testing it saves reading the clock).
+ * KILN_INVALID_ARGUMENT for a NULL or empty category or name, or a start
+ * after now. The trace keeps 128 distinct categories and names at most;
+ * later ones share one entry. Thread-safe. */
+kiln_status_t kiln_trace_span(const char *category, const char *name, int64_t start_ns, uint64_t bytes,
+                              const char *detail);
 
 #pragma GCC visibility pop
 

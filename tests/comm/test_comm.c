@@ -307,6 +307,58 @@ static void timeout(kiln_comm_t *world, kiln_device_t *device) {
   kiln_comm_destroy(comm);
 }
 
+/* A trace records every collective as a span on the host track (category
+ * "collective": name, dtype and count, rank, bytes), and the summary totals
+ * them. Each rank writes its own file into a temporary folder. */
+static void traced(kiln_comm_t *world, kiln_device_t *device) {
+  const char *tmp = getenv("TMPDIR");
+  char dir[512], path[600];
+  snprintf(dir, sizeof dir, "%s/kiln-comm-trace-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    CHECK(0, "mkdtemp(%s) failed", dir);
+    return;
+  }
+  snprintf(path, sizeof path, "%s/rank%d.json", dir, rank_);
+  int64_t shape = 256;
+  float host[256];
+  for (int i = 0; i < 256; i++) host[i] = (float)i;
+  kiln_tensor_t *t = NULL;
+  CHECK_OK(kiln_tensor_from_host(device, KILN_F32, 1, &shape, host, &t));
+  CHECK_OK(kiln_trace_start(path));
+  CHECK_OK(kiln_comm_allreduce(world, t, KILN_COMM_SUM));
+  CHECK_OK(kiln_comm_allreduce(world, t, KILN_COMM_MAX));
+  CHECK_OK(kiln_comm_broadcast(world, t, 0));
+  CHECK_OK(kiln_comm_barrier(world));
+  CHECK_OK(kiln_trace_stop());
+  kiln_tensor_release(t);
+  char *text = NULL;
+  FILE *f = fopen(path, "r");
+  if (f) {
+    text = calloc(1, 1 << 20);
+    if (text) (void)fread(text, 1, (1 << 20) - 1, f);
+    fclose(f);
+  }
+  CHECK(text && strstr(text, "{\"name\":\"allreduce\",\"cat\":\"collective\",\"ph\":\"X\""),
+        "no allreduce span in %s", path);
+  CHECK(text && strstr(text, "{\"name\":\"barrier\",\"cat\":\"collective\""), "no barrier span in %s", path);
+  char want[96];
+  snprintf(want, sizeof want, "\"detail\":\"f32 x 256 on %s, rank %d of %d\",\"bytes\":1024,",
+           kiln_device_selector(device), rank_, kiln_comm_size(world));
+  CHECK(text && strstr(text, want), "no span with %s in %s", want, path);
+  free(text);
+  remove(path);
+  remove(dir);
+  size_t length = 0;
+  char summary[8192];
+  CHECK_OK(kiln_trace_summary(summary, sizeof summary, &length));
+  unsigned long long count = 0, bytes = 0;
+  double ms = 0;
+  const char *row = strstr(summary, "collective   allreduce");
+  CHECK(row && sscanf(row, "collective allreduce %llu %lf %llu", &count, &ms, &bytes) == 3 && count == 2 &&
+            bytes == 2048,
+        "the summary's allreduce row: %s", row ? row : summary);
+}
+
 int main(int argc, char **argv) {
   kiln_comm_t *world = NULL;
   kiln_status_t s = kiln_comm_create_world(&world);
@@ -339,6 +391,7 @@ int main(int argc, char **argv) {
 
   for (int d = 0; d < KILN_DTYPE_COUNT_; d++) collectives(world, device, (kiln_dtype_t)d);
   chunked(world, device);
+  traced(world, device);
   local_refusals(world, device);
   if (kiln_comm_size(world) == 2) {
     mismatch(world, device);
