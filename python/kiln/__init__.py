@@ -65,6 +65,34 @@ class trace:
 __all__.append("trace")
 
 
+class trace_span:
+    """A span of your own work on the trace's host track, like ``torch.profiler.record_function``::
+
+        with kiln.trace("run.json"):
+            with kiln.trace_span("load batch", category="phase"):
+                x = load()
+
+    The summary totals spans per category and name (docs/trace.md). Costs a
+    clock read and nothing is recorded when no trace is on. ``bytes`` (the
+    data the work moved) and ``detail`` (free text) show with the span.
+    """
+
+    def __init__(self, name, category="phase", bytes=0, detail=None):
+        self.name, self.category, self.bytes, self.detail = name, category, int(bytes), detail
+        self._t0 = 0
+
+    def __enter__(self):
+        self._t0 = _kiln._trace_clock_ns()
+        return self
+
+    def __exit__(self, *exc):
+        _kiln._trace_span(self.category, self.name, self._t0, self.bytes, self.detail)
+        return False
+
+
+__all__.append("trace_span")
+
+
 def _format_tensor(t):
     """repr(t): the values (read from the device: this waits for it) and where they live."""
     try:

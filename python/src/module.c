@@ -238,6 +238,21 @@ static PyObject *kp_trace_summary(PyObject *self, PyObject *unused) {
   return result;
 }
 
+static PyObject *kp_trace_clock_ns(PyObject *self, PyObject *unused) {
+  return PyLong_FromLongLong((long long)kiln_trace_clock_ns());
+}
+
+/* _trace_span(category, name, start_ns, bytes, detail): kiln_trace_span. */
+static PyObject *kp_trace_span(PyObject *self, PyObject *args) {
+  const char *category = NULL, *name = NULL, *detail = NULL;
+  long long start = 0;
+  unsigned long long bytes = 0;
+  if (!PyArg_ParseTuple(args, "ssLKz", &category, &name, &start, &bytes, &detail)) return NULL;
+  kiln_status_t status = kiln_trace_span(category, name, (int64_t)start, (uint64_t)bytes, detail);
+  if (status != KILN_OK) return kp_raise(status);
+  Py_RETURN_NONE;
+}
+
 static PyObject *kp_clear_error(PyObject *self, PyObject *unused) {
   kiln_clear_error();
   Py_RETURN_NONE;
@@ -264,6 +279,8 @@ static PyMethodDef kp_module_methods[] = {
     {"trace_summary", kp_trace_summary, METH_NOARGS,
      "trace_summary()\n--\n\nThe summary of the trace recording now, or else of the last one (kiln.trace): time "
      "per op and provider, the ten longest ops, copies, each queue's idle time."},
+    {"_trace_clock_ns", kp_trace_clock_ns, METH_NOARGS, NULL},
+    {"_trace_span", kp_trace_span, METH_VARARGS, NULL},
     {"_clear_error", kp_clear_error, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
