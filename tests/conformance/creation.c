@@ -55,35 +55,51 @@ static void kt_build_arange(const kt_row_t *row) {
 
 KT_RUN(kt_run_arange) { return kiln_tensor_arange(dev, c->dtype, c->scalar, c->stop, c->step, out); }
 
-/* uniform, normal: each seed over the random shapes, with the row's a and b. */
+/* uniform, normal: each float dtype, each seed over the random shapes, with
+ * the row's a and b. f16 and bf16 are the f32 sample rounded to nearest
+ * even; f64 has its own stream of the same Philox words (kernels/philox.h). */
 static void kt_build_random(const kt_row_t *row) {
   static const uint64_t seeds[] = {0, 42, (1ull << 40) + 7};
-  for (size_t k = 0; k < sizeof seeds / sizeof seeds[0]; k++) {
-    for (const kt_shape_t *s = kt_random_shapes; s->ndim >= 0; s++) {
-      if (kt_skip(s)) continue;
-      kt_case_t c = kt_case(row);
-      kt_case_shape(&c, s);
-      c.seed = seeds[k];
-      char shape[128];
-      kt_shape_text(s->ndim, s->s, shape, sizeof shape);
-      snprintf(c.label, sizeof c.label, "%s(seed %llu, %g, %g) %s", row->name, (unsigned long long)c.seed,
-               (double)row->a, (double)row->b, shape);
-      kt_check(&c);
+  static const kiln_dtype_t dtypes[] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16};
+  for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+    for (size_t k = 0; k < sizeof seeds / sizeof seeds[0]; k++) {
+      for (const kt_shape_t *s = kt_random_shapes; s->ndim >= 0; s++) {
+        if (kt_skip(s)) continue;
+        /* The other dtypes: the shapes with elements, one seed besides 0. */
+        if (d > 0 && (k == 2 || s->ndim == 0 || (s->ndim == 1 && s->s[0] == 0))) continue;
+        kt_case_t c = kt_case(row);
+        kt_case_shape(&c, s);
+        c.dtype = dtypes[d];
+        c.seed = seeds[k];
+        char shape[128];
+        kt_shape_text(s->ndim, s->s, shape, sizeof shape);
+        snprintf(c.label, sizeof c.label, "%s(seed %llu, %g, %g) %s %s", row->name, (unsigned long long)c.seed,
+                 (double)row->a, (double)row->b, kiln_dtype_name(c.dtype), shape);
+        kt_check(&c);
+      }
     }
   }
 }
 
-KT_RUN(kt_run_uniform) { return kiln_tensor_uniform(dev, c->ndim, c->shape, c->seed, c->row->a, c->row->b, out); }
+KT_RUN(kt_run_uniform) {
+  return kiln_tensor_uniform_dtype(dev, c->dtype, c->ndim, c->shape, c->seed, c->row->a, c->row->b, out);
+}
 
-KT_RUN(kt_run_normal) { return kiln_tensor_normal(dev, c->ndim, c->shape, c->seed, c->row->a, c->row->b, out); }
+KT_RUN(kt_run_normal) {
+  return kiln_tensor_normal_dtype(dev, c->dtype, c->ndim, c->shape, c->seed, c->row->a, c->row->b, out);
+}
 
 /* The same Philox stream on every device. Uniform numbers are bit-identical
- * to the CPU's on every device (kernels/philox.h keeps every compiler from
- * fusing low + (high - low) * u into one FMA, which changes the last bit of
- * about a third of them). Normal numbers go through the dialect's own log,
- * sqrt and cos: within 1e-6 relative (and 1e-6 of the spread near zero). */
+ * to the CPU's on every device and in every dtype (kernels/philox.h keeps
+ * every compiler from fusing low + (high - low) * u into one FMA, which
+ * changes the last bit of about a third of them). Normal numbers go through
+ * the dialect's own log, sqrt and cos: within 1e-6 relative (and 1e-6 of the
+ * spread near zero) in f32, 1e-12 in f64; in f16 and bf16 such a difference
+ * can move a rounding by one unit. */
 static kt_tol_t kt_tol_normal(const kt_case_t *c) {
-  kt_tol_t t = {1e-6, 1e-6 * (double)c->row->b, 2, false};
+  if (c->dtype == KILN_F16 || c->dtype == KILN_BF16) return (kt_tol_t){0, 0, 1, false};
+  const double r = c->dtype == KILN_F64 ? 1e-12 : 1e-6;
+  kt_tol_t t = {r, r * (double)c->row->b, 2, false};
   return t;
 }
 
