@@ -90,7 +90,10 @@ bool kiln_cl_clblast_supports(kiln_backend_context_t *ctx, kiln_backend_device_t
   if (!kiln_cl_clblast_available(ctx)) return false;
   if (!op) return true;
   /* CLBlast's own limits: single precision here (kiln calls Sgemm only), and
-   * no empty dimension (it refuses them; C = 0 for k == 0 is native's). */
+   * no empty dimension (it refuses them; C = 0 for k == 0 is native's).
+   * f64, f16 and bf16 run the native row (gemm_dtypes.cl): CLBlast's Hgemm
+   * would sum in half and needs cl_khr_fp16 (PoCL lacks it), and its Dgemm
+   * is not wired yet. */
   if (op->out.dtype != KILN_F32 || op->in[0].dtype != KILN_F32 || op->in[1].dtype != KILN_F32) return false;
   return op->u.matmul.batch >= 1 && op->u.matmul.m >= 1 && op->u.matmul.n >= 1 && op->u.matmul.k >= 1;
 }

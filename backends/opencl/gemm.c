@@ -1,4 +1,5 @@
-/* backends/opencl/gemm.c: the native GEMM (packed panels on CPUs, local-memory tiles on GPUs), matmul, and the convolutions built on it: conv2d and its gradients with respect to the input and the weights. */
+/* backends/opencl/gemm.c: the native GEMM (packed panels on CPUs, local-memory tiles on GPUs), matmul, and the convolutions built on it: conv2d and its gradients with respect to the input and the weights; matmul and conv2d in f64, f16 and bf16 through gemm_dtypes.cl. */
+#include <stdio.h>
 #include <string.h>
 
 #include "backends/opencl/ops.h"
@@ -177,7 +178,7 @@ kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_kop_t *k,
   return gemm_use_tiled(queue) ? gemm_tiled(queue, k, c, a, b) : gemm_packed(queue, k, c, a, b);
 }
 
-/* The GEMM and the convolutions have f32 kernels only: another dtype is
+/* The gradients of the convolution have f32 kernels only: another dtype is
  * refused, never run through them. */
 static kiln_status_t need_f32(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   for (int i = 0; i < op->n_in; i++)
@@ -191,12 +192,63 @@ static kiln_status_t need_f32(kiln_backend_context_t *ctx, kiln_backend_queue_t 
   return KILN_OK;
 }
 
+/* ---- MATMUL and CONV2D in f64, f16 and bf16 ------------------------------------------
+ * gemm_dtypes.cl's direct kernels, one source instantiated per dtype
+ * (f16/bf16 widened to f32, summed in f32, rounded once to nearest even;
+ * f64 in double where the device has cl_khr_fp64). The clblast row declines
+ * these dtypes (kiln calls CLBlastSgemm only, and CLBlast's Hgemm would sum
+ * in half where the device has cl_khr_fp16, which PoCL lacks), so matmul of
+ * them always runs here. */
+
+/* The kernel `<kind>_<dtype>_<dtype>` for the op's dtype, or the refusal:
+ * f64 on a device without cl_khr_fp64 (its reason names the device and the
+ * extension, as every f64 op's), a dtype without kernels. */
+static kiln_status_t dtype_kernel(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op,
+                                  char *name, size_t size) {
+  const kiln_dtype_t dtype = op->out.dtype;
+  const kiln_backend_device_t *device = queue->device;
+  if (dtype == KILN_F64 && !device->fp64)
+    return kiln_cl_error(ctx, KILN_UNSUPPORTED, "%s in f64: %s", kiln_backend_op_kind_name(op->kind),
+                         device->fp64_why);
+  bool same = dtype == KILN_F64 || dtype == KILN_F16 || dtype == KILN_BF16;
+  for (int i = 0; i < op->n_in; i++) same = same && op->in[i].dtype == dtype;
+  if (!same) return need_f32(ctx, queue, op); /* its message names the dtype */
+  snprintf(name, size, "%s_%s_%s", kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(dtype),
+           kiln_backend_dtype_name(dtype));
+  return KILN_OK;
+}
+
+/* The product, at most KILN_CL_MAX_BATCH_PER_LAUNCH batches a launch. */
+static kiln_status_t matmul_dtypes(kiln_backend_queue_t *queue, const kiln_kop_t *k, const char *kernel, cl_mem c,
+                                   cl_mem a, cl_mem b) {
+  const int64_t batch = k->plan.gemm.batch, m = k->plan.gemm.m, n = k->plan.gemm.n;
+  if (m == 0 || n == 0 || batch == 0) return KILN_OK;
+  kiln_kop_t r = *k;
+  kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+  gemm_args(args, c, a, b, &r);
+  kiln_status_t status = KILN_OK;
+  for (int64_t first = 0; status == KILN_OK && first < batch; first += KILN_CL_MAX_BATCH_PER_LAUNCH) {
+    const int64_t count = batch - first < KILN_CL_MAX_BATCH_PER_LAUNCH ? batch - first : KILN_CL_MAX_BATCH_PER_LAUNCH;
+    r.plan.gemm.a_off = k->plan.gemm.a_off + first * k->plan.gemm.stride_a;
+    r.plan.gemm.b_off = k->plan.gemm.b_off + first * k->plan.gemm.stride_b;
+    r.plan.gemm.c_off = k->plan.gemm.c_off + first * k->plan.gemm.stride_c;
+    status = kiln_cl_launch_tiles(queue, KILN_CL_PROGRAM_gemm_dtypes, kernel, n, m, count, KILN_CL_KOP_ARGS, args);
+  }
+  return status;
+}
+
 kiln_status_t kiln_cl_plan_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                   const kiln_op_entry_t *entry, const kiln_op_t *op) {
-  if (need_f32(ctx, queue, op) != KILN_OK) return KILN_UNSUPPORTED;
   kiln_kop_t k;
   kiln_backend_kop_fill(&k, op); /* buffers: passed below, OpenCL records hold no addresses */
   kiln_backend_kop_plan_matmul(&k);
+  if (op->out.dtype != KILN_F32 || op->in[0].dtype != KILN_F32 || op->in[1].dtype != KILN_F32) {
+    char kernel[48];
+    kiln_status_t status = dtype_kernel(ctx, queue, op, kernel, sizeof kernel);
+    if (status != KILN_OK) return status;
+    return matmul_dtypes(queue, &k, kernel, kiln_cl_mem_of(&op->out), kiln_cl_mem_of(&op->in[0]),
+                         kiln_cl_mem_of(&op->in[1]));
+  }
   return kiln_cl_gemm_run(queue, &k, kiln_cl_mem_of(&op->out), kiln_cl_mem_of(&op->in[0]),
                           kiln_cl_mem_of(&op->in[1]));
 }
@@ -249,7 +301,19 @@ static kiln_status_t conv_check_sizes(kiln_backend_context_t *ctx, const kiln_op
 
 kiln_status_t kiln_cl_plan_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                   const kiln_op_entry_t *entry, const kiln_op_t *op) {
-  if (need_f32(ctx, queue, op) != KILN_OK) return KILN_UNSUPPORTED;
+  bool f32 = op->out.dtype == KILN_F32;
+  for (int i = 0; i < op->n_in; i++) f32 = f32 && op->in[i].dtype == KILN_F32;
+  if (!f32) {
+    /* The direct kernel of the dtype over every output (N*K*P*Q of them). */
+    char kernel[48];
+    kiln_status_t status = dtype_kernel(ctx, queue, op, kernel, sizeof kernel);
+    if (status != KILN_OK) return status;
+    kiln_kop_t rec;
+    kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
+    kiln_cl_kop_args(op, &rec, args);
+    const int64_t outputs = op->u.conv2d.n * op->u.conv2d.k * op->u.conv2d.p * op->u.conv2d.q;
+    return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_gemm_dtypes, kernel, outputs, KILN_CL_KOP_ARGS, args);
+  }
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t k = op->u.conv2d.k, r = op->u.conv2d.r, s = op->u.conv2d.s, p = op->u.conv2d.p, q = op->u.conv2d.q;

@@ -43,6 +43,10 @@ static bool kt_conv_dx_k_is_0(const kt_case_t *c) { return c->in[1].ndim == 4 &&
 /* conv2d_backward_weight of no image (x [0,C,H,W]): dw is zeros. */
 static bool kt_conv_dw_n_is_0(const kt_case_t *c) { return c->in[0].ndim == 4 && c->in[0].shape[0] == 0; }
 
+/* A matmul of f16 or bf16 operands; of any dtype but f32. */
+static bool kt_matmul_16bit(const kt_case_t *c) { return c->in[0].dtype == KILN_F16 || c->in[0].dtype == KILN_BF16; }
+static bool kt_matmul_not_f32(const kt_case_t *c) { return c->in[0].dtype != KILN_F32; }
+
 static const kt_gap_t kt_gaps[] = {
     /* runtime/ops.c, kiln_tensor_matmul: every backend, every provider */
     {NULL, NULL, "matmul", NULL, kt_matmul_k_is_0,
@@ -55,6 +59,14 @@ static const kt_gap_t kt_gaps[] = {
     {"cpu", "blas", "conv2d_backward_weight", NULL, kt_conv_dw_direct,
      "the direct weight gradient (AVX2 or AVX-512, unit column stride, S <= 64, K <= 32) beats im2col + GEMM, "
      "and blas declines those shapes (kiln_cpu_conv2d_backward_weight_direct)"},
+    /* backends/cpu/ops.c: blas has no 16-bit GEMM */
+    {"cpu", "blas", "matmul", NULL, kt_matmul_16bit,
+     "a CBLAS has no f16 or bf16 GEMM: blas declines them, and native widens them to f32, sums in f32 and rounds "
+     "once"},
+    /* backends/opencl/clblast.c, kiln_cl_clblast_supports */
+    {"opencl", "clblast", "matmul", NULL, kt_matmul_not_f32,
+     "kiln calls CLBlastSgemm only: f64, f16 and bf16 run native's gemm_dtypes.cl (CLBlast's Hgemm would sum in "
+     "half and needs cl_khr_fp16, which PoCL lacks; its Dgemm is not wired yet)"},
     /* backends/cuda/cudnn.c, kiln_cuda_cudnn_supports: empty dimensions are native's (cuDNN refuses them) */
     {"cuda", "cudnn", "conv2d_backward_input", NULL, kt_conv_dx_k_is_0,
      "cuDNN takes no empty dimension; dx of a convolution with no output channel (K = 0) is zeros, native's"},

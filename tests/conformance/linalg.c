@@ -53,6 +53,26 @@ static void kt_build_matmul(const kt_row_t *row) {
     snprintf(c.label, sizeof c.label, "matmul %s%s @ %s%s", a, m->ta ? "^T" : "", b, m->tb ? "^T" : "");
     kt_check(&c);
   }
+  /* The other float dtypes over the small cases (f16 and bf16 summed in f32
+   * and rounded once; f64 in f64); a device that does not serve one must
+   * refuse it with KILN_UNSUPPORTED. */
+  static const kiln_dtype_t more[] = {KILN_F64, KILN_F16, KILN_BF16};
+  for (size_t d = 0; d < sizeof more / sizeof more[0]; d++)
+    for (size_t i = 0; i < sizeof kt_matmul_cases / sizeof kt_matmul_cases[0]; i++) {
+      const kt_mm_t *m = &kt_matmul_cases[i];
+      if (m->large) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = 2;
+      c.in[0] = kt_in(more[d], KT_SIGNED, 43, m->na, m->a, m->va);
+      c.in[1] = kt_in(more[d], KT_SIGNED, 44, m->nb, m->b, m->vb);
+      c.trans_a = m->ta;
+      c.trans_b = m->tb;
+      char a[160], b[160];
+      kt_in_text(&c.in[0], a, sizeof a);
+      kt_in_text(&c.in[1], b, sizeof b);
+      snprintf(c.label, sizeof c.label, "matmul %s%s @ %s%s", a, m->ta ? "^T" : "", b, m->tb ? "^T" : "");
+      kt_check(&c);
+    }
   kt_case_t c = kt_case(row);
   c.must_fail = true;
   c.n_in = 2;

@@ -136,25 +136,31 @@ static const kt_conv_t kt_conv2d_cases[] = {
 
 /* The case list; then channels that differ, for the status. */
 static void kt_build_conv2d(const kt_row_t *row) {
-  for (size_t i = 0; i < sizeof kt_conv2d_cases / sizeof kt_conv2d_cases[0]; i++) {
-    const kt_conv_t *v = &kt_conv2d_cases[i];
-    if (kt_small && v->large) continue;
-    kt_case_t c = kt_case(row);
-    c.n_in = v->bias ? 3 : 2;
-    c.in[0] = kt_in(KILN_F32, KT_SIGNED, 81, 4, (const int64_t[]){v->n, v->c, v->h, v->w}, v->view);
-    c.in[1] = kt_in(KILN_F32, KT_SIGNED, 82, 4, (const int64_t[]){v->k, v->c, v->r, v->s}, false);
-    c.in[2] = kt_in(KILN_F32, KT_SIGNED, 83, 1, (const int64_t[]){v->k}, false);
-    for (int d = 0; d < 2; d++) {
-      c.conv.stride[d] = v->stride[d];
-      c.conv.padding[d] = v->pad[d];
-      c.conv.dilation[d] = v->dil[d];
+  /* f32 over every case; then the other float dtypes over the small ones
+   * (f16 and bf16 summed in f32 and rounded once, f64 in f64; a device that
+   * does not serve one must refuse it with KILN_UNSUPPORTED). */
+  static const kiln_dtype_t dtypes[] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16};
+  for (size_t dt = 0; dt < sizeof dtypes / sizeof dtypes[0]; dt++) {
+    for (size_t i = 0; i < sizeof kt_conv2d_cases / sizeof kt_conv2d_cases[0]; i++) {
+      const kt_conv_t *v = &kt_conv2d_cases[i];
+      if ((kt_small || dt > 0) && v->large) continue;
+      kt_case_t c = kt_case(row);
+      c.n_in = v->bias ? 3 : 2;
+      c.in[0] = kt_in(dtypes[dt], KT_SIGNED, 81, 4, (const int64_t[]){v->n, v->c, v->h, v->w}, v->view);
+      c.in[1] = kt_in(dtypes[dt], KT_SIGNED, 82, 4, (const int64_t[]){v->k, v->c, v->r, v->s}, false);
+      c.in[2] = kt_in(dtypes[dt], KT_SIGNED, 83, 1, (const int64_t[]){v->k}, false);
+      for (int d = 0; d < 2; d++) {
+        c.conv.stride[d] = v->stride[d];
+        c.conv.padding[d] = v->pad[d];
+        c.conv.dilation[d] = v->dil[d];
+      }
+      char x[160], w[160];
+      kt_in_text(&c.in[0], x, sizeof x);
+      kt_in_text(&c.in[1], w, sizeof w);
+      snprintf(c.label, sizeof c.label, "conv2d x %s, w %s%s, stride %dx%d, padding %dx%d, dilation %dx%d", x, w,
+               v->bias ? ", bias" : "", v->stride[0], v->stride[1], v->pad[0], v->pad[1], v->dil[0], v->dil[1]);
+      kt_check(&c);
     }
-    char x[160], w[160];
-    kt_in_text(&c.in[0], x, sizeof x);
-    kt_in_text(&c.in[1], w, sizeof w);
-    snprintf(c.label, sizeof c.label, "conv2d x %s, w %s%s, stride %dx%d, padding %dx%d, dilation %dx%d", x, w,
-             v->bias ? ", bias" : "", v->stride[0], v->stride[1], v->pad[0], v->pad[1], v->dil[0], v->dil[1]);
-    kt_check(&c);
   }
   kt_case_t c = kt_case(row);
   c.must_fail = true;

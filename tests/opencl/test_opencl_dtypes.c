@@ -1,4 +1,4 @@
-/* tests/opencl/test_opencl_dtypes.c: every dtype on every OpenCL device against cpu:0, bit for bit: casts of every pair, fill, arange, copies. */
+/* tests/opencl/test_opencl_dtypes.c: every dtype on every OpenCL device against cpu:0, bit for bit: casts of every pair, fill, arange, copies, the arithmetic; matmul and conv2d in f64, f16 and bf16 within their bounds. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -496,6 +496,177 @@ START_TEST(test_reduce_every_dtype) {
 }
 END_TEST
 
+/* ---- matmul and conv2d in f64, f16 and bf16 ------------------------------------------ */
+
+/* Values of `dtype` on cpu:0 in the shape: quarters in [-2, 2] (`exact`:
+ * every sum of their products is exact in f32 and f64, so both devices
+ * round the same sum once and must agree bit for bit), or uniform in
+ * [-1, 1) from `seed` (sums whose order differs: compared within the
+ * dtype's bound). */
+static kiln_tensor_t *linear_values(kiln_device_t *cpu, kiln_dtype_t dtype, int ndim, const int64_t *shape, bool exact,
+                                    uint64_t seed) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+  ck_assert(v);
+  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int64_t i = 0; i < n; i++) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    v[i] = exact ? (double)((i * 7 + (int64_t)seed) % 17 - 8) * 0.25 : (double)(state >> 11) * 0x1p-52 - 1.0;
+  }
+  kiln_tensor_t *d = NULL, *t = NULL;
+  KT_OK(kiln_tensor_from_host(cpu, KILN_F64, ndim, shape, v, &d));
+  KT_OK(kiln_tensor_cast(d, dtype, &t));
+  kiln_tensor_release(d);
+  free(v);
+  return t;
+}
+
+/* A matmul (trans_a, trans_b) or, with `conv`, a conv2d (bias when a third
+ * operand is given). */
+typedef struct linear_op_t {
+  bool conv, trans_a, trans_b;
+  kiln_conv2d_params_t params;
+} linear_op_t;
+
+static kiln_status_t linear_run(const linear_op_t *o, kiln_tensor_t *const *in, int n_in, kiln_tensor_t **out) {
+  if (o->conv) return kiln_tensor_conv2d(in[0], in[1], n_in > 2 ? in[2] : NULL, &o->params, out);
+  return kiln_tensor_matmul(in[0], in[1], o->trans_a, o->trans_b, out);
+}
+
+/* The elements of a tensor as doubles (read through cpu:0). */
+static double *linear_doubles(kiln_device_t *cpu, kiln_tensor_t *t) {
+  kiln_tensor_t *on_cpu = NULL, *wide = NULL;
+  KT_OK(kiln_tensor_to(t, cpu, &on_cpu));
+  KT_OK(kiln_tensor_cast(on_cpu, KILN_F64, &wide));
+  const size_t n = (size_t)kiln_tensor_numel(t);
+  double *v = malloc((n ? n : 1) * sizeof *v);
+  ck_assert(v);
+  KT_OK(kiln_tensor_read(wide, v, n * sizeof *v));
+  kiln_tensor_release(on_cpu);
+  kiln_tensor_release(wide);
+  return v;
+}
+
+/* The op on cpu:0 and on the device: the same dtype and shape exactly; the
+ * same bits for exact data; else each element within rtol of the sum of
+ * the magnitudes of its terms (the op on |operands| in f64: the bound of a
+ * sum whose order differs), plus the dtype's smallest subnormal (f16). f64
+ * without cl_khr_fp64 must be refused naming it. */
+static void linear_check(const char *what, kiln_device_t *cpu, kiln_device_t *device, const linear_op_t *o,
+                         kiln_tensor_t *const *in_cpu, int n_in, bool exact) {
+  const kiln_dtype_t dtype = kiln_tensor_dtype(in_cpu[0]);
+  kiln_tensor_t *in_dev[3] = {NULL, NULL, NULL}, *want = NULL, *got = NULL;
+  for (int i = 0; i < n_in; i++) KT_OK(kiln_tensor_to(in_cpu[i], device, &in_dev[i]));
+  KT_OK(linear_run(o, in_cpu, n_in, &want));
+  if (!computes(dtype)) {
+    check_refused(linear_run(o, in_dev, n_in, &got), what);
+  } else {
+    const kiln_status_t st = linear_run(o, in_dev, n_in, &got);
+    ck_assert_msg(st == KILN_OK, "%s on %s: %s: %s", what, kiln_device_selector(device), kiln_status_name(st),
+                  kiln_last_error());
+    ck_assert_int_eq(kiln_tensor_dtype(got), dtype);
+    ck_assert_int_eq(kiln_tensor_dtype(want), dtype);
+    ck_assert_int_eq(kiln_tensor_ndim(got), kiln_tensor_ndim(want));
+    for (int i = 0; i < kiln_tensor_ndim(want); i++)
+      ck_assert_int_eq(kiln_tensor_shape(got)[i], kiln_tensor_shape(want)[i]);
+    if (exact) {
+      check_same(what, device, got, want);
+    } else {
+      kiln_tensor_t *abs_in[3] = {NULL, NULL, NULL}, *mag = NULL;
+      for (int i = 0; i < n_in; i++) {
+        kiln_tensor_t *wide = NULL;
+        KT_OK(kiln_tensor_cast(in_cpu[i], KILN_F64, &wide));
+        KT_OK(kiln_tensor_unary(KILN_UNARY_ABS, wide, &abs_in[i]));
+        kiln_tensor_release(wide);
+      }
+      KT_OK(linear_run(o, abs_in, n_in, &mag));
+      const double rtol = dtype == KILN_F64 ? 1e-12 : dtype == KILN_F16 ? 1e-3 : 8e-3;
+      const double atol = dtype == KILN_F16 ? 0x1p-24 : 0.0;
+      double *g = linear_doubles(cpu, got), *w = linear_doubles(cpu, want), *m = linear_doubles(cpu, mag);
+      for (int64_t i = 0; i < kiln_tensor_numel(want); i++)
+        ck_assert_msg(fabs(g[i] - w[i]) <= rtol * m[i] + atol,
+                      "%s on %s: element %lld is %.17g, cpu:0 has %.17g (%s, bound %g)", what,
+                      kiln_device_selector(device), (long long)i, g[i], w[i], kiln_dtype_name(dtype),
+                      rtol * m[i] + atol);
+      free(g);
+      free(w);
+      free(m);
+      for (int i = 0; i < n_in; i++) kiln_tensor_release(abs_in[i]);
+      kiln_tensor_release(mag);
+    }
+  }
+  kiln_tensor_release(want);
+  kiln_tensor_release(got);
+  for (int i = 0; i < n_in; i++) kiln_tensor_release(in_dev[i]);
+}
+
+/* MATMUL and CONV2D of f64, f16 and bf16 against cpu:0: transposes, a
+ * batch over a shared B, k = 0 (zeros), 1 x 1 convolutions, strides,
+ * padding, dilation and bias, each with exact and with random data. */
+START_TEST(test_matmul_conv2d_every_float_dtype) {
+  kiln_device_t *devices[8], *cpu = cpu_device();
+  const size_t nd = opencl_devices(devices, 8);
+  const kiln_dtype_t dtypes[3] = {KILN_F64, KILN_F16, KILN_BF16};
+  static const struct {
+    int na;
+    int64_t a[3];
+    int nb;
+    int64_t b[3];
+    bool ta, tb;
+  } mm[] = {
+      {2, {5, 37}, 2, {37, 6}, false, false},
+      {2, {37, 5}, 2, {6, 37}, true, true},
+      {2, {5, 37}, 2, {6, 37}, false, true},
+      {3, {3, 5, 37}, 2, {37, 6}, false, false}, /* B shared by the batch */
+      {3, {2, 4, 9}, 3, {2, 9, 3}, false, false},
+      {2, {2, 0}, 2, {0, 3}, false, false},      /* k = 0: zeros */
+  };
+  static const struct {
+    int64_t x[4], w[4];
+    int stride[2], pad[2], dil[2];
+    bool bias;
+  } cv[] = {
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, {2, 1}, {1, 1}, {1, 1}, true},
+      {{1, 5, 4, 4}, {3, 5, 1, 1}, {1, 1}, {0, 0}, {1, 1}, false}, /* pointwise */
+      {{1, 2, 9, 8}, {3, 2, 3, 2}, {1, 2}, {0, 2}, {2, 1}, true},  /* dilation */
+  };
+  for (size_t d = 0; d < nd; d++)
+    for (int t = 0; t < 3; t++) {
+      const kiln_dtype_t dt = dtypes[t];
+      char what[160];
+      for (int exact = 0; exact < 2; exact++) {
+        for (size_t i = 0; i < sizeof mm / sizeof mm[0]; i++) {
+          linear_op_t o = {.conv = false, .trans_a = mm[i].ta, .trans_b = mm[i].tb};
+          kiln_tensor_t *in[2] = {linear_values(cpu, dt, mm[i].na, mm[i].a, exact, 2 * i + 1),
+                                  linear_values(cpu, dt, mm[i].nb, mm[i].b, exact, 2 * i + 2)};
+          snprintf(what, sizeof what, "matmul %zu of %s (%s data)", i, kiln_dtype_name(dt), exact ? "exact" : "random");
+          linear_check(what, cpu, devices[d], &o, in, 2, exact);
+          kiln_tensor_release(in[0]);
+          kiln_tensor_release(in[1]);
+        }
+        for (size_t i = 0; i < sizeof cv / sizeof cv[0]; i++) {
+          linear_op_t o = {.conv = true, .params = kiln_conv2d_params_default()};
+          for (int a = 0; a < 2; a++) {
+            o.params.stride[a] = cv[i].stride[a];
+            o.params.padding[a] = cv[i].pad[a];
+            o.params.dilation[a] = cv[i].dil[a];
+          }
+          const int64_t bias_shape[1] = {cv[i].w[0]};
+          kiln_tensor_t *in[3] = {linear_values(cpu, dt, 4, cv[i].x, exact, 3 * i + 11),
+                                  linear_values(cpu, dt, 4, cv[i].w, exact, 3 * i + 12),
+                                  linear_values(cpu, dt, 1, bias_shape, exact, 3 * i + 13)};
+          snprintf(what, sizeof what, "conv2d %zu of %s (%s data)", i, kiln_dtype_name(dt), exact ? "exact" : "random");
+          linear_check(what, cpu, devices[d], &o, in, cv[i].bias ? 3 : 2, exact);
+          for (int k = 0; k < 3; k++) kiln_tensor_release(in[k]);
+        }
+      }
+    }
+  release_all(devices, nd);
+  kiln_device_release(cpu);
+}
+END_TEST
+
 /* What each device says it serves. */
 START_TEST(test_dtype_support) {
   kiln_device_t *devices[8];
@@ -556,6 +727,11 @@ int main(void) {
   tcase_add_test(tc, test_elementwise_every_dtype);
   tcase_add_test(tc, test_reduce_every_dtype);
   suite_add_tcase(suite, tc);
+  /* Its own case (CK_RUN_CASE=linear runs it alone). */
+  TCase *linear = tcase_create("linear");
+  tcase_set_timeout(linear, 600);
+  tcase_add_test(linear, test_matmul_conv2d_every_float_dtype);
+  suite_add_tcase(suite, linear);
   SRunner *runner = srunner_create(suite);
   srunner_run_all(runner, CK_NORMAL);
   const int failed = srunner_ntests_failed(runner);
