@@ -134,6 +134,29 @@ static void kt_build_reduce(const kt_row_t *row) {
       }
     }
   }
+  /* The other dtypes: the small shapes, over all axes, the first and the
+   * last. f16 and bf16 accumulate in f32, f64 in f64, integers and bool in
+   * i64 (the sum of an integer or bool is i64); mean of an integer fails
+   * the same way everywhere. */
+  static const kiln_dtype_t more[] = {KILN_F64, KILN_F16, KILN_BF16, KILN_I64, KILN_I8, KILN_U8, KILN_I16, KILN_BOOL};
+  for (size_t d = 0; d < sizeof more / sizeof more[0]; d++) {
+    const bool is_float = more[d] == KILN_F64 || more[d] == KILN_F16 || more[d] == KILN_BF16;
+    for (const kt_shape_t *s = kt_reduce_shapes; s->ndim >= 0; s++) {
+      if (s->large || kt_skip(s)) continue;
+      const int axes[3] = {KILN_ALL_AXES, 0, -1};
+      for (int ai = 0; ai < (s->ndim > 0 ? 3 : 1); ai++) {
+        kt_case_t c = kt_case(row);
+        c.n_in = 1;
+        c.in[0] = kt_in(more[d], is_float ? row->gen : KT_INT, 52, s->ndim, s->s, s->view);
+        c.axis = axes[ai];
+        char in[160];
+        kt_in_text(&c.in[0], in, sizeof in);
+        snprintf(c.label, sizeof c.label, "%s %s over %s", row->name, in,
+                 c.axis == KILN_ALL_AXES ? "all axes" : c.axis == 0 ? "axis 0" : "axis -1");
+        kt_check(&c);
+      }
+    }
+  }
 }
 
 KT_RUN(kt_run_sum) { return kiln_tensor_sum(in[0], c->axis, c->keepdim, out); }
