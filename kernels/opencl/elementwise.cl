@@ -102,8 +102,18 @@
  *   addition of 0.5, whose ulp there is 2^-24, the f16 subnormals' step (to
  *   nearest even, as the rounding mode is; an input flushed to zero rounds
  *   to zero in f16 anyway), a NaN keeping its sign and top payload bits, quiet;
- * - bf16 both ways: kernels/dtype_convert.h's shifts, on vectors. */
+ * - bf16 both ways: kernels/dtype_convert.h's shifts, on vectors.
+ * f16 goes through vload_half8 / vstore_half8_rte, exact by the standard
+ * (round to nearest even) and on PoCL compiled to F16C's conversions, with
+ * the same NaN bits as the scalar conversions (checked over every pattern);
+ * with KILN_CL_HALF_BUILTINS_ 0 the branch-free integer forms above. */
+#ifndef KILN_CL_HALF_BUILTINS_
+#define KILN_CL_HALF_BUILTINS_ 1
+#endif
 KILN_FN float8 kiln_cl_load8_f16(long v, __global const ushort *p) {
+#if KILN_CL_HALF_BUILTINS_
+  return vload_half8(v, (__global const half *)p);
+#else
   const uint8 h = convert_uint8(vload8(v, p));
   const uint8 em = h & 0x7fffu, sign = (h & 0x8000u) << 16;
   const uint8 normal = (em << 13) + 0x38000000u;
@@ -111,27 +121,39 @@ KILN_FN float8 kiln_cl_load8_f16(long v, __global const ushort *p) {
   const uint8 sub = as_uint8(convert_float8(em) * 0x1p-24f);
   const uint8 bits = select(select(normal, special, as_int8(em >= 0x7c00u)), sub, as_int8(em < 0x400u));
   return as_float8(bits | sign);
+#endif
 }
 
 KILN_FN void kiln_cl_store8_f16(float8 y, long v, __global ushort *p) {
+#if KILN_CL_HALF_BUILTINS_
+  vstore_half8_rte(y, v, (__global half *)p);
+#else
   const uint8 u = as_uint8(y), a = u & 0x7fffffffu, sign = (u >> 16) & 0x8000u;
   const uint8 normal = min((a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13, (uint8)0x7c00u);
   const uint8 sub = as_uint8(as_float8(a) + 0.5f) - 0x3f000000u;
   const uint8 nan = 0x7e00u | ((a >> 13) & 0x3ffu);
   const uint8 h = select(select(normal, sub, as_int8(a < 0x38800000u)), nan, as_int8(a > 0x7f800000u));
   vstore8(convert_ushort8(h | sign), v, p);
+#endif
 }
 
+/* A signalling NaN is not made quiet here (kiln_dc_bf16_to_f32 does): every
+ * result leaves through kiln_cl_store8_bf16, which makes a NaN quiet keeping
+ * its sign and payload, and the formulas keep a NaN operand's sign and
+ * payload whether it signals or not, so the stored bits are the same. */
 KILN_FN float8 kiln_cl_load8_bf16(long v, __global const ushort *p) {
-  const uint8 b = convert_uint8(vload8(v, p)) << 16;
-  return as_float8(b | (as_uint8((b & 0x7fffffffu) > 0x7f800000u) & 0x400000u));
+  return as_float8(convert_uint8(vload8(v, p)) << 16);
 }
 
 KILN_FN void kiln_cl_store8_bf16(float8 y, long v, __global ushort *p) {
   const uint8 u = as_uint8(y);
   const uint8 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const uint8 h = select(rounded, (u >> 16) | 0x40u, as_int8((u & 0x7fffffffu) > 0x7f800000u));
-  vstore8(convert_ushort8(h), v, p);
+  /* Where the eight are 16-byte aligned (a whole tensor's buffer, for one),
+   * one vector store: PoCL splits vstore8 of ushort into eight. */
+  __global ushort *q = p + v * 8;
+  if (((ulong)q & 15u) == 0) *(__global ushort8 *)q = convert_ushort8(h);
+  else vstore8(convert_ushort8(h), v, p);
 }
 
 /* The formula on lane k of x8 (unary), a8 and b8 (binary) into y. */
