@@ -34,6 +34,7 @@ enum {
   BENCH_SECTION_CUDA,
   BENCH_SECTION_TRAIN,
   BENCH_SECTION_PYTHON,
+  BENCH_SECTION_HALF,
   BENCH_SECTION_COUNT
 };
 
@@ -163,6 +164,7 @@ void bench_section_cache(const bench_options_t *opts);
 void bench_section_cuda(const bench_options_t *opts);
 void bench_section_train(const bench_options_t *opts);
 void bench_section_python(const bench_options_t *opts);
+void bench_section_half(const bench_options_t *opts);
 
 /* Hidden modes run as child processes of kiln-bench itself. */
 int bench_child_two_devices(const bench_options_t *opts);

@@ -17,7 +17,7 @@ static void bench_usage(FILE *f) {
         "\n"
         "  --quick        small sizes and few repetitions (the whole run in about a minute)\n"
         "  --only LIST    sections by name or number: 1 matmul, 2 nn, 3 overhead, 4 chapter,\n"
-        "                 5 transfer, 6 cache, 7 cuda, 8 train, 9 python\n"
+        "                 5 transfer, 6 cache, 7 cuda, 8 train, 9 python, 10 half\n"
         "  --reps N       timed samples per figure (default 5; 3 with --quick)\n"
         "  --out DIR      output folder, created if missing (default ./kiln-bench-out)\n"
         "  --keep-env     keep OPENBLAS_CORETYPE (by default kiln-bench re-runs itself without it,\n"
@@ -46,7 +46,7 @@ static int bench_parse_sections(const char *list, uint32_t *out) {
     }
     if (found < 0) {
       fprintf(stderr, "kiln-bench: --only: unknown section '%s'; use names or numbers: 1 matmul, 2 nn, 3 overhead, "
-                      "4 chapter, 5 transfer, 6 cache, 7 cuda, 8 train, 9 python (e.g. --only matmul,3)\n", tok);
+                      "4 chapter, 5 transfer, 6 cache, 7 cuda, 8 train, 9 python, 10 half (e.g. --only matmul,3)\n", tok);
       rc = -1;
       break;
     }
@@ -191,7 +191,7 @@ int main(int argc, char **argv) {
   static const section_fn sections[BENCH_SECTION_COUNT] = {
       bench_section_matmul,   bench_section_nn,    bench_section_overhead, bench_section_chapter,
       bench_section_transfer, bench_section_cache, bench_section_cuda, bench_section_train,
-      bench_section_python,
+      bench_section_python,   bench_section_half,
   };
   kiln_policy_t policy = kiln_policy();
   for (int s = 0; s < BENCH_SECTION_COUNT; s++) {

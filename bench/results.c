@@ -15,7 +15,7 @@ static size_t bench_note_count, bench_note_cap;
 static bool bench_error_seen;
 
 static const char *const bench_ids[BENCH_SECTION_COUNT] = {
-    "matmul", "nn", "overhead", "chapter", "transfer", "cache", "cuda", "train", "python",
+    "matmul", "nn", "overhead", "chapter", "transfer", "cache", "cuda", "train", "python", "half",
 };
 static const char *const bench_titles[BENCH_SECTION_COUNT] = {
     "1. matmul f32",
@@ -27,6 +27,7 @@ static const char *const bench_titles[BENCH_SECTION_COUNT] = {
     "7. GPU peers (cuBLAS, raw CUDA)",
     "8. training (kiln-train's models) side by side with PyTorch",
     "9. kiln from Python beside PyTorch and NumPy (a tiny add, the DLPack round trip, host reads)",
+    "10. f16/bf16 add vs f32 (bytes/s)",
 };
 
 const char *bench_section_id(int section) {

@@ -186,6 +186,100 @@ START_TEST(test_half_mul_rounds_once) {
 }
 END_TEST
 
+/* Every float formula of kernels/ops.def in f16 and bf16, evaluated here on
+ * the f32 values of the operands and rounded once: the kernels' bits
+ * (whichever path runs them: the CPU's one-pass rows or the widened f32
+ * rows), for every 16-bit pattern, in runs whose lengths leave a tail, with
+ * either operand broadcast and with a scalar operand. A NaN result is exact
+ * too (sign and payload, quiet), except of two NaN operands, where which
+ * one survives is the compiler's operand order. */
+#define KILN_F_EXP(x) expf(x)
+#define KILN_F_LOG(x) logf(x)
+#define KILN_F_SQRT(x) sqrtf(x)
+#define KILN_F_TANH(x) tanhf(x)
+#define KILN_F_FABS(x) fabsf(x)
+static float kt_unary_ref(kiln_unary_op_t op, float x) {
+  switch (op) {
+#define KILN_UNARY_FLOAT(NAME, expr) \
+  case KILN_UNARY_##NAME:            \
+    return (float)(expr);
+#include "kernels/ops.def"
+  default: return 0.0f;
+  }
+}
+static float kt_binary_ref(kiln_binary_op_t op, float a, float b) {
+  switch (op) {
+#define KILN_BINARY_FLOAT(NAME, expr) \
+  case KILN_BINARY_##NAME:            \
+    return (float)(expr);
+#include "kernels/ops.def"
+  default: return 0.0f;
+  }
+}
+
+static float kt_half_load(int h, uint16_t x) { return h ? kiln_dc_bf16_to_f32(x) : kiln_dc_f16_to_f32(x); }
+static uint16_t kt_half_store(int h, float y) { return h ? kiln_dc_f64_to_bf16((double)y) : kiln_dc_f64_to_f16((double)y); }
+
+START_TEST(test_half_formulas_bit_exact) {
+  enum { N = (1 << 16) + 13 }; /* every pattern, and a tail of 13 */
+  uint16_t *a = malloc(N * 2), *b = malloc(N * 2), *got = malloc(N * 2);
+  ck_assert(a && b && got);
+  for (int h = 0; h < 2; h++) {
+    const kiln_dtype_t dtype = h ? KILN_BF16 : KILN_F16;
+    uint32_t state = 777u;
+    for (int i = 0; i < N; i++) {
+      a[i] = (uint16_t)i;
+      state = state * 1664525u + 1013904223u;
+      b[i] = (uint16_t)(state >> 16);
+    }
+    kiln_tensor_t *ta = kt_make(dtype, N, a), *tb = kt_make(dtype, N, b), *r = NULL;
+    /* One element of b, broadcast; a short run (one block and a tail). */
+    const uint16_t one = h ? 0x3fc0u : 0x3e00u; /* 1.5 */
+    kiln_tensor_t *t1 = kt_make(dtype, 1, &one), *ts = NULL;
+    KT_OK(kiln_tensor_slice(ta, 0, 1000, 1021, 1, &ts)); /* 21 elements from 1000 */
+    for (int op = 0; op < KILN_UNARY_COUNT_; op++) {
+      KT_OK(kiln_tensor_unary((kiln_unary_op_t)op, ta, &r));
+      kt_read(r, dtype, got, N * 2);
+      for (int i = 0; i < N; i++) {
+        const uint16_t want = kt_half_store(h, kt_unary_ref((kiln_unary_op_t)op, kt_half_load(h, a[i])));
+        ck_assert_msg(got[i] == want, "unary %d %s %04x: got %04x, want %04x", op, kiln_dtype_name(dtype), a[i],
+                      got[i], want);
+      }
+      KT_OK(kiln_tensor_unary((kiln_unary_op_t)op, ts, &r));
+      kt_read(r, dtype, got, 21 * 2);
+      for (int i = 0; i < 21; i++)
+        ck_assert(got[i] == kt_half_store(h, kt_unary_ref((kiln_unary_op_t)op, kt_half_load(h, a[1000 + i]))));
+    }
+    for (int op = 0; op < KILN_BINARY_COUNT_; op++) {
+      for (int form = 0; form < 4; form++) {
+        /* 0: a op b; 1: a op one (broadcast); 2: one op b; 3: a op 0.75 (a scalar). */
+        if (form == 0) KT_OK(kiln_tensor_binary((kiln_binary_op_t)op, ta, tb, &r));
+        if (form == 1) KT_OK(kiln_tensor_binary((kiln_binary_op_t)op, ta, t1, &r));
+        if (form == 2) KT_OK(kiln_tensor_binary((kiln_binary_op_t)op, t1, tb, &r));
+        if (form == 3) KT_OK(kiln_tensor_binary_scalar((kiln_binary_op_t)op, ta, 0.75, &r));
+        kt_read(r, dtype, got, N * 2);
+        for (int i = 0; i < N; i++) {
+          const float fa = form == 2 ? 1.5f : kt_half_load(h, a[i]);
+          const float fb = form == 0 || form == 2 ? kt_half_load(h, b[i]) : form == 1 ? 1.5f : 0.75f;
+          const uint16_t want = kt_half_store(h, kt_binary_ref((kiln_binary_op_t)op, fa, fb));
+          const bool both_nan = fa != fa && fb != fb;
+          ck_assert_msg(got[i] == want || (both_nan && kt_half_nan(h, got[i])),
+                        "binary %d form %d %s %04x, %04x: got %04x, want %04x", op, form, kiln_dtype_name(dtype),
+                        form == 2 ? one : a[i], form == 0 || form == 2 ? b[i] : one, got[i], want);
+        }
+      }
+    }
+    kiln_tensor_release(ts);
+    kiln_tensor_release(t1);
+    kiln_tensor_release(ta);
+    kiln_tensor_release(tb);
+  }
+  free(a);
+  free(b);
+  free(got);
+}
+END_TEST
+
 /* ---- comparisons and logical operations -> bool --------------------------------- */
 
 START_TEST(test_comparisons) {
@@ -285,6 +379,7 @@ int main(void) {
   tcase_add_test(tc, test_integer_arithmetic_wraps);
   tcase_add_test(tc, test_f64_computes_in_f64);
   tcase_add_test(tc, test_half_mul_rounds_once);
+  tcase_add_test(tc, test_half_formulas_bit_exact);
   tcase_add_test(tc, test_comparisons);
   tcase_add_test(tc, test_where_every_dtype);
   suite_add_tcase(s, tc);

@@ -121,11 +121,15 @@ void kiln_cl_kop_args(const kiln_op_t *op, kiln_kop_t *k, kiln_cl_arg_t args[KIL
 }
 
 /* Elements a work-item takes on a FLAT kernel's contiguous path (op.ndim 0):
- * the kernels that read eight floats at a time (explicit float8, which PoCL
- * does not derive through a grid-stride loop) are launched with an eighth
- * of the work-items. Every other kind takes one. */
-static int64_t flat_per_item(kiln_op_kind_t kind) {
-  return kind == KILN_OP_UNARY_BACKWARD || kiln_backend_op_is_update(kind) ? 8 : 1;
+ * the kernels that read eight elements at a time (explicit float8, which
+ * PoCL does not derive through a grid-stride loop: the derivatives, the
+ * updates, and the f16/bf16 unary and binary rows) are launched with an
+ * eighth of the work-items. Every other kernel takes one. */
+static int64_t flat_per_item(const kiln_op_t *op) {
+  if (op->kind == KILN_OP_UNARY_BACKWARD || kiln_backend_op_is_update(op->kind)) return 8;
+  const bool half = op->out.dtype == KILN_F16 || op->out.dtype == KILN_BF16;
+  const bool elementwise = op->kind == KILN_OP_UNARY || op->kind == KILN_OP_BINARY || op->kind == KILN_OP_BINARY_SCALAR;
+  return half && elementwise ? 8 : 1;
 }
 
 /* FLAT: one work-item per element of out (grid-stride), or per
@@ -138,7 +142,7 @@ kiln_status_t kiln_cl_run_flat(kiln_backend_context_t *ctx, kiln_backend_queue_t
   kiln_kop_t k;
   kiln_cl_arg_t args[KILN_CL_KOP_ARGS];
   kiln_cl_kop_args(op, &k, args);
-  const int64_t per = k.ndim == 0 ? flat_per_item(op->kind) : 1;
+  const int64_t per = k.ndim == 0 ? flat_per_item(op) : 1;
   return kiln_cl_launch_flat_entry(queue, kernel, (k.n + per - 1) / per, KILN_CL_KOP_ARGS, args);
 }
 

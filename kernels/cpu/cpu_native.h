@@ -49,6 +49,18 @@ void kiln_cpu_bf16_to_f32_n(const uint16_t *in, int64_t stride, float *out, int6
 void kiln_cpu_f32_to_f16_n(const float *in, uint16_t *out, int64_t n);
 void kiln_cpu_f32_to_bf16_n(const float *in, uint16_t *out, int64_t n);
 
+/* ---- f16 and bf16 elementwise rows in one pass (elementwise16.c) ----------------
+ * The float formulas of kernels/ops.def on 16-bit elements: loaded, computed
+ * in f32, stored rounded to nearest even, the same bits as the rows of
+ * elementwise.c. Strides 0 (broadcast) or 1 only; b_f32: b is one f32 (a
+ * scalar operand). NULL where the CPU lacks what they are compiled for
+ * (AVX2 + F16C) or the op has no float formula. */
+typedef void (*kiln_cpu_half_binary_fn)(const uint16_t *a, int64_t sa, const void *b, int64_t sb, bool b_f32,
+                                        uint16_t *out, int64_t n);
+typedef void (*kiln_cpu_half_unary_fn)(const uint16_t *in, int64_t s, uint16_t *out, int64_t n);
+kiln_cpu_half_binary_fn kiln_cpu_half_binary_row(kiln_dtype_t dtype, int op);
+kiln_cpu_half_unary_fn kiln_cpu_half_unary_row(kiln_dtype_t dtype, int op);
+
 /* ---- walking strided views --------------------------------------------------
  * An output of `ndim` dims (contiguous) and up to two strided inputs, as the
  * core merged them (runtime/backend.h), row by row along the innermost. */

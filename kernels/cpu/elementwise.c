@@ -17,8 +17,9 @@
  * inputs with element strides s (0 = broadcast). The unit-stride cases are
  * separate loops so that the compiler vectorises them; the output never
  * aliases an input (the core always writes a fresh tensor). IT and UT are
- * the names kernels/ops.def's integer formulas use. f16 and bf16 run the
- * f32 rows on runs converted to f32 (see half_* below). */
+ * the names kernels/ops.def's integer formulas use. f16 and bf16 run in one
+ * pass where elementwise16.c has rows for the CPU, else the f32 rows on runs
+ * converted to f32 (see half_* below). */
 #define KILN_CPU_TYPES_(T, U) \
   typedef T IT;               \
   typedef U UT;               \
@@ -194,6 +195,9 @@ typedef struct elementwise_job_t {
   size_t in_size, out_size; /* bytes per element of the inputs and of out */
   kiln_dtype_t half;        /* F16 or BF16: runs converted around an f32 row; else F32 */
   bool in1_f32;             /* the second operand is already f32 (a scalar) */
+  /* f16/bf16 rows in one pass (elementwise16.c), for runs of stride 0 or 1; NULL: none here. */
+  kiln_cpu_half_unary_fn half_unary;
+  kiln_cpu_half_binary_fn half_binary;
 } elementwise_job_t;
 
 /* f16 and bf16 runs go through f32 in chunks of this many elements. */
@@ -218,6 +222,10 @@ static void unary_rows(void *ctx, int64_t pos, int64_t off0, int64_t off1, int64
     j->unary(in, s, out, count);
     return;
   }
+  if (j->half_unary && (s == 0 || s == 1)) {
+    j->half_unary((const uint16_t *)in, s, (uint16_t *)out, count);
+    return;
+  }
   float x[HALF_CHUNK], y[HALF_CHUNK];
   for (int64_t c = 0; c < count; c += HALF_CHUNK) {
     const int64_t m = count - c < HALF_CHUNK ? count - c : HALF_CHUNK;
@@ -236,6 +244,10 @@ static void binary_rows(void *ctx, int64_t pos, int64_t off0, int64_t off1, int6
   char *out = j->out + pos * (int64_t)j->out_size;
   if (j->half == KILN_F32) {
     j->binary(a, sa, b, sb, out, count);
+    return;
+  }
+  if (j->half_binary && (sa == 0 || sa == 1) && (sb == 0 || sb == 1)) {
+    j->half_binary((const uint16_t *)a, sa, b, sb, j->in1_f32, (uint16_t *)out, count);
     return;
   }
   float xa[HALF_CHUNK], xb[HALF_CHUNK], y[HALF_CHUNK];
@@ -291,6 +303,8 @@ static void job_init(elementwise_job_t *j, const kiln_op_t *op, const kiln_view_
   j->out_size = kiln_cpu_dtype_size(out_dtype);
   j->half = dtype == KILN_F16 || dtype == KILN_BF16 ? dtype : KILN_F32;
   j->in1_f32 = false;
+  j->half_unary = NULL;
+  j->half_binary = NULL;
 }
 
 void kiln_cpu_unary(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
@@ -298,6 +312,7 @@ void kiln_cpu_unary(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, c
   const kiln_dtype_t dtype = op->out.dtype;
   job_init(&j, op, op->in, 1, dtype, dtype, out, in);
   j.unary = unary_table[dtype][op->u.unary.op];
+  j.half_unary = kiln_cpu_half_unary_row(dtype, (int)op->u.unary.op);
   kiln_cpu_parallel_for(par, j.walk.numel, unary_grain(op->u.unary.op), unary_task, &j);
 }
 
@@ -306,6 +321,7 @@ void kiln_cpu_binary(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, 
   const kiln_dtype_t dtype = op->out.dtype;
   job_init(&j, op, op->in, 2, dtype, dtype, out, in);
   j.binary = binary_table[dtype][op->u.binary.op];
+  j.half_binary = kiln_cpu_half_binary_row(dtype, (int)op->u.binary.op);
   kiln_cpu_parallel_for(par, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, binary_task, &j);
 }
 
@@ -336,6 +352,7 @@ void kiln_cpu_binary_scalar(const kiln_cpu_par_t *par, const kiln_op_t *op, void
   job_init(&j, op, views, 2, dtype, dtype, out, operands);
   j.in1_f32 = j.half != KILN_F32;
   j.binary = binary_table[dtype][op->u.binary.op];
+  j.half_binary = kiln_cpu_half_binary_row(dtype, (int)op->u.binary.op);
   kiln_cpu_parallel_for(par, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, binary_task, &j);
 }
 
