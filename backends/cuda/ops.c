@@ -307,14 +307,15 @@ KILN_CUDA_ROW_(run_flat)
 KILN_CUDA_ROW_(run_rows)
 
 /* The planned kinds compute f32 (and i32 where a kind takes integers) only
- * yet, but for COPY (every dtype) and REDUCE's result (an i64 sum); their
- * rows refuse other dtypes rather than read them as f32. FLAT and ROWS
- * kinds need no such check: a missing kernel is missing by name. */
+ * yet, but for COPY and REDUCE (every dtype in and out: the reduction
+ * kernels are instantiated per input dtype and store the out dtype the
+ * core chose); their rows refuse other dtypes rather than read them as
+ * f32. FLAT and ROWS kinds need no such check: a missing kernel is missing
+ * by name. */
 static kiln_status_t plan_takes(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   const uint32_t f32_i32 = 1u << KILN_F32 | 1u << KILN_I32;
   kiln_dtype_t bad = KILN_F32;
-  if (op->kind == KILN_OP_COPY ||
-      kiln_backend_op_dtypes_in(op, f32_i32, op->kind == KILN_OP_REDUCE ? f32_i32 | 1u << KILN_I64 : f32_i32, &bad))
+  if (op->kind == KILN_OP_COPY || op->kind == KILN_OP_REDUCE || kiln_backend_op_dtypes_in(op, f32_i32, f32_i32, &bad))
     return KILN_OK;
   return kiln_cuda_error(ctx, KILN_UNSUPPORTED,
                          "the CUDA backend's native %s has no %s kernel yet (cuda:%d): cast to f32 first, or compute it "

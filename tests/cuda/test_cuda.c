@@ -737,6 +737,179 @@ START_TEST(test_elementwise_every_dtype_matches_cpu) {
 }
 END_TEST
 
+/* ---- reductions of every dtype ------------------------------------------------------------------- */
+
+/* Float results within a relative `rel` of cpu:0's (f32, f64: the order of
+ * the sums differs; NaN matches NaN, infinities and zeros exactly). */
+static void close_rel(const char *what, kiln_tensor_t *expected, kiln_tensor_t *got, double rel) {
+  const kiln_dtype_t d = kiln_tensor_dtype(expected);
+  ck_assert_int_eq(kiln_tensor_dtype(got), d);
+  ck_assert(d == KILN_F32 || d == KILN_F64);
+  const size_t n = (size_t)kiln_tensor_numel(expected);
+  kiln_tensor_t *e64, *g64, *g_cpu;
+  KT_OK(kiln_tensor_to(got, cpu, &g_cpu));
+  KT_OK(kiln_tensor_cast(expected, KILN_F64, &e64));
+  KT_OK(kiln_tensor_cast(g_cpu, KILN_F64, &g64));
+  double *e = malloc(n * 8 + 8), *g = malloc(n * 8 + 8);
+  KT_OK(kiln_tensor_read(e64, e, n * 8));
+  KT_OK(kiln_tensor_read(g64, g, n * 8));
+  for (size_t i = 0; i < n; i++) {
+    if (e[i] == g[i] || (isnan(e[i]) && isnan(g[i]))) continue;
+    ck_assert_msg(isfinite(e[i]) && fabs(g[i] - e[i]) <= rel * fabs(e[i]),
+                  "%s: element %zu is %.17g on the GPU, %.17g on cpu:0 (relative tolerance %g)", what, i, g[i], e[i],
+                  rel);
+  }
+  free(e);
+  free(g);
+  kiln_tensor_release(e64);
+  kiln_tensor_release(g64);
+  kiln_tensor_release(g_cpu);
+}
+
+/* A tensor of dtype d from doubles by the cast rule, the same bytes on both
+ * devices. */
+static void reduce_pair(kiln_dtype_t d, int ndim, const int64_t *shape, const double *v, kiln_tensor_t **c,
+                        kiln_tensor_t **g) {
+  kiln_tensor_t *f64;
+  KT_OK(kiln_tensor_from_host(cpu, KILN_F64, ndim, shape, v, &f64));
+  KT_OK(kiln_tensor_cast(f64, d, c));
+  KT_OK(kiln_tensor_to(*c, gpu, g));
+  kiln_tensor_release(f64);
+}
+
+/* The shapes each dtype is reduced in, and over which axes (1: axis 0, 2:
+ * axis 1): short rows and columns (one pass), a long row and a long column
+ * (split over blocks, the parts pass). Thousands of short rows would be
+ * thousands of blocks, slow on the test driver: not here. */
+static const int64_t reduce_shapes[][3] = {{3, 300, 3}, {300, 5, 1}, {2, 9001, 2}, {9001, 2, 1}};
+
+/* Every reduction of a tensor of dtype d over both axes, and sum_to, on
+ * both devices. `exact` values make every sum exact in every accumulator
+ * (multiples of 1/4 below 16 in size): the results but NORM's are then the
+ * same bits for every dtype. Otherwise (positive values, no cancellation) floats are
+ * compared within 1 unit of f16 and bf16 (f32 accumulation in another
+ * order: the f32 results differ in the last bits, which rounding into 16
+ * bits may carry into one unit), 1e-12 relative in f64 and 1e-5 in f32
+ * (CUDA sums f32 in double, cpu:0 pairwise in f32); integers and bool,
+ * summed exactly modulo 2^64, the same bits; MAX and ARGMAX always the
+ * same bits (the element itself, NaN first). */
+static void reductions_match(kiln_dtype_t d, bool exact) {
+  const bool is_float = d == KILN_F32 || d == KILN_F64 || d == KILN_F16 || d == KILN_BF16;
+  for (size_t s = 0; s < sizeof reduce_shapes / sizeof reduce_shapes[0]; s++) {
+    const int64_t *shape = reduce_shapes[s];
+    const size_t n = (size_t)(shape[0] * shape[1]);
+    double *v = malloc(n * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (size_t i = 0; i < n; i++) {
+      const unsigned h = (unsigned)((i * 2654435761u) >> 7) % 1000u;
+      if (!is_float)
+        v[i] = d == KILN_BOOL ? (double)(h % 3 == 0) : d == KILN_U8 ? (double)(h % 256) : (double)(h % 251) - 125.0;
+      else if (exact)
+        v[i] = (double)(int)(h % 120) / 4.0 - 15.0;
+      else
+        v[i] = 0.5 + (double)h / 997.0 + (double)(i % 13) / 131.0;
+    }
+    if (is_float && s == 0) v[407] = NAN; /* row 1 of [3, 300]: NaN wins max at its index */
+    if (d == KILN_I64)
+      for (size_t i = 0; i < n; i += 7) v[i] = 4.0e18; /* sums wrap modulo 2^64 into i64 */
+    kiln_tensor_t *c, *g;
+    reduce_pair(d, 2, shape, v, &c, &g);
+    char what[128];
+    for (int axis = 0; axis < 2; axis++) {
+      if (!(shape[2] >> axis & 1)) continue;
+      for (int op = 0; op < 5; op++) {
+        static const char *const names[5] = {"sum", "mean", "max", "argmax", "norm"};
+        kiln_tensor_t *e = NULL, *r = NULL;
+        kiln_status_t sc, sg;
+        switch (op) {
+        case 0: sc = kiln_tensor_sum(c, axis, false, &e), sg = kiln_tensor_sum(g, axis, false, &r); break;
+        case 1: sc = kiln_tensor_mean(c, axis, false, &e), sg = kiln_tensor_mean(g, axis, false, &r); break;
+        case 2: sc = kiln_tensor_max(c, axis, false, &e), sg = kiln_tensor_max(g, axis, false, &r); break;
+        case 3: sc = kiln_tensor_argmax(c, axis, false, &e), sg = kiln_tensor_argmax(g, axis, false, &r); break;
+        default:
+          if (axis || s != 0) continue; /* NORM is of the whole tensor: once per dtype */
+          sc = kiln_tensor_norm(c, &e), sg = kiln_tensor_norm(g, &r);
+          break;
+        }
+        snprintf(what, sizeof what, "%s of %s [%lld, %lld] over axis %d%s", names[op], kiln_dtype_name(d),
+                 (long long)shape[0], (long long)shape[1], axis, exact ? " (exact values)" : "");
+        ck_assert_msg(sc == sg, "%s: cpu:0 says %d, the GPU %d (%s)", what, (int)sc, (int)sg, kiln_last_error());
+        if (sc != KILN_OK) continue;
+        const kiln_dtype_t rd = kiln_tensor_dtype(e);
+        /* NORM's squares (multiples of 1/16 summing past 2^20) are not exact in f32. */
+        if (!is_float || op == 2 || op == 3 || (exact && op != 4))
+          same_bytes(what, e, r);
+        else if (rd == KILN_F16 || rd == KILN_BF16)
+          close_bits(what, e, r, 1);
+        else
+          close_rel(what, e, r, rd == KILN_F64 ? 1e-12 : 1e-5);
+        kiln_tensor_release(e);
+        kiln_tensor_release(r);
+      }
+      /* sum_to keeps the dtype (integers wrap in it, bool: any). */
+      const int64_t to[2] = {axis ? shape[0] : 1, axis ? 1 : shape[1]};
+      kiln_tensor_t *e, *r;
+      snprintf(what, sizeof what, "sum_to of %s [%lld, %lld] over axis %d%s", kiln_dtype_name(d),
+               (long long)shape[0], (long long)shape[1], axis, exact ? " (exact values)" : "");
+      KT_OK(kiln_tensor_sum_to(c, 2, to, &e));
+      KT_OK(kiln_tensor_sum_to(g, 2, to, &r));
+      ck_assert_int_eq(kiln_tensor_dtype(r), d);
+      if (exact || !is_float) same_bytes(what, e, r);
+      else if (d == KILN_F16 || d == KILN_BF16) close_bits(what, e, r, 1);
+      else close_rel(what, e, r, d == KILN_F64 ? 1e-12 : 1e-5);
+      kiln_tensor_release(e);
+      kiln_tensor_release(r);
+    }
+    kiln_tensor_release(c);
+    kiln_tensor_release(g);
+    free(v);
+  }
+}
+
+/* SUM, MEAN, MAX, ARGMAX, NORM and sum_to of every dtype on the GPU give
+ * cpu:0's results (the rules of reductions_match): integers and bool
+ * accumulate in 64 bits (the sum an i64), f16 and bf16 in f32, f64 in
+ * f64, each result in the dtype the core chose; ops a dtype does not take
+ * (mean of i32, max of bool) fail alike. */
+START_TEST(test_reductions_every_dtype_match_cpu) {
+  for (int di = 0; di < KILN_DTYPE_COUNT_; di++) {
+    const kiln_dtype_t d = (kiln_dtype_t)di;
+    reductions_match(d, true);
+    if (d == KILN_F32 || d == KILN_F64 || d == KILN_F16 || d == KILN_BF16) reductions_match(d, false);
+  }
+}
+END_TEST
+
+/* uniform and normal in every float dtype give cpu:0's bits (kernels/philox.h:
+ * f16 and bf16 the f32 sample rounded once, f64 from the same counters in
+ * double); on the test driver the normal's log, sqrt and cos are glibc's on
+ * both sides, so those agree bit for bit too. Integer dtypes are refused
+ * alike. */
+START_TEST(test_random_every_float_dtype_matches_cpu) {
+  const int64_t shape[2] = {3, 1001};
+  const uint64_t seeds[2] = {7, 0x123456789abcdefull};
+  const float bounds[3][2] = {{0.0f, 1.0f}, {-2.0f, 3.0f}, {1000.0f, 1000.5f}};
+  for (int di = 0; di < KILN_DTYPE_COUNT_; di++) {
+    const kiln_dtype_t d = (kiln_dtype_t)di;
+    for (int k = 0; k < 2; k++)
+      for (int b = 0; b < 3; b++)
+        for (int normal = 0; normal < 2; normal++) {
+          kiln_tensor_t *e = NULL, *r = NULL;
+          char what[128];
+          snprintf(what, sizeof what, "%s(%s, seed %llu, %g, %g)", normal ? "normal" : "uniform", kiln_dtype_name(d),
+                   (unsigned long long)seeds[k], bounds[b][0], bounds[b][1]);
+          const kiln_status_t sc =
+              normal ? kiln_tensor_normal_dtype(cpu, d, 2, shape, seeds[k], bounds[b][0], bounds[b][1], &e)
+                     : kiln_tensor_uniform_dtype(cpu, d, 2, shape, seeds[k], bounds[b][0], bounds[b][1], &e);
+          const kiln_status_t sg =
+              normal ? kiln_tensor_normal_dtype(gpu, d, 2, shape, seeds[k], bounds[b][0], bounds[b][1], &r)
+                     : kiln_tensor_uniform_dtype(gpu, d, 2, shape, seeds[k], bounds[b][0], bounds[b][1], &r);
+          both_agree(what, sc, e, sg, r, 0);
+        }
+  }
+}
+END_TEST
+
 /* Axis 0 of a tall, narrow tensor: the long axis is split over many blocks
  * and merged in a second pass. Small integers keep every sum exact. */
 START_TEST(test_column_reduction_of_a_long_axis) {
@@ -854,6 +1027,8 @@ int main(void) {
   tcase_add_test(tc, test_fill_and_arange_every_dtype_match_cpu);
   tcase_add_test(tc, test_elementwise_every_dtype_matches_cpu);
   tcase_add_test(tc, test_column_reduction_of_a_long_axis);
+  tcase_add_test(tc, test_reductions_every_dtype_match_cpu);
+  tcase_add_test(tc, test_random_every_float_dtype_matches_cpu);
   tcase_add_test(tc, test_native_matmul_of_many_rows);
   suite_add_tcase(suite, tc);
   SRunner *runner = srunner_create(suite);
