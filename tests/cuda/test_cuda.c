@@ -1,4 +1,4 @@
-/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, transfers from pageable memory, events, provider choice, TF32 off by default, CAST, every dtype's casts, fills, ranges, elementwise ops, comparisons and where against cpu:0, long reductions and tall matmuls; skipped (77) without one. */
+/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, transfers from pageable memory, events, provider choice, TF32 off by default, CAST, every dtype's casts, fills, ranges, elementwise ops, comparisons, where, reductions, random and matmul against cpu:0, long reductions and tall matmuls; skipped (77) without one. */
 #include <math.h>
 #include <stdint.h>
 
@@ -910,6 +910,73 @@ START_TEST(test_random_every_float_dtype_matches_cpu) {
 }
 END_TEST
 
+/* MATMUL in f64, f16 and bf16 (and f32) on the native GEMM against cpu:0,
+ * every transpose, shapes across the 128-wide tiles and the k-steps of 8,
+ * one batched with B broadcast. `exact` operands (multiples of 1/8 in
+ * [-2, 2), k <= 70) make every sum exact in f32: the results are then the
+ * same bits in every dtype (f16 and bf16 rounded once from the exact f32
+ * value). Otherwise (positive operands, no cancellation): within 1 unit of
+ * f16 and bf16 (f32 accumulation in another order, rounded once), 1e-12
+ * relative in f64, 1e-5 in f32. */
+static void matmul_matches(kiln_dtype_t d, bool exact) {
+  static const int64_t sizes[][4] = {{1, 1, 1, 1}, {37, 19, 45, 1}, {130, 70, 129, 1}, {9, 13, 33, 3}};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    const int64_t m = sizes[s][0], k = sizes[s][1], n = sizes[s][2], batch = sizes[s][3];
+    for (int t = 0; t < 4; t++) {
+      const bool ta = t & 1, tb = t & 2;
+      const int64_t sa[3] = {batch, ta ? k : m, ta ? m : k}, sb[2] = {tb ? n : k, tb ? k : n};
+      const size_t na = (size_t)(batch * m * k), nb = (size_t)(k * n);
+      double *va = malloc(na * sizeof *va), *vb = malloc(nb * sizeof *vb);
+      ck_assert_ptr_nonnull(va);
+      ck_assert_ptr_nonnull(vb);
+      for (size_t i = 0; i < na + nb; i++) {
+        const unsigned h = (unsigned)(((i + 17 * s + 5 * (size_t)t) * 2654435761u) >> 9) % 1024u;
+        const double v = exact ? (double)(h % 32) / 8.0 - 2.0 : 0.25 + (double)h / 1021.0;
+        if (i < na) va[i] = v;
+        else vb[i - na] = v;
+      }
+      kiln_tensor_t *ca, *ga, *cb, *gb, *e = NULL, *r = NULL;
+      reduce_pair(d, batch > 1 ? 3 : 2, batch > 1 ? sa : sa + 1, va, &ca, &ga);
+      reduce_pair(d, 2, sb, vb, &cb, &gb);
+      char what[128];
+      snprintf(what, sizeof what, "matmul %s%s [%lldx%lldx%lld, batch %lld]%s%s", kiln_dtype_name(d),
+               exact ? " (exact values)" : "", (long long)m, (long long)k, (long long)n, (long long)batch,
+               ta ? " A^T" : "", tb ? " B^T" : "");
+      KT_OK(kiln_tensor_matmul(ca, cb, ta, tb, &e));
+      KT_OK(kiln_tensor_matmul(ga, gb, ta, tb, &r));
+      ck_assert_str_eq(kiln_last_provider(), "native");
+      if (exact) same_bytes(what, e, r);
+      else if (d == KILN_F16 || d == KILN_BF16) close_bits(what, e, r, 1);
+      else close_rel(what, e, r, d == KILN_F64 ? 1e-12 : 1e-5);
+      kiln_tensor_t *all[6] = {ca, ga, cb, gb, e, r};
+      for (int i = 0; i < 6; i++) kiln_tensor_release(all[i]);
+      free(va);
+      free(vb);
+    }
+  }
+}
+
+START_TEST(test_matmul_every_float_dtype_matches_cpu) {
+  KT_OK(kiln_set_providers("matmul=native"));
+  const kiln_dtype_t dtypes[4] = {KILN_F64, KILN_F16, KILN_BF16, KILN_F32};
+  for (int i = 0; i < 4; i++) {
+    matmul_matches(dtypes[i], true);
+    matmul_matches(dtypes[i], false);
+  }
+  /* Integers and bool are refused alike, naming the cast. */
+  const int64_t shape[2] = {2, 2};
+  kiln_tensor_t *ci, *gi, *e = NULL, *r = NULL;
+  const double v[4] = {1, 2, 3, 4};
+  reduce_pair(KILN_I32, 2, shape, v, &ci, &gi);
+  const kiln_status_t sc = kiln_tensor_matmul(ci, ci, false, false, &e);
+  const kiln_status_t sg = kiln_tensor_matmul(gi, gi, false, false, &r);
+  ck_assert_int_eq(sc, KILN_DTYPE_MISMATCH);
+  ck_assert_int_eq(sg, KILN_DTYPE_MISMATCH);
+  kiln_tensor_release(ci);
+  kiln_tensor_release(gi);
+}
+END_TEST
+
 /* Axis 0 of a tall, narrow tensor: the long axis is split over many blocks
  * and merged in a second pass. Small integers keep every sum exact. */
 START_TEST(test_column_reduction_of_a_long_axis) {
@@ -1029,6 +1096,7 @@ int main(void) {
   tcase_add_test(tc, test_column_reduction_of_a_long_axis);
   tcase_add_test(tc, test_reductions_every_dtype_match_cpu);
   tcase_add_test(tc, test_random_every_float_dtype_matches_cpu);
+  tcase_add_test(tc, test_matmul_every_float_dtype_matches_cpu);
   tcase_add_test(tc, test_native_matmul_of_many_rows);
   suite_add_tcase(suite, tc);
   SRunner *runner = srunner_create(suite);
