@@ -250,7 +250,10 @@ static kiln_status_t kiln_cuda_plan_conv2d(kiln_backend_context_t *ctx, kiln_bac
     g.plan.gemm.batch = n;
     status = kiln_cuda_gemm(queue, &g);
   } else {
-    const size_t per_image = (size_t)crs * (size_t)pq * sizeof(float);
+    const size_t size = kiln_backend_dtype_size(op->out.dtype);
+    const size_t per_image = (size_t)crs * (size_t)pq * size;
+    char im2col[32];
+    snprintf(im2col, sizeof im2col, "kiln_im2col_%s", kiln_backend_dtype_name(op->out.dtype));
     int64_t step = per_image ? (int64_t)(KILN_CUDA_IM2COL_BYTES / per_image) : n;
     if (step < 1) step = 1;
     if (step > n) step = n;
@@ -260,12 +263,12 @@ static kiln_status_t kiln_cuda_plan_conv2d(kiln_backend_context_t *ctx, kiln_bac
       const int64_t count = n - first < step ? n - first : step;
       k.plan.round.images = count;
       k.plan.round.first = first;
-      k.plan.round.in = k.in[0].addr + (CUdeviceptr)(first * c * h * w) * 4u;
+      k.plan.round.in = k.in[0].addr + (CUdeviceptr)(first * c * h * w) * size;
       k.plan.round.out = cols;
-      status = kiln_cuda_launch_flat(queue, "kiln_im2col_f32", count * crs * pq, &k);
+      status = kiln_cuda_launch_flat(queue, im2col, count * crs * pq, &k);
       if (status != KILN_OK) break;
       g.plan.gemm.b = cols;
-      g.plan.gemm.c = k.out.addr + (CUdeviceptr)(first * kk * pq) * 4u;
+      g.plan.gemm.c = k.out.addr + (CUdeviceptr)(first * kk * pq) * size;
       g.plan.gemm.batch = count;
       status = kiln_cuda_gemm(queue, &g);
     }
@@ -280,8 +283,9 @@ kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *
   if (!op->u.conv2d.has_bias) return KILN_OK;
   kiln_kop_t k;
   kiln_cuda_kop_fill(&k, op);
-  return kiln_cuda_launch_flat(queue, "kiln_conv_bias_f32",
-                               op->u.conv2d.n * op->u.conv2d.k * op->u.conv2d.p * op->u.conv2d.q, &k);
+  char name[32];
+  snprintf(name, sizeof name, "kiln_conv_bias_%s", kiln_backend_dtype_name(op->out.dtype));
+  return kiln_cuda_launch_flat(queue, name, op->u.conv2d.n * op->u.conv2d.k * op->u.conv2d.p * op->u.conv2d.q, &k);
 }
 
 /* ---- the table ------------------------------------------------------------- */
@@ -317,7 +321,8 @@ KILN_CUDA_ROW_(run_rows)
 /* The planned kinds compute f32 (and i32 where a kind takes integers) only
  * yet, but for COPY and REDUCE (every dtype in and out: the reduction
  * kernels are instantiated per input dtype and store the out dtype the
- * core chose) and MATMUL (f32, f64, f16, bf16: kernels/cuda/gemm.cuh); their rows refuse other dtypes rather than read them as
+ * core chose), MATMUL (f32, f64, f16, bf16: kernels/cuda/gemm.cuh) and
+ * CONV2D (f32, f64); their rows refuse other dtypes rather than read them as
  * f32. FLAT and ROWS kinds need no such check: a missing kernel is missing
  * by name. */
 static kiln_status_t plan_takes(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
@@ -326,8 +331,11 @@ static kiln_status_t plan_takes(kiln_backend_context_t *ctx, kiln_backend_queue_
   const uint32_t floats = 1u << KILN_F32 | 1u << KILN_F64 | 1u << KILN_F16 | 1u << KILN_BF16;
   if (op->kind == KILN_OP_COPY || op->kind == KILN_OP_REDUCE || kiln_backend_op_dtypes_in(op, f32_i32, f32_i32, &bad))
     return KILN_OK;
-  /* MATMUL: the GEMM kernels of every float dtype (one dtype throughout). */
-  if (op->kind == KILN_OP_MATMUL && kiln_backend_op_dtypes_in(op, floats, floats, &bad) &&
+  /* MATMUL: the GEMM kernels of every float dtype; CONV2D: f32 and f64
+   * (im2col, the GEMM and the bias in the dtype). One dtype throughout. */
+  const uint32_t conv = 1u << KILN_F32 | 1u << KILN_F64;
+  if (((op->kind == KILN_OP_MATMUL && kiln_backend_op_dtypes_in(op, floats, floats, &bad)) ||
+       (op->kind == KILN_OP_CONV2D && kiln_backend_op_dtypes_in(op, conv, conv, &bad))) &&
       op->in[0].dtype == op->out.dtype && op->in[1].dtype == op->out.dtype)
     return KILN_OK;
   return kiln_cuda_error(ctx, KILN_UNSUPPORTED,

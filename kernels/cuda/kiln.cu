@@ -850,11 +850,12 @@ KILN_INSTANCE(kiln_xent_mean_f32, kiln_xent_mean)
   (void)c, (void)h, (void)w, (void)k, (void)r, (void)s, (void)p, (void)q, (void)stride, (void)pad, (void)dil
 
 /* [images][c*r*s][p*q] columns of plan.round.images consecutive input
- * images starting at plan.round.in, into plan.round.out. */
-__device__ __forceinline__ void kiln_im2col(const kiln_kop_t &op) {
+ * images starting at plan.round.in, into plan.round.out: the elements'
+ * bits (BITS of the dtype's size), zeros in the padding. */
+template <typename BITS> __device__ __forceinline__ void kiln_im2col(const kiln_kop_t &op) {
   KILN_CONV_SIZES_(op);
-  const float *__restrict__ x = (const float *)op.plan.round.in;
-  float *__restrict__ cols = (float *)op.plan.round.out;
+  const BITS *__restrict__ x = (const BITS *)op.plan.round.in;
+  BITS *__restrict__ cols = (BITS *)op.plan.round.out;
   const int64_t pq = p * q, rs = r * s, crs = c * rs;
   KILN_FOR_EACH(i, op.plan.round.images * crs * pq) {
     const int64_t col = i % pq, row = (i / pq) % crs, img = i / (pq * crs);
@@ -862,20 +863,23 @@ __device__ __forceinline__ void kiln_im2col(const kiln_kop_t &op) {
     const int64_t pp = col / q, qq = col % q;
     const int64_t hh = pp * stride[0] - pad[0] + ri * dil[0];
     const int64_t ww = qq * stride[1] - pad[1] + si * dil[1];
-    cols[i] = hh >= 0 && hh < h && ww >= 0 && ww < w ? x[((img * c + ch) * h + hh) * w + ww] : 0.0f;
+    cols[i] = hh >= 0 && hh < h && ww >= 0 && ww < w ? x[((img * c + ch) * h + hh) * w + ww] : (BITS)0;
   }
 }
-KILN_INSTANCE(kiln_im2col_f32, kiln_im2col)
+KILN_INSTANCE(kiln_im2col_f32, kiln_im2col<kiln_u32>)
+KILN_INSTANCE(kiln_im2col_f64, kiln_im2col<kiln_u64>)
 
-/* CONV2D's bias: y[img][k][pq] += bias[k] (in[2]) over every image of out. */
-__device__ __forceinline__ void kiln_conv_bias(const kiln_kop_t &op) {
+/* CONV2D's bias: y[img][k][pq] += bias[k] (in[2]) over every image of out
+ * (f32, f64). */
+template <typename T> __device__ __forceinline__ void kiln_conv_bias(const kiln_kop_t &op) {
   KILN_CONV_SIZES_(op);
-  float *__restrict__ y = (float *)op.out.addr;
-  const float *__restrict__ bias = (const float *)op.in[2].addr;
+  T *__restrict__ y = (T *)op.out.addr;
+  const T *__restrict__ bias = (const T *)op.in[2].addr;
   const int64_t pq = p * q;
   KILN_FOR_EACH(i, op.u.conv2d.n * k * pq) y[i] += bias[(i / pq) % k];
 }
-KILN_INSTANCE(kiln_conv_bias_f32, kiln_conv_bias)
+KILN_INSTANCE(kiln_conv_bias_f32, kiln_conv_bias<float>)
+KILN_INSTANCE(kiln_conv_bias_f64, kiln_conv_bias<double>)
 
 /* The window of u.pooling as the kernels read it. */
 #define KILN_POOL_WINDOW_(op)                                                                        \

@@ -977,6 +977,39 @@ START_TEST(test_matmul_every_float_dtype_matches_cpu) {
 }
 END_TEST
 
+/* conv2d in f64 on the native path (im2col, the f64 GEMM, the bias) against
+ * cpu:0 within 1e-12 relative: a padded 3x3 of stride 2 with bias and a 1x1
+ * (the GEMM alone) without. */
+START_TEST(test_conv2d_f64_matches_cpu) {
+  const int64_t xs[4] = {2, 3, 9, 7}, ws[2][4] = {{4, 3, 3, 3}, {5, 3, 1, 1}}, bs[1] = {4};
+  double x[2 * 3 * 9 * 7], w[4 * 3 * 3 * 3], b[4];
+  for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = (double)((i * 37) % 101) / 50.0 - 1.0 + 1e-9 * (double)i;
+  for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) w[i] = (double)((i * 53) % 67) / 33.0 - 1.0;
+  for (int i = 0; i < 4; i++) b[i] = 0.25 * i - 0.3;
+  kiln_tensor_t *cx, *gx, *cb, *gb;
+  reduce_pair(KILN_F64, 4, xs, x, &cx, &gx);
+  reduce_pair(KILN_F64, 1, bs, b, &cb, &gb);
+  for (int v = 0; v < 2; v++) {
+    kiln_tensor_t *cw, *gw, *e, *r;
+    reduce_pair(KILN_F64, 4, ws[v], w, &cw, &gw);
+    kiln_conv2d_params_t params = kiln_conv2d_params_default();
+    if (v == 0) {
+      params.stride[0] = params.stride[1] = 2;
+      params.padding[0] = params.padding[1] = 1;
+    }
+    KT_OK(kiln_tensor_conv2d(cx, cw, v == 0 ? cb : NULL, &params, &e));
+    KT_OK(kiln_tensor_conv2d(gx, gw, v == 0 ? gb : NULL, &params, &r));
+    close_rel(v == 0 ? "conv2d f64 3x3 stride 2 pad 1, bias" : "conv2d f64 1x1", e, r, 1e-12);
+    kiln_tensor_release(cw);
+    kiln_tensor_release(gw);
+    kiln_tensor_release(e);
+    kiln_tensor_release(r);
+  }
+  kiln_tensor_t *all[4] = {cx, gx, cb, gb};
+  for (int i = 0; i < 4; i++) kiln_tensor_release(all[i]);
+}
+END_TEST
+
 /* Axis 0 of a tall, narrow tensor: the long axis is split over many blocks
  * and merged in a second pass. Small integers keep every sum exact. */
 START_TEST(test_column_reduction_of_a_long_axis) {
@@ -1097,6 +1130,7 @@ int main(void) {
   tcase_add_test(tc, test_reductions_every_dtype_match_cpu);
   tcase_add_test(tc, test_random_every_float_dtype_matches_cpu);
   tcase_add_test(tc, test_matmul_every_float_dtype_matches_cpu);
+  tcase_add_test(tc, test_conv2d_f64_matches_cpu);
   tcase_add_test(tc, test_native_matmul_of_many_rows);
   suite_add_tcase(suite, tc);
   SRunner *runner = srunner_create(suite);
