@@ -95,14 +95,22 @@ kiln_status_t kiln_cuda_gemm(kiln_backend_queue_t *queue, kiln_kop_t *k) {
       kiln_cuda_gemm_grid(queue->device->ctx, k->plan.gemm.m, k->plan.gemm.n, k->plan.gemm.k, k->plan.gemm.batch,
                           grid);
   if (status != KILN_OK) return status;
+  const char ta = k->plan.gemm.trans_a ? 't' : 'n', tb = k->plan.gemm.trans_b ? 't' : 'n';
+  char name[40];
+  if (k->out.dtype != KILN_F32) {
+    /* f64, f16, bf16: the same kernel over the storage type
+     * (kernels/cuda/gemm.cuh), element loads and stores. */
+    const char *dt = kiln_backend_dtype_name(k->out.dtype);
+    k->plan.gemm.c_vec = 0;
+    snprintf(name, sizeof name, "kiln_gemm_%c%c_%s_%s", ta, tb, dt, dt);
+    return kiln_cuda_launch_named(queue, name, grid[0], grid[1], grid[2], KILN_CUDA_GEMM_THREADS, k);
+  }
   /* The float4 kernels: A and B 16-byte aligned with lda-like multiples of
    * 4; c_vec says the same of C for the stores. */
   const bool vec = k->plan.gemm.a % 16 == 0 && k->plan.gemm.b % 16 == 0 && k->plan.gemm.lda % 4 == 0 &&
                    k->plan.gemm.ldb % 4 == 0 && k->plan.gemm.stride_a % 4 == 0 && k->plan.gemm.stride_b % 4 == 0;
   k->plan.gemm.c_vec = k->plan.gemm.c % 16 == 0 && k->plan.gemm.ldc % 4 == 0 && k->plan.gemm.stride_c % 4 == 0;
-  char name[32];
-  snprintf(name, sizeof name, "kiln_sgemm_%c%c%s", k->plan.gemm.trans_a ? 't' : 'n', k->plan.gemm.trans_b ? 't' : 'n',
-           vec ? "_vec" : "");
+  snprintf(name, sizeof name, "kiln_sgemm_%c%c%s", ta, tb, vec ? "_vec" : "");
   return kiln_cuda_launch_named(queue, name, grid[0], grid[1], grid[2], KILN_CUDA_GEMM_THREADS, k);
 }
 
@@ -242,7 +250,10 @@ static kiln_status_t kiln_cuda_plan_conv2d(kiln_backend_context_t *ctx, kiln_bac
     g.plan.gemm.batch = n;
     status = kiln_cuda_gemm(queue, &g);
   } else {
-    const size_t per_image = (size_t)crs * (size_t)pq * sizeof(float);
+    const size_t size = kiln_backend_dtype_size(op->out.dtype);
+    const size_t per_image = (size_t)crs * (size_t)pq * size;
+    char im2col[32];
+    snprintf(im2col, sizeof im2col, "kiln_im2col_%s", kiln_backend_dtype_name(op->out.dtype));
     int64_t step = per_image ? (int64_t)(KILN_CUDA_IM2COL_BYTES / per_image) : n;
     if (step < 1) step = 1;
     if (step > n) step = n;
@@ -252,12 +263,12 @@ static kiln_status_t kiln_cuda_plan_conv2d(kiln_backend_context_t *ctx, kiln_bac
       const int64_t count = n - first < step ? n - first : step;
       k.plan.round.images = count;
       k.plan.round.first = first;
-      k.plan.round.in = k.in[0].addr + (CUdeviceptr)(first * c * h * w) * 4u;
+      k.plan.round.in = k.in[0].addr + (CUdeviceptr)(first * c * h * w) * size;
       k.plan.round.out = cols;
-      status = kiln_cuda_launch_flat(queue, "kiln_im2col_f32", count * crs * pq, &k);
+      status = kiln_cuda_launch_flat(queue, im2col, count * crs * pq, &k);
       if (status != KILN_OK) break;
       g.plan.gemm.b = cols;
-      g.plan.gemm.c = k.out.addr + (CUdeviceptr)(first * kk * pq) * 4u;
+      g.plan.gemm.c = k.out.addr + (CUdeviceptr)(first * kk * pq) * size;
       g.plan.gemm.batch = count;
       status = kiln_cuda_gemm(queue, &g);
     }
@@ -272,8 +283,9 @@ kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *
   if (!op->u.conv2d.has_bias) return KILN_OK;
   kiln_kop_t k;
   kiln_cuda_kop_fill(&k, op);
-  return kiln_cuda_launch_flat(queue, "kiln_conv_bias_f32",
-                               op->u.conv2d.n * op->u.conv2d.k * op->u.conv2d.p * op->u.conv2d.q, &k);
+  char name[32];
+  snprintf(name, sizeof name, "kiln_conv_bias_%s", kiln_backend_dtype_name(op->out.dtype));
+  return kiln_cuda_launch_flat(queue, name, op->u.conv2d.n * op->u.conv2d.k * op->u.conv2d.p * op->u.conv2d.q, &k);
 }
 
 /* ---- the table ------------------------------------------------------------- */
@@ -307,14 +319,24 @@ KILN_CUDA_ROW_(run_flat)
 KILN_CUDA_ROW_(run_rows)
 
 /* The planned kinds compute f32 (and i32 where a kind takes integers) only
- * yet, but for COPY (every dtype) and REDUCE's result (an i64 sum); their
- * rows refuse other dtypes rather than read them as f32. FLAT and ROWS
- * kinds need no such check: a missing kernel is missing by name. */
+ * yet, but for COPY and REDUCE (every dtype in and out: the reduction
+ * kernels are instantiated per input dtype and store the out dtype the
+ * core chose), MATMUL (f32, f64, f16, bf16: kernels/cuda/gemm.cuh) and
+ * CONV2D (f32, f64); their rows refuse other dtypes rather than read them as
+ * f32. FLAT and ROWS kinds need no such check: a missing kernel is missing
+ * by name. */
 static kiln_status_t plan_takes(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
   const uint32_t f32_i32 = 1u << KILN_F32 | 1u << KILN_I32;
   kiln_dtype_t bad = KILN_F32;
-  if (op->kind == KILN_OP_COPY ||
-      kiln_backend_op_dtypes_in(op, f32_i32, op->kind == KILN_OP_REDUCE ? f32_i32 | 1u << KILN_I64 : f32_i32, &bad))
+  const uint32_t floats = 1u << KILN_F32 | 1u << KILN_F64 | 1u << KILN_F16 | 1u << KILN_BF16;
+  if (op->kind == KILN_OP_COPY || op->kind == KILN_OP_REDUCE || kiln_backend_op_dtypes_in(op, f32_i32, f32_i32, &bad))
+    return KILN_OK;
+  /* MATMUL: the GEMM kernels of every float dtype; CONV2D: f32 and f64
+   * (im2col, the GEMM and the bias in the dtype). One dtype throughout. */
+  const uint32_t conv = 1u << KILN_F32 | 1u << KILN_F64;
+  if (((op->kind == KILN_OP_MATMUL && kiln_backend_op_dtypes_in(op, floats, floats, &bad)) ||
+       (op->kind == KILN_OP_CONV2D && kiln_backend_op_dtypes_in(op, conv, conv, &bad))) &&
+      op->in[0].dtype == op->out.dtype && op->in[1].dtype == op->out.dtype)
     return KILN_OK;
   return kiln_cuda_error(ctx, KILN_UNSUPPORTED,
                          "the CUDA backend's native %s has no %s kernel yet (cuda:%d): cast to f32 first, or compute it "

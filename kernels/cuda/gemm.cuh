@@ -226,3 +226,220 @@ KILN_GEMM_KERNEL_(nn_vec, false, false, true)
 KILN_GEMM_KERNEL_(nt_vec, false, true, true)
 KILN_GEMM_KERNEL_(tn_vec, true, false, true)
 KILN_GEMM_KERNEL_(tt_vec, true, true, true)
+
+/* ---- f64, f16, bf16 ------------------------------------------------------------- */
+
+/* The SGEMM's tiling serves f64, f16 and bf16 too (kiln_gemm_<nn|nt|tn|tt>_<dtype>_<dtype>):
+ * the body is a template over the storage type T, computing in
+ * kiln_cx<T>::type (CT: float for f32, f16 and bf16, double for f64). The
+ * 16-bit operands are widened exactly to f32 as they are loaded, the tiles
+ * and accumulators are f32, and C is rounded once, to nearest even, as it
+ * is stored: the CPU's f16/bf16 matmul (the f32 GEMM of the widened
+ * operands, rounded), up to the order of the sums. f64 keeps everything in
+ * double (fma), at one block per SM (its 64 accumulators take 128
+ * registers). Loads and stores are element by element (no _vec variants).
+ * kiln_sgemm_* keep their own copy of the body above, unchanged: they sit at
+ * the edge of sm_90's registers, and ptxas spilled two of them when f32 was
+ * an instance of this template (tests/cuda/kernel_checks.py); folding them
+ * back in wants that check run on each try. */
+
+template <typename T>
+__device__ __forceinline__ void kiln_gemm_load4_t(const T *__restrict__ ptr, int avail, typename kiln_cx<T>::type v[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; j++) v[j] = j < avail ? kiln_cx<T>::in(ptr[j]) : (typename kiln_cx<T>::type)0;
+}
+/* Four consecutive CT of a shared tile (16-byte aligned for float), and
+ * four stored into one. */
+struct kiln_gemm_d4 {
+  double x, y, z, w;
+};
+__device__ __forceinline__ float4 kiln_gemm_frag(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ kiln_gemm_d4 kiln_gemm_frag(const double *p) {
+  kiln_gemm_d4 v;
+  v.x = p[0];
+  v.y = p[1];
+  v.z = p[2];
+  v.w = p[3];
+  return v;
+}
+__device__ __forceinline__ void kiln_gemm_put4(float *p, const float v[4]) {
+  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void kiln_gemm_put4(double *p, const double v[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; j++) p[j] = v[j];
+}
+__device__ __forceinline__ float kiln_gemm_fma(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double kiln_gemm_fma(double a, double b, double c) { return fma(a, b, c); }
+
+/* Four results into C[0..3] when col + 3 < N and C may take a float4 (f32
+ * only, c_vec), else each inside N alone, rounded into T. */
+template <typename T>
+__device__ __forceinline__ void kiln_gemm_out4(T *crow, int64_t col, int64_t N, bool c_vec,
+                                               const typename kiln_cx<T>::type *v) {
+  (void)c_vec;
+#pragma unroll
+  for (int j = 0; j < 4; j++)
+    if (col + j < N) crow[col + j] = kiln_cx<T>::out(v[j]);
+}
+template <typename T, bool TA, bool TB>
+__device__ __forceinline__ void kiln_gemm_body_t(const kiln_kop_t &op) {
+  typedef typename kiln_cx<T>::type CT;
+  const auto &p = op.plan.gemm; /* what the planner wrote; nothing else of the record is read */
+  __shared__ __align__(16) CT As[2][KILN_GEMM_BK][KILN_GEMM_BM];
+  __shared__ __align__(16) CT Bs[2][KILN_GEMM_BK][KILN_GEMM_BN];
+
+  const int tid = threadIdx.x;
+  const int tx = tid & 15, ty = tid >> 4;
+  const int64_t M = p.m, N = p.n, K = p.k;
+  /* The host keeps m and n below 2^38 (a terabyte of floats), so tile
+   * indices fit in an int. */
+  const int tiles_m = (int)((M + KILN_GEMM_BM - 1) / KILN_GEMM_BM);
+  /* k in steps of KILN_GEMM_BK, counted in an int (k < 2^33): every step
+   * but the last is full, the last holds k_last (1..8) elements. */
+  const int steps = (int)((K + KILN_GEMM_BK - 1) / KILN_GEMM_BK);
+  const int k_last = (int)(K - (int64_t)(steps - 1) * KILN_GEMM_BK);
+
+  /* Which four elements this thread loads per tile, by layout:
+   * "row-wise" (the tile's k axis is contiguous in memory): row tid/2 of the
+   * tile, k offset (tid%2)*4; "col-wise" (the tile's m/n axis contiguous):
+   * k row tid/32, offset (tid%32)*4. */
+  const int rw_row = tid >> 1, rw_k = (tid & 1) * 4;
+  const int cw_k = tid >> 5, cw_col = (tid & 31) * 4;
+
+  const int64_t bn = (int64_t)blockIdx.x * KILN_GEMM_BN;
+#pragma unroll 1
+  for (int z = blockIdx.z; z < p.batch; z += gridDim.z)
+#pragma unroll 1
+    for (int tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
+        const int64_t bm = (int64_t)tm * KILN_GEMM_BM;
+        /* Where this thread's four A and B elements start, and the bound
+         * that does not move with k: A(i, l) is !TA a[i*lda + l] (k
+         * contiguous), TA a[l*lda + i]; B(l, j) is !TB b[l*ldb + j], TB
+         * b[j*ldb + l]. */
+        const T *__restrict__ A =
+            (const T *)p.a + (int64_t)z * p.stride_a +
+            (!TA ? (bm + rw_row) * p.lda + rw_k : cw_k * p.lda + bm + cw_col);
+        const T *__restrict__ B =
+            (const T *)p.b + (int64_t)z * p.stride_b +
+            (!TB ? cw_k * p.ldb + bn + cw_col : (bn + rw_row) * p.ldb + rw_k);
+        /* !TA: the row is inside (4) or not (0); TA: how many of the four
+         * columns are. Likewise for B. */
+        const int a_fixed = !TA ? (bm + rw_row < M ? 4 : 0)
+                                : kiln_gemm_avail(M - (bm + cw_col) > 0 ? M - (bm + cw_col) : 0);
+        const int b_fixed = !TB ? kiln_gemm_avail(N - (bn + cw_col) > 0 ? N - (bn + cw_col) : 0)
+                                : (bn + rw_row < N ? 4 : 0);
+
+        CT acc[8][8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+#pragma unroll
+          for (int j = 0; j < 8; j++) acc[i][j] = (CT)0;
+
+        CT ra[4], rb[4];
+        /* The elements of k-step `step` that lie inside both bounds (left_ of
+         * the step's k lie before K). */
+#define KILN_GEMM_LOAD(step)                                                                              \
+  do {                                                                                                    \
+    const int left_ = (step) + 1 < steps ? KILN_GEMM_BK : k_last;                                         \
+    const int a_avail_ = !TA ? (a_fixed ? min(max(left_ - rw_k, 0), 4) : 0)                              \
+                             : (cw_k < left_ ? a_fixed : 0);                                              \
+    const int b_avail_ = !TB ? (cw_k < left_ ? b_fixed : 0)                                               \
+                             : (b_fixed ? min(max(left_ - rw_k, 0), 4) : 0);                              \
+    const int64_t k0_ = (int64_t)(step) * KILN_GEMM_BK;                                                   \
+    kiln_gemm_load4_t(!TA ? A : A + k0_ * p.lda, a_avail_, ra);                                        \
+    kiln_gemm_load4_t(B + (TB ? k0_ : k0_ * p.ldb), b_avail_, rb);                                     \
+  } while (0)
+#define KILN_GEMM_STORE(buf)                                                                              \
+  do {                                                                                                    \
+    if (!TA) {                                                                                            \
+      _Pragma("unroll") for (int j = 0; j < 4; j++) As[buf][rw_k + j][rw_row] = ra[j];                    \
+    } else {                                                                                              \
+      kiln_gemm_put4(&As[buf][cw_k][cw_col], ra);                                                         \
+    }                                                                                                     \
+    if (!TB) {                                                                                            \
+      kiln_gemm_put4(&Bs[buf][cw_k][cw_col], rb);                                                         \
+    } else {                                                                                              \
+      _Pragma("unroll") for (int j = 0; j < 4; j++) Bs[buf][rw_k + j][rw_row] = rb[j];                    \
+    }                                                                                                     \
+  } while (0)
+
+        if (steps > 0) {
+          KILN_GEMM_LOAD(0);
+          KILN_GEMM_STORE(0);
+        }
+        __syncthreads();
+
+        int cur = 0;
+#pragma unroll 1
+        for (int step = 0; step < steps; step++) {
+          const bool more = step + 1 < steps;
+          if (more) {
+            if (!TA) A += KILN_GEMM_BK;
+            KILN_GEMM_LOAD(step + 1);
+          }
+          /* Fragments double-buffered by hand: those of kk+1 load while kk's
+           * 64 products run. */
+          auto a0 = kiln_gemm_frag(&As[cur][0][ty * 4]);
+          auto a1 = kiln_gemm_frag(&As[cur][0][64 + ty * 4]);
+          auto b0 = kiln_gemm_frag(&Bs[cur][0][tx * 4]);
+          auto b1 = kiln_gemm_frag(&Bs[cur][0][64 + tx * 4]);
+#pragma unroll
+          for (int kk = 0; kk < KILN_GEMM_BK; kk++) {
+            auto na0 = a0, na1 = a1, nb0 = b0, nb1 = b1; /* the last kk loads nothing more */
+            if (kk + 1 < KILN_GEMM_BK) {
+              na0 = kiln_gemm_frag(&As[cur][kk + 1][ty * 4]);
+              na1 = kiln_gemm_frag(&As[cur][kk + 1][64 + ty * 4]);
+              nb0 = kiln_gemm_frag(&Bs[cur][kk + 1][tx * 4]);
+              nb1 = kiln_gemm_frag(&Bs[cur][kk + 1][64 + tx * 4]);
+            }
+            const CT av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const CT bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+              for (int j = 0; j < 8; j++) acc[i][j] = kiln_gemm_fma(av[i], bv[j], acc[i][j]);
+            if (kk + 1 < KILN_GEMM_BK) {
+              a0 = na0;
+              a1 = na1;
+              b0 = nb0;
+              b1 = nb1;
+            }
+          }
+          if (more) KILN_GEMM_STORE(cur ^ 1);
+          __syncthreads();
+          cur ^= 1;
+        }
+#undef KILN_GEMM_LOAD
+#undef KILN_GEMM_STORE
+
+        T *__restrict__ C = (T *)p.c + (int64_t)z * p.stride_c;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+          const int64_t row = bm + (i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4));
+          if (row >= M) continue;
+          T *crow = C + row * p.ldc;
+#pragma unroll
+          for (int half = 0; half < 2; half++)
+            kiln_gemm_out4(crow, bn + half * 64 + tx * 4, N, p.c_vec, &acc[i][half * 4]);
+        }
+      }
+}
+
+/* The other float dtypes: kiln_gemm_<nn|nt|tn|tt>_<dtype>_<dtype>, no _vec
+ * variants; f64 at one block per SM (twice the registers). */
+#define KILN_GEMM_DT_KERNEL_(NAME, TA, TB, DT, T, BLOCKS)                                          \
+  extern "C" __global__ void __launch_bounds__(KILN_CUDA_GEMM_THREADS, BLOCKS)                      \
+      kiln_gemm_##NAME##_##DT##_##DT(const kiln_kop_t op) {                                        \
+    kiln_gemm_body_t<T, TA, TB>(op);                                                              \
+  }
+#define KILN_GEMM_DT_(DT, T, BLOCKS)                                                               \
+  KILN_GEMM_DT_KERNEL_(nn, false, false, DT, T, BLOCKS)                                            \
+  KILN_GEMM_DT_KERNEL_(nt, false, true, DT, T, BLOCKS)                                             \
+  KILN_GEMM_DT_KERNEL_(tn, true, false, DT, T, BLOCKS)                                             \
+  KILN_GEMM_DT_KERNEL_(tt, true, true, DT, T, BLOCKS)
+KILN_GEMM_DT_(f64, double, 1)
+KILN_GEMM_DT_(f16, kiln_f16_t, 2)
+KILN_GEMM_DT_(bf16, kiln_bf16_t, 2)
+#undef KILN_GEMM_DT_
+#undef KILN_GEMM_DT_KERNEL_

@@ -44,6 +44,7 @@ KILN_MATH_(kiln_m_cos, cosf, cos)
 #define KILN_U32 unsigned int
 #define KILN_U64 unsigned long long
 #define KILN_PHILOX_FN __device__ __forceinline__
+#define KILN_PHILOX_F64 1
 #include "philox.h"
 
 /* A kernel: extern "C", the record by value, the body a template
@@ -409,15 +410,28 @@ extern "C" __device__ __noinline__ float kiln_random_uniform_f32(unsigned long l
   return kiln_philox_uniform(i, seed, low, high);
 }
 
-/* RANDOM: uniform [a, b), or normal(a, b) when op.u.random.normal. */
-__device__ __forceinline__ void kiln_random(const kiln_kop_t &op) {
-  float *__restrict__ out = (float *)op.out.addr;
+/* RANDOM: uniform [a, b), or normal(a, b) when op.u.random.normal; element
+ * i of every float dtype as kernels/philox.h defines it: f32 the sample
+ * itself, f16 and bf16 that f32 sample rounded once to nearest even, f64
+ * from the same counter's words in double (kiln_random<double>). */
+template <typename T> __device__ __forceinline__ void kiln_random(const kiln_kop_t &op) {
+  T *__restrict__ out = (T *)op.out.addr;
   const unsigned long long seed = op.u.random.seed;
   const float a = op.u.random.a, b = op.u.random.b;
   if (op.u.random.normal) {
-    KILN_FOR_EACH(i, op.n) out[i] = kiln_philox_normal((unsigned long long)i, seed, a, b);
+    KILN_FOR_EACH(i, op.n) out[i] = kiln_cx<T>::out(kiln_philox_normal((unsigned long long)i, seed, a, b));
   } else {
-    KILN_FOR_EACH(i, op.n) out[i] = kiln_random_uniform_f32((unsigned long long)i, seed, a, b);
+    KILN_FOR_EACH(i, op.n) out[i] = kiln_cx<T>::out(kiln_random_uniform_f32((unsigned long long)i, seed, a, b));
+  }
+}
+template <> __device__ __forceinline__ void kiln_random<double>(const kiln_kop_t &op) {
+  double *__restrict__ out = (double *)op.out.addr;
+  const unsigned long long seed = op.u.random.seed;
+  const double a = op.u.random.a, b = op.u.random.b;
+  if (op.u.random.normal) {
+    KILN_FOR_EACH(i, op.n) out[i] = kiln_philox_normal_f64((unsigned long long)i, seed, a, b);
+  } else {
+    KILN_FOR_EACH(i, op.n) out[i] = kiln_philox_uniform_f64((unsigned long long)i, seed, a, b);
   }
 }
 
@@ -433,7 +447,10 @@ KILN_CUDA_DTYPES(KILN_GEN_INSTANCES_, ~)
 #undef KILN_GEN_INSTANCES_
 KILN_INSTANCE(kiln_cast, kiln_cast_any)
 KILN_INSTANCE(kiln_where, kiln_where_any)
-KILN_INSTANCE(kiln_random_f32, kiln_random)
+KILN_INSTANCE(kiln_random_f32, kiln_random<float>)
+KILN_INSTANCE(kiln_random_f16, kiln_random<kiln_f16_t>)
+KILN_INSTANCE(kiln_random_bf16, kiln_random<kiln_bf16_t>)
+KILN_INSTANCE(kiln_random_f64, kiln_random<double>)
 
 /* ---- reductions ------------------------------------------------------------ */
 
@@ -452,76 +469,112 @@ KILN_INSTANCE(kiln_random_f32, kiln_random)
  * writes parts[(row * inner + col) * chunks + chunk], so the parts kernel
  * finishes the outputs as outer * inner rows.
  *
- * The kernels are templates over the element type T and the accumulate type
- * ACC, instantiated as rows below: f32 accumulates in double, i32 in
- * 64 bits (wrapping, as the i64 accumulator of the design). What a kernel
- * does with its sum goes through overloads on ACC: kiln_acc_of (an element,
- * or its square for NORM, as an ACC), kiln_acc_finish (SUM, MEAN or NORM of
- * a sum); adding and merging are ACC's own +. The finished sum is stored in
- * the out dtype the core chose (sum of i32 -> i64, sum_to keeps i32) through
- * its carrier, with kernels/dtype_convert.h's rule. A partial result is kiln_part<T, ACC> (the sum, the best
- * value and its index), which is also the record of plan.reduce.parts;
- * KILN_CUDA_REDUCE_PART_BYTES (launch.h) bounds every instance. */
+ * The kernels are templates over the storage type T of the input, one
+ * instance per dtype (kiln_reduce_{rows,cols,parts}_<in dtype>); kiln_red<T>
+ * names what T computes in (the design's rule, as kernels/cpu/reduce.c):
+ * ACC, the accumulator of SUM, MEAN and NORM (double for f32 as before and
+ * for f64; float for f16 and bf16; a 64-bit integer wrapping modulo 2^64
+ * for the integers and bool, bool counting its nonzero bytes) and CT, the
+ * type MAX and ARGMAX compare in (float for f32, f16 and bf16; double; a
+ * 64-bit integer). kiln_acc_finish makes SUM, MEAN or NORM of a sum in the
+ * accumulator's own way (f16 and bf16 through the f32 result, as the CPU),
+ * and the finished value is stored in the out dtype the core chose (sum of
+ * an integer -> i64, sum_to keeps the input's dtype, a float its own)
+ * through its carrier, with kernels/dtype_convert.h's rule. MAX stores the
+ * best element itself, read again from the input by its index, so its bits
+ * are the element's (NaN payloads included) whatever CT is. A partial
+ * result is kiln_part<CT, ACC> (the sum, the best value and its index),
+ * which is also the record of plan.reduce.parts; KILN_CUDA_REDUCE_PART_BYTES
+ * (launch.h) bounds every instance. */
 
-template <typename T, typename ACC> struct kiln_part {
+template <typename CT, typename ACC> struct kiln_part {
   ACC sum;       /* the sum (of squares for NORM) */
-  T best;        /* the best value so far */
-  int64_t index; /* its index; -1: nothing seen yet */
+  CT best;       /* the best value so far, in the compare type */
+  int64_t index; /* its index along the axis; -1: nothing seen yet */
 };
+
+/* What each dtype reduces in. */
+template <typename T> struct kiln_red;
+#define KILN_RED_FLOAT_(T, CTYPE, ACCT, LOAD)                                                       \
+  template <> struct kiln_red<T> {                                                                  \
+    typedef CTYPE CT;                                                                               \
+    typedef ACCT ACC;                                                                               \
+    static __device__ __forceinline__ CT cmp(const T x) { return LOAD; }                            \
+    static __device__ __forceinline__ ACC acc(const T x, bool squares) {                            \
+      const ACC d = (ACC)cmp(x);                                                                    \
+      return squares ? d * d : d;                                                                   \
+    }                                                                                               \
+  };
+KILN_RED_FLOAT_(float, float, double, x)
+KILN_RED_FLOAT_(double, double, double, x)
+KILN_RED_FLOAT_(kiln_f16_t, float, float, kiln_dc_f16_to_f32(x.bits))
+KILN_RED_FLOAT_(kiln_bf16_t, float, float, kiln_dc_bf16_to_f32(x.bits))
+#undef KILN_RED_FLOAT_
+/* Integers and bool: SUM only (MEAN and NORM are floats only), modulo 2^64. */
+#define KILN_RED_INT_(T, LOAD)                                                                      \
+  template <> struct kiln_red<T> {                                                                  \
+    typedef long long CT;                                                                           \
+    typedef unsigned long long ACC;                                                                 \
+    static __device__ __forceinline__ CT cmp(const T x) { return LOAD; }                            \
+    static __device__ __forceinline__ ACC acc(const T x, bool) { return (ACC)cmp(x); }              \
+  };
+KILN_RED_INT_(int, (long long)x)
+KILN_RED_INT_(kiln_i64, (long long)x)
+KILN_RED_INT_(kiln_i8, (long long)x)
+KILN_RED_INT_(kiln_u8, (long long)x)
+KILN_RED_INT_(kiln_i16, (long long)x)
+KILN_RED_INT_(kiln_bool_t, x.bits != 0 ? 1ll : 0ll)
+#undef KILN_RED_INT_
 static_assert(sizeof(kiln_part<float, double>) <= KILN_CUDA_REDUCE_PART_BYTES, "f32 parts outgrow the scratch");
-static_assert(sizeof(kiln_part<int, unsigned long long>) <= KILN_CUDA_REDUCE_PART_BYTES, "i32 parts outgrow the scratch");
+static_assert(sizeof(kiln_part<double, double>) <= KILN_CUDA_REDUCE_PART_BYTES, "f64 parts outgrow the scratch");
+static_assert(sizeof(kiln_part<long long, unsigned long long>) <= KILN_CUDA_REDUCE_PART_BYTES,
+              "integer parts outgrow the scratch");
 
-/* ACC double: the element's value (or its square), exact for f32. */
-__device__ __forceinline__ double kiln_acc_of(double *, float v, bool squares) {
-  const double d = (double)v;
-  return squares ? d * d : d;
-}
-__device__ __forceinline__ double kiln_acc_finish(double sum, int op, int64_t len) {
+/* SUM, MEAN or NORM of a finished sum, in the carrier out's dtype is
+ * stored from. double: f32 (as before) and f64. float: f16 and bf16, the
+ * f32 result of the op as the CPU computes it, rounded into the dtype
+ * once by the store. The integer: SUM. */
+__device__ __forceinline__ kiln_carried kiln_acc_finish(double sum, int op, int64_t len) {
+  kiln_carried c;
+  c.i = 0;
   switch (op) {
-  case 1: return sum / (double)len; /* MEAN: 0/0 is NaN */
-  case 4: return sqrt(sum);         /* NORM */
-  default: return sum;              /* SUM */
+  case 1: kiln_carry(c, (kiln_f64)(sum / (double)len)); break; /* MEAN: 0/0 is NaN */
+  case 4: kiln_carry(c, (kiln_f64)sqrt(sum)); break;           /* NORM */
+  default: kiln_carry(c, (kiln_f64)sum); break;                /* SUM */
   }
+  return c;
 }
-
-/* ACC unsigned long long: the element, summed modulo 2^64 (MEAN and NORM
- * are floats only, so nothing is squared or divided). */
-__device__ __forceinline__ unsigned long long kiln_acc_of(unsigned long long *, int v, bool) {
-  return (unsigned long long)(long long)v;
-}
-__device__ __forceinline__ unsigned long long kiln_acc_finish(unsigned long long sum, int, int64_t) { return sum; }
-
-/* A finished sum into out's dtype through its carrier. */
-__device__ __forceinline__ kiln_carried kiln_acc_carried(double v) {
+__device__ __forceinline__ kiln_carried kiln_acc_finish(float sum, int op, int64_t len) {
+  float v;
+  switch (op) {
+  case 1: v = (float)((double)sum / (double)len); break;
+  case 4: v = sqrtf(sum); break;
+  default: v = sum; break;
+  }
   kiln_carried c;
   c.i = 0;
   kiln_carry(c, (kiln_f64)v);
   return c;
 }
-__device__ __forceinline__ kiln_carried kiln_acc_carried(unsigned long long v) {
+__device__ __forceinline__ kiln_carried kiln_acc_finish(unsigned long long sum, int, int64_t) {
   kiln_carried c;
   c.f = 0.0;
-  kiln_carry(c, (kiln_i64)v);
+  kiln_carry(c, (kiln_i64)sum);
   return c;
 }
 
-/* What MAX of nothing gives. */
-template <typename T> __device__ __forceinline__ T kiln_lowest(void);
-template <> __device__ __forceinline__ float kiln_lowest<float>(void) { return -INFINITY; }
-template <> __device__ __forceinline__ int kiln_lowest<int>(void) { return (-2147483647 - 1); }
-
-template <typename T, typename ACC> __device__ __forceinline__ kiln_part<T, ACC> kiln_part_empty(void) {
-  kiln_part<T, ACC> r;
+template <typename CT, typename ACC> __device__ __forceinline__ kiln_part<CT, ACC> kiln_part_empty(void) {
+  kiln_part<CT, ACC> r;
   r.sum = (ACC)0;
-  r.best = (T)0;
+  r.best = (CT)0;
   r.index = -1;
   return r;
 }
 
 /* Does b beat a? NaN wins, and among equals (or NaNs) the first index, so
  * the order in which partial results meet does not matter. */
-template <typename T, typename ACC>
-__device__ __forceinline__ bool kiln_part_better(const kiln_part<T, ACC> &b, const kiln_part<T, ACC> &a) {
+template <typename CT, typename ACC>
+__device__ __forceinline__ bool kiln_part_better(const kiln_part<CT, ACC> &b, const kiln_part<CT, ACC> &a) {
   if (b.index < 0) return false;
   if (a.index < 0) return true;
   const bool bn = b.best != b.best, an = a.best != a.best;
@@ -530,61 +583,73 @@ __device__ __forceinline__ bool kiln_part_better(const kiln_part<T, ACC> &b, con
   return b.best > a.best;
 }
 
-template <typename T, typename ACC>
-__device__ __forceinline__ kiln_part<T, ACC> kiln_part_merge(const kiln_part<T, ACC> &a, const kiln_part<T, ACC> &b) {
-  kiln_part<T, ACC> r = kiln_part_better(b, a) ? b : a;
+template <typename CT, typename ACC>
+__device__ __forceinline__ kiln_part<CT, ACC> kiln_part_merge(const kiln_part<CT, ACC> &a,
+                                                              const kiln_part<CT, ACC> &b) {
+  kiln_part<CT, ACC> r = kiln_part_better(b, a) ? b : a;
   r.sum = a.sum + b.sum;
   return r;
 }
 
-template <typename T, typename ACC>
-__device__ __forceinline__ void kiln_part_add(kiln_part<T, ACC> &acc, T v, int64_t index, bool squares) {
-  acc.sum += kiln_acc_of((ACC *)0, v, squares);
-  kiln_part<T, ACC> one;
-  one.best = v;
+template <typename T>
+__device__ __forceinline__ void kiln_part_add(kiln_part<typename kiln_red<T>::CT, typename kiln_red<T>::ACC> &acc,
+                                              const T v, int64_t index, bool squares) {
+  typedef kiln_red<T> R;
+  acc.sum += R::acc(v, squares);
+  kiln_part<typename R::CT, typename R::ACC> one;
+  one.best = R::cmp(v);
   one.index = index;
   if (kiln_part_better(one, acc)) {
-    acc.best = v;
+    acc.best = one.best;
     acc.index = index;
   }
 }
 
-template <typename T, typename ACC>
-__device__ __forceinline__ kiln_part<T, ACC> kiln_part_shfl_down(const kiln_part<T, ACC> &v, int offset) {
-  kiln_part<T, ACC> o;
+template <typename CT, typename ACC>
+__device__ __forceinline__ kiln_part<CT, ACC> kiln_part_shfl_down(const kiln_part<CT, ACC> &v, int offset) {
+  kiln_part<CT, ACC> o;
   o.sum = __shfl_down_sync(0xffffffffu, v.sum, offset);
   o.best = __shfl_down_sync(0xffffffffu, v.best, offset);
   o.index = __shfl_down_sync(0xffffffffu, v.index, offset);
   return o;
 }
 
-template <typename T, typename ACC> __device__ kiln_part<T, ACC> kiln_block_reduce(kiln_part<T, ACC> v) {
-  __shared__ kiln_part<T, ACC> shared[KILN_CUDA_BLOCK / 32];
+template <typename CT, typename ACC> __device__ kiln_part<CT, ACC> kiln_block_reduce(kiln_part<CT, ACC> v) {
+  __shared__ kiln_part<CT, ACC> shared[KILN_CUDA_BLOCK / 32];
   const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
   for (int offset = 16; offset > 0; offset >>= 1) v = kiln_part_merge(v, kiln_part_shfl_down(v, offset));
   if (lane == 0) shared[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    v = lane < blockDim.x / 32 ? shared[lane] : kiln_part_empty<T, ACC>();
+    v = lane < blockDim.x / 32 ? shared[lane] : kiln_part_empty<CT, ACC>();
     for (int offset = 16; offset > 0; offset >>= 1) v = kiln_part_merge(v, kiln_part_shfl_down(v, offset));
   }
   return v; /* valid in thread 0 */
 }
 
-/* Write one finished output; the same rules as the CPU backend (sum of
- * nothing 0, mean of nothing NaN, max of nothing -inf / INT_MIN, argmax 0). */
-template <typename T, typename ACC>
-__device__ __forceinline__ void kiln_reduce_finish(const kiln_kop_t &p, int64_t at, const kiln_part<T, ACC> &r) {
+/* Write output `at` (row * inner + col); the same rules as the CPU backend
+ * (sum of nothing 0, mean of nothing NaN; the core refuses MAX and ARGMAX
+ * of an empty axis, and MAX of nothing would store -inf, or the integer's
+ * lowest, by the cast rule). */
+template <typename T>
+__device__ __forceinline__ void kiln_reduce_finish(const kiln_kop_t &p, int64_t at,
+                                                   const kiln_part<typename kiln_red<T>::CT, typename kiln_red<T>::ACC> &r) {
   switch (p.u.reduce.op) {
-  case 3: ((int *)p.out.addr)[at] = r.index < 0 ? 0 : (int)r.index; break;              /* ARGMAX */
-  case 2: ((T *)p.out.addr)[at] = r.index < 0 ? kiln_lowest<T>() : r.best; break;       /* MAX */
+  case 3: ((int *)p.out.addr)[at] = r.index < 0 ? 0 : (int)r.index; break; /* ARGMAX */
+  case 2: {                                                                  /* MAX: the element itself */
+    const int64_t inner = p.u.reduce.inner;
+    const int64_t element = (at / inner) * p.u.reduce.len * inner + r.index * inner + at % inner;
+    ((T *)p.out.addr)[at] = r.index < 0 ? kiln_store<T>::from((kiln_f64)-INFINITY) : ((const T *)p.in[0].addr)[element];
+    break;
+  }
   default: /* SUM, MEAN, NORM */
-    kiln_store_dyn(p.out.dtype, p.out.addr, at, kiln_acc_carried(kiln_acc_finish(r.sum, p.u.reduce.op, p.u.reduce.len)));
+    kiln_store_dyn(p.out.dtype, p.out.addr, at, kiln_acc_finish(r.sum, p.u.reduce.op, p.u.reduce.len));
     break;
   }
 }
 
-template <typename T, typename ACC> __device__ void kiln_reduce_rows(const kiln_kop_t &p) {
+template <typename T> __device__ void kiln_reduce_rows(const kiln_kop_t &p) {
+  typedef kiln_part<typename kiln_red<T>::CT, typename kiln_red<T>::ACC> P;
   const T *__restrict__ in = (const T *)p.in[0].addr;
   const bool squares = p.u.reduce.op == 4;
   for (int64_t b = blockIdx.x; b < p.plan.reduce.rows * p.plan.reduce.chunks; b += gridDim.x) {
@@ -592,35 +657,31 @@ template <typename T, typename ACC> __device__ void kiln_reduce_rows(const kiln_
     const int64_t begin = chunk * p.plan.reduce.chunk;
     const int64_t end = begin + p.plan.reduce.chunk < p.u.reduce.len ? begin + p.plan.reduce.chunk : p.u.reduce.len;
     const T *x = in + row * p.u.reduce.len;
-    kiln_part<T, ACC> acc = kiln_part_empty<T, ACC>();
-    for (int64_t l = begin + threadIdx.x; l < end; l += blockDim.x) kiln_part_add<T, ACC>(acc, x[l], l, squares);
+    P acc = kiln_part_empty<typename kiln_red<T>::CT, typename kiln_red<T>::ACC>();
+    for (int64_t l = begin + threadIdx.x; l < end; l += blockDim.x) kiln_part_add<T>(acc, x[l], l, squares);
     acc = kiln_block_reduce(acc);
     if (threadIdx.x == 0) {
       if (p.plan.reduce.chunks == 1)
-        kiln_reduce_finish<T, ACC>(p, row, acc);
+        kiln_reduce_finish<T>(p, row, acc);
       else
-        ((kiln_part<T, ACC> *)p.plan.reduce.parts)[b] = acc;
+        ((P *)p.plan.reduce.parts)[b] = acc;
     }
     __syncthreads(); /* the shared scratch of kiln_block_reduce is reused */
   }
 }
 
-KILN_INSTANCE(kiln_reduce_rows_f32, kiln_reduce_rows<float, double>)
-KILN_INSTANCE(kiln_reduce_rows_i32, kiln_reduce_rows<int, unsigned long long>)
-
-template <typename T, typename ACC> __device__ void kiln_reduce_parts(const kiln_kop_t &p) {
-  const kiln_part<T, ACC> *parts = (const kiln_part<T, ACC> *)p.plan.reduce.parts;
+template <typename T> __device__ void kiln_reduce_parts(const kiln_kop_t &p) {
+  typedef kiln_part<typename kiln_red<T>::CT, typename kiln_red<T>::ACC> P;
+  const P *parts = (const P *)p.plan.reduce.parts;
   for (int64_t row = blockIdx.x; row < p.plan.reduce.rows; row += gridDim.x) {
-    kiln_part<T, ACC> acc = kiln_part_empty<T, ACC>();
-    for (int64_t c = threadIdx.x; c < p.plan.reduce.chunks; c += blockDim.x) acc = kiln_part_merge(acc, parts[row * p.plan.reduce.chunks + c]);
+    P acc = kiln_part_empty<typename kiln_red<T>::CT, typename kiln_red<T>::ACC>();
+    for (int64_t c = threadIdx.x; c < p.plan.reduce.chunks; c += blockDim.x)
+      acc = kiln_part_merge(acc, parts[row * p.plan.reduce.chunks + c]);
     acc = kiln_block_reduce(acc);
-    if (threadIdx.x == 0) kiln_reduce_finish<T, ACC>(p, row, acc);
+    if (threadIdx.x == 0) kiln_reduce_finish<T>(p, row, acc);
     __syncthreads();
   }
 }
-
-KILN_INSTANCE(kiln_reduce_parts_f32, kiln_reduce_parts<float, double>)
-KILN_INSTANCE(kiln_reduce_parts_i32, kiln_reduce_parts<int, unsigned long long>)
 
 /* inner > 1 (and any len == 0): a block is p.plan.reduce.width neighbouring columns by
  * KILN_CUDA_BLOCK / p.plan.reduce.width lanes along the axis, so a warp reads whole
@@ -629,8 +690,9 @@ KILN_INSTANCE(kiln_reduce_parts_i32, kiln_reduce_parts<int, unsigned long long>)
  * row: reducing axis 0 of [1e6, 4] runs on hundreds of blocks, not 4
  * threads. The lanes of a column meet in a fixed tree, so the result does
  * not depend on timing. */
-template <typename T, typename ACC> __device__ void kiln_reduce_cols(const kiln_kop_t &p) {
-  __shared__ kiln_part<T, ACC> shared[KILN_CUDA_BLOCK];
+template <typename T> __device__ void kiln_reduce_cols(const kiln_kop_t &p) {
+  typedef kiln_part<typename kiln_red<T>::CT, typename kiln_red<T>::ACC> P;
+  __shared__ P shared[KILN_CUDA_BLOCK];
   const T *__restrict__ in = (const T *)p.in[0].addr;
   const bool squares = p.u.reduce.op == 4;
   const int width = p.plan.reduce.width, lanes = KILN_CUDA_BLOCK / p.plan.reduce.width;
@@ -641,10 +703,10 @@ template <typename T, typename ACC> __device__ void kiln_reduce_cols(const kiln_
     const int64_t col = tile * width + tx;
     const int64_t begin = chunk * p.plan.reduce.chunk;
     const int64_t end = begin + p.plan.reduce.chunk < p.u.reduce.len ? begin + p.plan.reduce.chunk : p.u.reduce.len;
-    kiln_part<T, ACC> acc = kiln_part_empty<T, ACC>();
+    P acc = kiln_part_empty<typename kiln_red<T>::CT, typename kiln_red<T>::ACC>();
     if (col < p.u.reduce.inner) {
       const T *x = in + row * p.u.reduce.len * p.u.reduce.inner + col;
-      for (int64_t l = begin + ty; l < end; l += lanes) kiln_part_add<T, ACC>(acc, x[l * p.u.reduce.inner], l, squares);
+      for (int64_t l = begin + ty; l < end; l += lanes) kiln_part_add<T>(acc, x[l * p.u.reduce.inner], l, squares);
     }
     shared[threadIdx.x] = acc;
     __syncthreads();
@@ -655,16 +717,21 @@ template <typename T, typename ACC> __device__ void kiln_reduce_cols(const kiln_
     if (ty == 0 && col < p.u.reduce.inner) {
       const int64_t o = row * p.u.reduce.inner + col;
       if (p.plan.reduce.chunks == 1)
-        kiln_reduce_finish<T, ACC>(p, o, shared[tx]);
+        kiln_reduce_finish<T>(p, o, shared[tx]);
       else
-        ((kiln_part<T, ACC> *)p.plan.reduce.parts)[o * p.plan.reduce.chunks + chunk] = shared[tx];
+        ((P *)p.plan.reduce.parts)[o * p.plan.reduce.chunks + chunk] = shared[tx];
     }
     __syncthreads(); /* shared is written again by the next block's items */
   }
 }
 
-KILN_INSTANCE(kiln_reduce_cols_f32, kiln_reduce_cols<float, double>)
-KILN_INSTANCE(kiln_reduce_cols_i32, kiln_reduce_cols<int, unsigned long long>)
+/* kiln_reduce_{rows,cols,parts}_<dtype of in[0]>, every dtype. */
+#define KILN_REDUCE_INSTANCES_(NAME, DC, T, CARRIER, BITS, P)                                      \
+  KILN_INSTANCE(kiln_reduce_rows_##NAME, kiln_reduce_rows<T>)                                       \
+  KILN_INSTANCE(kiln_reduce_cols_##NAME, kiln_reduce_cols<T>)                                       \
+  KILN_INSTANCE(kiln_reduce_parts_##NAME, kiln_reduce_parts<T>)
+KILN_CUDA_DTYPES(KILN_REDUCE_INSTANCES_, ~)
+#undef KILN_REDUCE_INSTANCES_
 
 /* ---- softmax and cross-entropy --------------------------------------------- */
 
@@ -783,11 +850,12 @@ KILN_INSTANCE(kiln_xent_mean_f32, kiln_xent_mean)
   (void)c, (void)h, (void)w, (void)k, (void)r, (void)s, (void)p, (void)q, (void)stride, (void)pad, (void)dil
 
 /* [images][c*r*s][p*q] columns of plan.round.images consecutive input
- * images starting at plan.round.in, into plan.round.out. */
-__device__ __forceinline__ void kiln_im2col(const kiln_kop_t &op) {
+ * images starting at plan.round.in, into plan.round.out: the elements'
+ * bits (BITS of the dtype's size), zeros in the padding. */
+template <typename BITS> __device__ __forceinline__ void kiln_im2col(const kiln_kop_t &op) {
   KILN_CONV_SIZES_(op);
-  const float *__restrict__ x = (const float *)op.plan.round.in;
-  float *__restrict__ cols = (float *)op.plan.round.out;
+  const BITS *__restrict__ x = (const BITS *)op.plan.round.in;
+  BITS *__restrict__ cols = (BITS *)op.plan.round.out;
   const int64_t pq = p * q, rs = r * s, crs = c * rs;
   KILN_FOR_EACH(i, op.plan.round.images * crs * pq) {
     const int64_t col = i % pq, row = (i / pq) % crs, img = i / (pq * crs);
@@ -795,20 +863,23 @@ __device__ __forceinline__ void kiln_im2col(const kiln_kop_t &op) {
     const int64_t pp = col / q, qq = col % q;
     const int64_t hh = pp * stride[0] - pad[0] + ri * dil[0];
     const int64_t ww = qq * stride[1] - pad[1] + si * dil[1];
-    cols[i] = hh >= 0 && hh < h && ww >= 0 && ww < w ? x[((img * c + ch) * h + hh) * w + ww] : 0.0f;
+    cols[i] = hh >= 0 && hh < h && ww >= 0 && ww < w ? x[((img * c + ch) * h + hh) * w + ww] : (BITS)0;
   }
 }
-KILN_INSTANCE(kiln_im2col_f32, kiln_im2col)
+KILN_INSTANCE(kiln_im2col_f32, kiln_im2col<kiln_u32>)
+KILN_INSTANCE(kiln_im2col_f64, kiln_im2col<kiln_u64>)
 
-/* CONV2D's bias: y[img][k][pq] += bias[k] (in[2]) over every image of out. */
-__device__ __forceinline__ void kiln_conv_bias(const kiln_kop_t &op) {
+/* CONV2D's bias: y[img][k][pq] += bias[k] (in[2]) over every image of out
+ * (f32, f64). */
+template <typename T> __device__ __forceinline__ void kiln_conv_bias(const kiln_kop_t &op) {
   KILN_CONV_SIZES_(op);
-  float *__restrict__ y = (float *)op.out.addr;
-  const float *__restrict__ bias = (const float *)op.in[2].addr;
+  T *__restrict__ y = (T *)op.out.addr;
+  const T *__restrict__ bias = (const T *)op.in[2].addr;
   const int64_t pq = p * q;
   KILN_FOR_EACH(i, op.u.conv2d.n * k * pq) y[i] += bias[(i / pq) % k];
 }
-KILN_INSTANCE(kiln_conv_bias_f32, kiln_conv_bias)
+KILN_INSTANCE(kiln_conv_bias_f32, kiln_conv_bias<float>)
+KILN_INSTANCE(kiln_conv_bias_f64, kiln_conv_bias<double>)
 
 /* The window of u.pooling as the kernels read it. */
 #define KILN_POOL_WINDOW_(op)                                                                        \

@@ -1,4 +1,4 @@
-/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, transfers from pageable memory, events, provider choice, TF32 off by default, CAST, every dtype's casts, fills, ranges, elementwise ops, comparisons and where against cpu:0, long reductions and tall matmuls; skipped (77) without one. */
+/* tests/cuda/test_cuda.c: the CUDA backend on a real GPU: buffers, copies, transfers from pageable memory, events, provider choice, TF32 off by default, CAST, every dtype's casts, fills, ranges, elementwise ops, comparisons, where, reductions, random and matmul against cpu:0, long reductions and tall matmuls; skipped (77) without one. */
 #include <math.h>
 #include <stdint.h>
 
@@ -737,6 +737,279 @@ START_TEST(test_elementwise_every_dtype_matches_cpu) {
 }
 END_TEST
 
+/* ---- reductions of every dtype ------------------------------------------------------------------- */
+
+/* Float results within a relative `rel` of cpu:0's (f32, f64: the order of
+ * the sums differs; NaN matches NaN, infinities and zeros exactly). */
+static void close_rel(const char *what, kiln_tensor_t *expected, kiln_tensor_t *got, double rel) {
+  const kiln_dtype_t d = kiln_tensor_dtype(expected);
+  ck_assert_int_eq(kiln_tensor_dtype(got), d);
+  ck_assert(d == KILN_F32 || d == KILN_F64);
+  const size_t n = (size_t)kiln_tensor_numel(expected);
+  kiln_tensor_t *e64, *g64, *g_cpu;
+  KT_OK(kiln_tensor_to(got, cpu, &g_cpu));
+  KT_OK(kiln_tensor_cast(expected, KILN_F64, &e64));
+  KT_OK(kiln_tensor_cast(g_cpu, KILN_F64, &g64));
+  double *e = malloc(n * 8 + 8), *g = malloc(n * 8 + 8);
+  KT_OK(kiln_tensor_read(e64, e, n * 8));
+  KT_OK(kiln_tensor_read(g64, g, n * 8));
+  for (size_t i = 0; i < n; i++) {
+    if (e[i] == g[i] || (isnan(e[i]) && isnan(g[i]))) continue;
+    ck_assert_msg(isfinite(e[i]) && fabs(g[i] - e[i]) <= rel * fabs(e[i]),
+                  "%s: element %zu is %.17g on the GPU, %.17g on cpu:0 (relative tolerance %g)", what, i, g[i], e[i],
+                  rel);
+  }
+  free(e);
+  free(g);
+  kiln_tensor_release(e64);
+  kiln_tensor_release(g64);
+  kiln_tensor_release(g_cpu);
+}
+
+/* A tensor of dtype d from doubles by the cast rule, the same bytes on both
+ * devices. */
+static void reduce_pair(kiln_dtype_t d, int ndim, const int64_t *shape, const double *v, kiln_tensor_t **c,
+                        kiln_tensor_t **g) {
+  kiln_tensor_t *f64;
+  KT_OK(kiln_tensor_from_host(cpu, KILN_F64, ndim, shape, v, &f64));
+  KT_OK(kiln_tensor_cast(f64, d, c));
+  KT_OK(kiln_tensor_to(*c, gpu, g));
+  kiln_tensor_release(f64);
+}
+
+/* The shapes each dtype is reduced in, and over which axes (1: axis 0, 2:
+ * axis 1): short rows and columns (one pass), a long row and a long column
+ * (split over blocks, the parts pass). Thousands of short rows would be
+ * thousands of blocks, slow on the test driver: not here. */
+static const int64_t reduce_shapes[][3] = {{3, 300, 3}, {300, 5, 1}, {2, 9001, 2}, {9001, 2, 1}};
+
+/* Every reduction of a tensor of dtype d over both axes, and sum_to, on
+ * both devices. `exact` values make every sum exact in every accumulator
+ * (multiples of 1/4 below 16 in size): the results but NORM's are then the
+ * same bits for every dtype. Otherwise (positive values, no cancellation) floats are
+ * compared within 1 unit of f16 and bf16 (f32 accumulation in another
+ * order: the f32 results differ in the last bits, which rounding into 16
+ * bits may carry into one unit), 1e-12 relative in f64 and 1e-5 in f32
+ * (CUDA sums f32 in double, cpu:0 pairwise in f32); integers and bool,
+ * summed exactly modulo 2^64, the same bits; MAX and ARGMAX always the
+ * same bits (the element itself, NaN first). */
+static void reductions_match(kiln_dtype_t d, bool exact) {
+  const bool is_float = d == KILN_F32 || d == KILN_F64 || d == KILN_F16 || d == KILN_BF16;
+  for (size_t s = 0; s < sizeof reduce_shapes / sizeof reduce_shapes[0]; s++) {
+    const int64_t *shape = reduce_shapes[s];
+    const size_t n = (size_t)(shape[0] * shape[1]);
+    double *v = malloc(n * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (size_t i = 0; i < n; i++) {
+      const unsigned h = (unsigned)((i * 2654435761u) >> 7) % 1000u;
+      if (!is_float)
+        v[i] = d == KILN_BOOL ? (double)(h % 3 == 0) : d == KILN_U8 ? (double)(h % 256) : (double)(h % 251) - 125.0;
+      else if (exact)
+        v[i] = (double)(int)(h % 120) / 4.0 - 15.0;
+      else
+        v[i] = 0.5 + (double)h / 997.0 + (double)(i % 13) / 131.0;
+    }
+    if (is_float && s == 0) v[407] = NAN; /* row 1 of [3, 300]: NaN wins max at its index */
+    if (d == KILN_I64)
+      for (size_t i = 0; i < n; i += 7) v[i] = 4.0e18; /* sums wrap modulo 2^64 into i64 */
+    kiln_tensor_t *c, *g;
+    reduce_pair(d, 2, shape, v, &c, &g);
+    char what[128];
+    for (int axis = 0; axis < 2; axis++) {
+      if (!(shape[2] >> axis & 1)) continue;
+      for (int op = 0; op < 5; op++) {
+        static const char *const names[5] = {"sum", "mean", "max", "argmax", "norm"};
+        kiln_tensor_t *e = NULL, *r = NULL;
+        kiln_status_t sc, sg;
+        switch (op) {
+        case 0: sc = kiln_tensor_sum(c, axis, false, &e), sg = kiln_tensor_sum(g, axis, false, &r); break;
+        case 1: sc = kiln_tensor_mean(c, axis, false, &e), sg = kiln_tensor_mean(g, axis, false, &r); break;
+        case 2: sc = kiln_tensor_max(c, axis, false, &e), sg = kiln_tensor_max(g, axis, false, &r); break;
+        case 3: sc = kiln_tensor_argmax(c, axis, false, &e), sg = kiln_tensor_argmax(g, axis, false, &r); break;
+        default:
+          if (axis || s != 0) continue; /* NORM is of the whole tensor: once per dtype */
+          sc = kiln_tensor_norm(c, &e), sg = kiln_tensor_norm(g, &r);
+          break;
+        }
+        snprintf(what, sizeof what, "%s of %s [%lld, %lld] over axis %d%s", names[op], kiln_dtype_name(d),
+                 (long long)shape[0], (long long)shape[1], axis, exact ? " (exact values)" : "");
+        ck_assert_msg(sc == sg, "%s: cpu:0 says %d, the GPU %d (%s)", what, (int)sc, (int)sg, kiln_last_error());
+        if (sc != KILN_OK) continue;
+        const kiln_dtype_t rd = kiln_tensor_dtype(e);
+        /* NORM's squares (multiples of 1/16 summing past 2^20) are not exact in f32. */
+        if (!is_float || op == 2 || op == 3 || (exact && op != 4))
+          same_bytes(what, e, r);
+        else if (rd == KILN_F16 || rd == KILN_BF16)
+          close_bits(what, e, r, 1);
+        else
+          close_rel(what, e, r, rd == KILN_F64 ? 1e-12 : 1e-5);
+        kiln_tensor_release(e);
+        kiln_tensor_release(r);
+      }
+      /* sum_to keeps the dtype (integers wrap in it, bool: any). */
+      const int64_t to[2] = {axis ? shape[0] : 1, axis ? 1 : shape[1]};
+      kiln_tensor_t *e, *r;
+      snprintf(what, sizeof what, "sum_to of %s [%lld, %lld] over axis %d%s", kiln_dtype_name(d),
+               (long long)shape[0], (long long)shape[1], axis, exact ? " (exact values)" : "");
+      KT_OK(kiln_tensor_sum_to(c, 2, to, &e));
+      KT_OK(kiln_tensor_sum_to(g, 2, to, &r));
+      ck_assert_int_eq(kiln_tensor_dtype(r), d);
+      if (exact || !is_float) same_bytes(what, e, r);
+      else if (d == KILN_F16 || d == KILN_BF16) close_bits(what, e, r, 1);
+      else close_rel(what, e, r, d == KILN_F64 ? 1e-12 : 1e-5);
+      kiln_tensor_release(e);
+      kiln_tensor_release(r);
+    }
+    kiln_tensor_release(c);
+    kiln_tensor_release(g);
+    free(v);
+  }
+}
+
+/* SUM, MEAN, MAX, ARGMAX, NORM and sum_to of every dtype on the GPU give
+ * cpu:0's results (the rules of reductions_match): integers and bool
+ * accumulate in 64 bits (the sum an i64), f16 and bf16 in f32, f64 in
+ * f64, each result in the dtype the core chose; ops a dtype does not take
+ * (mean of i32, max of bool) fail alike. */
+START_TEST(test_reductions_every_dtype_match_cpu) {
+  for (int di = 0; di < KILN_DTYPE_COUNT_; di++) {
+    const kiln_dtype_t d = (kiln_dtype_t)di;
+    reductions_match(d, true);
+    if (d == KILN_F32 || d == KILN_F64 || d == KILN_F16 || d == KILN_BF16) reductions_match(d, false);
+  }
+}
+END_TEST
+
+/* uniform and normal in every float dtype give cpu:0's bits (kernels/philox.h:
+ * f16 and bf16 the f32 sample rounded once, f64 from the same counters in
+ * double); on the test driver the normal's log, sqrt and cos are glibc's on
+ * both sides, so those agree bit for bit too. Integer dtypes are refused
+ * alike. */
+START_TEST(test_random_every_float_dtype_matches_cpu) {
+  const int64_t shape[2] = {3, 1001};
+  const uint64_t seeds[2] = {7, 0x123456789abcdefull};
+  const float bounds[3][2] = {{0.0f, 1.0f}, {-2.0f, 3.0f}, {1000.0f, 1000.5f}};
+  for (int di = 0; di < KILN_DTYPE_COUNT_; di++) {
+    const kiln_dtype_t d = (kiln_dtype_t)di;
+    for (int k = 0; k < 2; k++)
+      for (int b = 0; b < 3; b++)
+        for (int normal = 0; normal < 2; normal++) {
+          kiln_tensor_t *e = NULL, *r = NULL;
+          char what[128];
+          snprintf(what, sizeof what, "%s(%s, seed %llu, %g, %g)", normal ? "normal" : "uniform", kiln_dtype_name(d),
+                   (unsigned long long)seeds[k], bounds[b][0], bounds[b][1]);
+          const kiln_status_t sc =
+              normal ? kiln_tensor_normal_dtype(cpu, d, 2, shape, seeds[k], bounds[b][0], bounds[b][1], &e)
+                     : kiln_tensor_uniform_dtype(cpu, d, 2, shape, seeds[k], bounds[b][0], bounds[b][1], &e);
+          const kiln_status_t sg =
+              normal ? kiln_tensor_normal_dtype(gpu, d, 2, shape, seeds[k], bounds[b][0], bounds[b][1], &r)
+                     : kiln_tensor_uniform_dtype(gpu, d, 2, shape, seeds[k], bounds[b][0], bounds[b][1], &r);
+          both_agree(what, sc, e, sg, r, 0);
+        }
+  }
+}
+END_TEST
+
+/* MATMUL in f64, f16 and bf16 (and f32) on the native GEMM against cpu:0,
+ * every transpose, shapes across the 128-wide tiles and the k-steps of 8,
+ * one batched with B broadcast. `exact` operands (multiples of 1/8 in
+ * [-2, 2), k <= 70) make every sum exact in f32: the results are then the
+ * same bits in every dtype (f16 and bf16 rounded once from the exact f32
+ * value). Otherwise (positive operands, no cancellation): within 1 unit of
+ * f16 and bf16 (f32 accumulation in another order, rounded once), 1e-12
+ * relative in f64, 1e-5 in f32. */
+static void matmul_matches(kiln_dtype_t d, bool exact) {
+  static const int64_t sizes[][4] = {{1, 1, 1, 1}, {37, 19, 45, 1}, {130, 70, 129, 1}, {9, 13, 33, 3}};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    const int64_t m = sizes[s][0], k = sizes[s][1], n = sizes[s][2], batch = sizes[s][3];
+    for (int t = 0; t < 4; t++) {
+      const bool ta = t & 1, tb = t & 2;
+      const int64_t sa[3] = {batch, ta ? k : m, ta ? m : k}, sb[2] = {tb ? n : k, tb ? k : n};
+      const size_t na = (size_t)(batch * m * k), nb = (size_t)(k * n);
+      double *va = malloc(na * sizeof *va), *vb = malloc(nb * sizeof *vb);
+      ck_assert_ptr_nonnull(va);
+      ck_assert_ptr_nonnull(vb);
+      for (size_t i = 0; i < na + nb; i++) {
+        const unsigned h = (unsigned)(((i + 17 * s + 5 * (size_t)t) * 2654435761u) >> 9) % 1024u;
+        const double v = exact ? (double)(h % 32) / 8.0 - 2.0 : 0.25 + (double)h / 1021.0;
+        if (i < na) va[i] = v;
+        else vb[i - na] = v;
+      }
+      kiln_tensor_t *ca, *ga, *cb, *gb, *e = NULL, *r = NULL;
+      reduce_pair(d, batch > 1 ? 3 : 2, batch > 1 ? sa : sa + 1, va, &ca, &ga);
+      reduce_pair(d, 2, sb, vb, &cb, &gb);
+      char what[128];
+      snprintf(what, sizeof what, "matmul %s%s [%lldx%lldx%lld, batch %lld]%s%s", kiln_dtype_name(d),
+               exact ? " (exact values)" : "", (long long)m, (long long)k, (long long)n, (long long)batch,
+               ta ? " A^T" : "", tb ? " B^T" : "");
+      KT_OK(kiln_tensor_matmul(ca, cb, ta, tb, &e));
+      KT_OK(kiln_tensor_matmul(ga, gb, ta, tb, &r));
+      ck_assert_str_eq(kiln_last_provider(), "native");
+      if (exact) same_bytes(what, e, r);
+      else if (d == KILN_F16 || d == KILN_BF16) close_bits(what, e, r, 1);
+      else close_rel(what, e, r, d == KILN_F64 ? 1e-12 : 1e-5);
+      kiln_tensor_t *all[6] = {ca, ga, cb, gb, e, r};
+      for (int i = 0; i < 6; i++) kiln_tensor_release(all[i]);
+      free(va);
+      free(vb);
+    }
+  }
+}
+
+START_TEST(test_matmul_every_float_dtype_matches_cpu) {
+  KT_OK(kiln_set_providers("matmul=native"));
+  const kiln_dtype_t dtypes[4] = {KILN_F64, KILN_F16, KILN_BF16, KILN_F32};
+  for (int i = 0; i < 4; i++) {
+    matmul_matches(dtypes[i], true);
+    matmul_matches(dtypes[i], false);
+  }
+  /* Integers and bool are refused alike, naming the cast. */
+  const int64_t shape[2] = {2, 2};
+  kiln_tensor_t *ci, *gi, *e = NULL, *r = NULL;
+  const double v[4] = {1, 2, 3, 4};
+  reduce_pair(KILN_I32, 2, shape, v, &ci, &gi);
+  const kiln_status_t sc = kiln_tensor_matmul(ci, ci, false, false, &e);
+  const kiln_status_t sg = kiln_tensor_matmul(gi, gi, false, false, &r);
+  ck_assert_int_eq(sc, KILN_DTYPE_MISMATCH);
+  ck_assert_int_eq(sg, KILN_DTYPE_MISMATCH);
+  kiln_tensor_release(ci);
+  kiln_tensor_release(gi);
+}
+END_TEST
+
+/* conv2d in f64 on the native path (im2col, the f64 GEMM, the bias) against
+ * cpu:0 within 1e-12 relative: a padded 3x3 of stride 2 with bias and a 1x1
+ * (the GEMM alone) without. */
+START_TEST(test_conv2d_f64_matches_cpu) {
+  const int64_t xs[4] = {2, 3, 9, 7}, ws[2][4] = {{4, 3, 3, 3}, {5, 3, 1, 1}}, bs[1] = {4};
+  double x[2 * 3 * 9 * 7], w[4 * 3 * 3 * 3], b[4];
+  for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = (double)((i * 37) % 101) / 50.0 - 1.0 + 1e-9 * (double)i;
+  for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) w[i] = (double)((i * 53) % 67) / 33.0 - 1.0;
+  for (int i = 0; i < 4; i++) b[i] = 0.25 * i - 0.3;
+  kiln_tensor_t *cx, *gx, *cb, *gb;
+  reduce_pair(KILN_F64, 4, xs, x, &cx, &gx);
+  reduce_pair(KILN_F64, 1, bs, b, &cb, &gb);
+  for (int v = 0; v < 2; v++) {
+    kiln_tensor_t *cw, *gw, *e, *r;
+    reduce_pair(KILN_F64, 4, ws[v], w, &cw, &gw);
+    kiln_conv2d_params_t params = kiln_conv2d_params_default();
+    if (v == 0) {
+      params.stride[0] = params.stride[1] = 2;
+      params.padding[0] = params.padding[1] = 1;
+    }
+    KT_OK(kiln_tensor_conv2d(cx, cw, v == 0 ? cb : NULL, &params, &e));
+    KT_OK(kiln_tensor_conv2d(gx, gw, v == 0 ? gb : NULL, &params, &r));
+    close_rel(v == 0 ? "conv2d f64 3x3 stride 2 pad 1, bias" : "conv2d f64 1x1", e, r, 1e-12);
+    kiln_tensor_release(cw);
+    kiln_tensor_release(gw);
+    kiln_tensor_release(e);
+    kiln_tensor_release(r);
+  }
+  kiln_tensor_t *all[4] = {cx, gx, cb, gb};
+  for (int i = 0; i < 4; i++) kiln_tensor_release(all[i]);
+}
+END_TEST
+
 /* Axis 0 of a tall, narrow tensor: the long axis is split over many blocks
  * and merged in a second pass. Small integers keep every sum exact. */
 START_TEST(test_column_reduction_of_a_long_axis) {
@@ -854,6 +1127,10 @@ int main(void) {
   tcase_add_test(tc, test_fill_and_arange_every_dtype_match_cpu);
   tcase_add_test(tc, test_elementwise_every_dtype_matches_cpu);
   tcase_add_test(tc, test_column_reduction_of_a_long_axis);
+  tcase_add_test(tc, test_reductions_every_dtype_match_cpu);
+  tcase_add_test(tc, test_random_every_float_dtype_matches_cpu);
+  tcase_add_test(tc, test_matmul_every_float_dtype_matches_cpu);
+  tcase_add_test(tc, test_conv2d_f64_matches_cpu);
   tcase_add_test(tc, test_native_matmul_of_many_rows);
   suite_add_tcase(suite, tc);
   SRunner *runner = srunner_create(suite);
