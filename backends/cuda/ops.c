@@ -221,13 +221,12 @@ static kiln_status_t kiln_cuda_plan_cross_entropy(kiln_backend_context_t *ctx, k
 
 /* CONV2D: per round of images, their columns (im2col, plan.round) and one
  * batched GEMM (plan.gemm) W [k][c*r*s] @ columns; a 1x1 convolution of
- * stride 1 without padding is the GEMM alone. Then the bias. */
-static kiln_status_t kiln_cuda_plan_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
-                                           const kiln_op_t *op) {
-  (void)ctx;
-  kiln_kop_t k, g;
-  kiln_cuda_kop_fill(&k, op);
-  g = k;
+ * stride 1 without padding is the GEMM alone. Then the bias. `k` is the
+ * op's record, its operands possibly moved (conv2d_via_f32); the sizes come
+ * from the op, the dtype from the record. */
+static kiln_status_t conv2d_record(kiln_backend_queue_t *queue, const kiln_op_t *op, kiln_kop_t k) {
+  kiln_kop_t g = k;
+  const kiln_dtype_t dtype = (kiln_dtype_t)k.out.dtype;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t kk = op->u.conv2d.k, crs = c * op->u.conv2d.r * op->u.conv2d.s, pq = op->u.conv2d.p * op->u.conv2d.q;
   g.plan.gemm.a = k.in[1].addr; /* W [k, crs] */
@@ -250,10 +249,10 @@ static kiln_status_t kiln_cuda_plan_conv2d(kiln_backend_context_t *ctx, kiln_bac
     g.plan.gemm.batch = n;
     status = kiln_cuda_gemm(queue, &g);
   } else {
-    const size_t size = kiln_backend_dtype_size(op->out.dtype);
+    const size_t size = kiln_backend_dtype_size(dtype);
     const size_t per_image = (size_t)crs * (size_t)pq * size;
     char im2col[32];
-    snprintf(im2col, sizeof im2col, "kiln_im2col_%s", kiln_backend_dtype_name(op->out.dtype));
+    snprintf(im2col, sizeof im2col, "kiln_im2col_%s", kiln_backend_dtype_name(dtype));
     int64_t step = per_image ? (int64_t)(KILN_CUDA_IM2COL_BYTES / per_image) : n;
     if (step < 1) step = 1;
     if (step > n) step = n;
@@ -274,8 +273,79 @@ static kiln_status_t kiln_cuda_plan_conv2d(kiln_backend_context_t *ctx, kiln_bac
     }
     kiln_cuda_scratch_free(queue, cols);
   }
-  if (status == KILN_OK) status = kiln_cuda_conv_bias(queue, op);
+  if (status == KILN_OK && op->u.conv2d.has_bias) {
+    char name[32];
+    snprintf(name, sizeof name, "kiln_conv_bias_%s", kiln_backend_dtype_name(dtype));
+    status = kiln_cuda_launch_flat(queue, name, n * kk * pq, &k);
+  }
   return status;
+}
+
+/* `count` contiguous elements from `from` (dtype `from_dtype`) to `to`,
+ * by the cast rule (kernel `kiln_cast`, a flat run). */
+static kiln_status_t cast_run(kiln_backend_queue_t *queue, CUdeviceptr from, kiln_dtype_t from_dtype, CUdeviceptr to,
+                              kiln_dtype_t to_dtype, int64_t count) {
+  if (count == 0) return KILN_OK;
+  kiln_kop_t c;
+  memset(&c, 0, sizeof c);
+  c.kind = KILN_OP_CAST;
+  c.n_in = 1;
+  c.n = count;
+  c.in[0].addr = from;
+  c.in[0].dtype = from_dtype;
+  c.out.addr = to;
+  c.out.dtype = to_dtype;
+  return kiln_cuda_launch_flat(queue, "kiln_cast", count, &c);
+}
+
+/* CONV2D of f16 or bf16: x, w and the bias widened to f32 (exactly), the f32
+ * convolution and its bias in f32, the result rounded once to the dtype,
+ * nearest even: the CPU's rule (kernels/cpu/via_f32.c), so the results
+ * differ from cpu:0's only by the order of the f32 sums. */
+static kiln_status_t conv2d_via_f32(kiln_backend_queue_t *queue, const kiln_op_t *op, const kiln_kop_t *k16) {
+  const kiln_dtype_t dtype = op->out.dtype;
+  const int64_t nx = op->u.conv2d.n * op->u.conv2d.c * op->u.conv2d.h * op->u.conv2d.w;
+  const int64_t nw = op->u.conv2d.k * op->u.conv2d.c * op->u.conv2d.r * op->u.conv2d.s;
+  const int64_t nb = op->u.conv2d.has_bias ? op->u.conv2d.k : 0;
+  const int64_t ny = op->u.conv2d.n * op->u.conv2d.k * op->u.conv2d.p * op->u.conv2d.q;
+  /* One scratch block, each part on a 256-byte boundary. */
+  const size_t align = 256;
+  const size_t part[4] = {(size_t)nx * 4, (size_t)nw * 4, (size_t)nb * 4, (size_t)ny * 4};
+  size_t at[4], total = 0;
+  for (int i = 0; i < 4; i++) {
+    at[i] = total;
+    total += (part[i] + align - 1) / align * align;
+  }
+  CUdeviceptr base = 0;
+  kiln_status_t status = kiln_cuda_scratch_alloc(queue, total ? total : align, &base);
+  if (status != KILN_OK) return status;
+  kiln_kop_t k = *k16;
+  k.in[0].addr = base + at[0];
+  k.in[1].addr = base + at[1];
+  k.out.addr = base + at[3];
+  k.in[0].offset = k.in[1].offset = k.out.offset = 0;
+  k.in[0].dtype = k.in[1].dtype = k.out.dtype = KILN_F32;
+  if (nb) {
+    k.in[2].addr = base + at[2];
+    k.in[2].offset = 0;
+    k.in[2].dtype = KILN_F32;
+  }
+  status = cast_run(queue, k16->in[0].addr, dtype, k.in[0].addr, KILN_F32, nx);
+  if (status == KILN_OK) status = cast_run(queue, k16->in[1].addr, dtype, k.in[1].addr, KILN_F32, nw);
+  if (status == KILN_OK && nb) status = cast_run(queue, k16->in[2].addr, dtype, k.in[2].addr, KILN_F32, nb);
+  if (status == KILN_OK) status = conv2d_record(queue, op, k);
+  if (status == KILN_OK) status = cast_run(queue, k.out.addr, KILN_F32, k16->out.addr, dtype, ny);
+  kiln_cuda_scratch_free(queue, base);
+  return status;
+}
+
+static kiln_status_t kiln_cuda_plan_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                           const kiln_op_t *op) {
+  (void)ctx;
+  kiln_kop_t k;
+  kiln_cuda_kop_fill(&k, op);
+  if (op->out.dtype == KILN_F16 || op->out.dtype == KILN_BF16) return conv2d_via_f32(queue, op, &k);
+  return conv2d_record(queue, op, k);
 }
 
 /* The bias of a convolution (native, or computed by another provider). */
@@ -322,7 +392,7 @@ KILN_CUDA_ROW_(run_rows)
  * yet, but for COPY and REDUCE (every dtype in and out: the reduction
  * kernels are instantiated per input dtype and store the out dtype the
  * core chose), MATMUL (f32, f64, f16, bf16: kernels/cuda/gemm.cuh) and
- * CONV2D (f32, f64); their rows refuse other dtypes rather than read them as
+ * CONV2D (f32, f64; f16 and bf16 through f32); their rows refuse other dtypes rather than read them as
  * f32. FLAT and ROWS kinds need no such check: a missing kernel is missing
  * by name. */
 static kiln_status_t plan_takes(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
@@ -332,10 +402,9 @@ static kiln_status_t plan_takes(kiln_backend_context_t *ctx, kiln_backend_queue_
   if (op->kind == KILN_OP_COPY || op->kind == KILN_OP_REDUCE || kiln_backend_op_dtypes_in(op, f32_i32, f32_i32, &bad))
     return KILN_OK;
   /* MATMUL: the GEMM kernels of every float dtype; CONV2D: f32 and f64
-   * (im2col, the GEMM and the bias in the dtype). One dtype throughout. */
-  const uint32_t conv = 1u << KILN_F32 | 1u << KILN_F64;
-  if (((op->kind == KILN_OP_MATMUL && kiln_backend_op_dtypes_in(op, floats, floats, &bad)) ||
-       (op->kind == KILN_OP_CONV2D && kiln_backend_op_dtypes_in(op, conv, conv, &bad))) &&
+   * (im2col, the GEMM and the bias in the dtype), f16 and bf16 through f32
+   * (conv2d_via_f32). One dtype throughout. */
+  if ((op->kind == KILN_OP_MATMUL || op->kind == KILN_OP_CONV2D) && kiln_backend_op_dtypes_in(op, floats, floats, &bad) &&
       op->in[0].dtype == op->out.dtype && op->in[1].dtype == op->out.dtype)
     return KILN_OK;
   return kiln_cuda_error(ctx, KILN_UNSUPPORTED,
