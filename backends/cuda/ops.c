@@ -219,6 +219,14 @@ static kiln_status_t kiln_cuda_plan_cross_entropy(kiln_backend_context_t *ctx, k
   return status;
 }
 
+/* The bias of a convolution on the record's out, in the record's dtype. */
+static kiln_status_t conv_bias_record(kiln_backend_queue_t *queue, const kiln_op_t *op, const kiln_kop_t *k) {
+  if (!op->u.conv2d.has_bias) return KILN_OK;
+  char name[32];
+  snprintf(name, sizeof name, "kiln_conv_bias_%s", kiln_backend_dtype_name((kiln_dtype_t)k->out.dtype));
+  return kiln_cuda_launch_flat(queue, name, op->u.conv2d.n * op->u.conv2d.k * op->u.conv2d.p * op->u.conv2d.q, k);
+}
+
 /* CONV2D: per round of images, their columns (im2col, plan.round) and one
  * batched GEMM (plan.gemm) W [k][c*r*s] @ columns; a 1x1 convolution of
  * stride 1 without padding is the GEMM alone. Then the bias. `k` is the
@@ -273,11 +281,7 @@ static kiln_status_t conv2d_record(kiln_backend_queue_t *queue, const kiln_op_t 
     }
     kiln_cuda_scratch_free(queue, cols);
   }
-  if (status == KILN_OK && op->u.conv2d.has_bias) {
-    char name[32];
-    snprintf(name, sizeof name, "kiln_conv_bias_%s", kiln_backend_dtype_name(dtype));
-    status = kiln_cuda_launch_flat(queue, name, n * kk * pq, &k);
-  }
+  if (status == KILN_OK) status = conv_bias_record(queue, op, &k);
   return status;
 }
 
@@ -350,12 +354,9 @@ static kiln_status_t kiln_cuda_plan_conv2d(kiln_backend_context_t *ctx, kiln_bac
 
 /* The bias of a convolution (native, or computed by another provider). */
 kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *op) {
-  if (!op->u.conv2d.has_bias) return KILN_OK;
   kiln_kop_t k;
   kiln_cuda_kop_fill(&k, op);
-  char name[32];
-  snprintf(name, sizeof name, "kiln_conv_bias_%s", kiln_backend_dtype_name(op->out.dtype));
-  return kiln_cuda_launch_flat(queue, name, op->u.conv2d.n * op->u.conv2d.k * op->u.conv2d.p * op->u.conv2d.q, &k);
+  return conv_bias_record(queue, op, &k);
 }
 
 /* ---- the table ------------------------------------------------------------- */
