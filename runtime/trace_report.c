@@ -263,9 +263,23 @@ kiln_status_t kiln__trace_write_json(const kiln__trace_t *trace, FILE *f) {
 
 typedef struct row_t {
   const char *name, *provider;
-  uint64_t calls;
+  uint64_t calls, bytes; /* bytes: spans' */
   int64_t host_ns, dev_ns;
 } row_t;
+
+/* The row of (r's name, r's provider), added when new; NULL when the table
+ * (of `cap` rows) is full. The record's host time and call counted. */
+static row_t *row_of(row_t *rows, size_t *count, size_t cap, const kiln__trace_record_t *r) {
+  size_t i = 0;
+  while (i < *count && !(rows[i].name == r->name && rows[i].provider == r->provider)) i++;
+  if (i == *count) {
+    if (*count == cap) return NULL;
+    rows[(*count)++] = (row_t){r->name, r->provider, 0, 0, 0, 0};
+  }
+  rows[i].calls++;
+  rows[i].host_ns += r->host_t1 - r->host_t0;
+  return &rows[i];
+}
 
 static int row_order(const void *a, const void *b) {
   const row_t *x = a, *y = b;
@@ -289,19 +303,12 @@ char *kiln__trace_summary_text(const kiln__trace_t *trace) {
   uint64_t ops = 0, op_records = 0;
   int64_t dev_total = 0, host_total = 0;
   row_t spans[SUMMARY_SPANS];
-  uint64_t span_bytes[SUMMARY_SPANS] = {0};
   size_t span_count = 0;
   FOR_EACH_RECORD(trace, r) {
     if (r->type == KILN__TRACE_SPAN) {
       /* Spans: per category (in provider) and name; host time only. */
-      size_t i = 0;
-      while (i < span_count && !(spans[i].name == r->name && spans[i].provider == r->provider)) i++;
-      if (i == span_count && span_count < SUMMARY_SPANS) spans[span_count++] = (row_t){r->name, r->provider, 0, 0, 0};
-      if (i < span_count) {
-        spans[i].calls++;
-        spans[i].host_ns += r->host_t1 - r->host_t0;
-        span_bytes[i] += r->bytes_read;
-      }
+      row_t *row = row_of(spans, &span_count, SUMMARY_SPANS, r);
+      if (row) row->bytes += r->bytes_read;
       continue;
     }
     if (r->type == KILN__TRACE_MEMORY || r->type == KILN__TRACE_WAIT) continue;
@@ -317,14 +324,8 @@ char *kiln__trace_summary_text(const kiln__trace_t *trace) {
     ops++;
     dev_total += dev;
     host_total += r->host_t1 - r->host_t0;
-    size_t i = 0;
-    while (i < row_count && !(rows[i].name == r->name && rows[i].provider == r->provider)) i++;
-    if (i == row_count && row_count < SUMMARY_ROWS) rows[row_count++] = (row_t){r->name, r->provider, 0, 0, 0};
-    if (i < row_count) {
-      rows[i].calls++;
-      rows[i].host_ns += r->host_t1 - r->host_t0;
-      rows[i].dev_ns += dev;
-    }
+    row_t *row = row_of(rows, &row_count, SUMMARY_ROWS, r);
+    if (row) row->dev_ns += dev;
     /* The ten longest, kept sorted, longest first. */
     for (int k = 0; k < SUMMARY_TOP; k++) {
       if (top[k] && top[k]->dev_t1 - top[k]->dev_t0 >= dev) continue;
@@ -372,8 +373,8 @@ char *kiln__trace_summary_text(const kiln__trace_t *trace) {
         "category", "name", "count", "ms", "bytes", "GB/s");
     for (size_t i = 0; i < span_count; i++)
       put(&t, "%-12s %-24s %8llu %12.3f %14llu %10.3f\n", spans[i].provider, spans[i].name,
-          (unsigned long long)spans[i].calls, us(spans[i].host_ns) / 1e3, (unsigned long long)span_bytes[i],
-          spans[i].host_ns > 0 ? (double)span_bytes[i] / (double)spans[i].host_ns : 0.0);
+          (unsigned long long)spans[i].calls, us(spans[i].host_ns) / 1e3, (unsigned long long)spans[i].bytes,
+          spans[i].host_ns > 0 ? (double)spans[i].bytes / (double)spans[i].host_ns : 0.0);
   }
 
   /* Gaps: where a queue sat idle between its slices, waiting on the host or
