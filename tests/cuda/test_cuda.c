@@ -244,11 +244,11 @@ END_TEST
  * - gemm: the matmul test's inputs are multiples of 1/128 with sums far
  *   below 2^11, so every product and partial sum is exact in f32 and f64
  *   whatever the order, and f16 and bf16 round the one exact f32 sum once
- *   (cuBLAS is told to keep a split-k's partial sums in f32): exact in
- *   f32 and f64 (f64 keeps the 1e-12 of the other f64 checks, the same
- *   thing); in f16 and bf16 one unit of the dtype at 1.0 (2^-10 ~ 9.8e-4,
- *   2^-7 ~ 7.8e-3), in case a tensor-core kernel's order rounds the same
- *   sum to the neighbouring value;
+ *   (cuBLAS is told to keep a split-k's partial sums in f32). So f32 is
+ *   held exact, as before the dtypes; f64 to the 1e-12 relative of the
+ *   suite's other f64 checks (DGEMM's order is cuBLAS's choice); f16 and
+ *   bf16 to one unit of the dtype at 1.0 (2^-10 ~ 9.8e-4, 2^-7 ~ 7.8e-3),
+ *   in case a tensor-core kernel rounds the sum to the neighbouring value;
  * - conv: cuDNN may convolve by Winograd or FFT, whose transforms round in
  *   the compute type (double for f64, float for the rest): 1e-12 in f64,
  *   1e-4 in f32 (as before the dtypes), and for f16 and bf16 their unit at
