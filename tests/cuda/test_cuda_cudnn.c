@@ -303,6 +303,21 @@ START_TEST(test_serving_cudnn_conv2d_every_dtype) {
       }
       kiln_tensor_release(ty);
     }
+    if (d == KILN_F16) {
+      /* The input's gradient is f32 in every CUDA provider (the core takes
+       * f16): the refusal names the dtype and says cudnn has none either. */
+      kiln_tensor_t *dy, *dx = NULL;
+      KT_OK(kiln_tensor_conv2d(t[0], t[1], NULL, &params, &dy));
+      const kiln_status_t status = kiln_tensor_conv2d_backward_input(dy, t[1], xs, &params, &dx);
+      const char *message = kiln_last_error();
+      ck_assert_msg(status == KILN_UNSUPPORTED && dx == NULL, "f16 conv2d_backward_input: status %d (%s)",
+                    (int)status, message);
+      ck_assert_msg(strstr(message, "no f16 kernel") && strstr(message, "provider 'cudnn' has no f16"),
+                    "f16 conv2d_backward_input refused with '%s'", message);
+      printf("f16 conv2d_backward_input: %s\n", message);
+      kiln_clear_error();
+      kiln_tensor_release(dy);
+    }
     for (int i = 0; i < 3; i++) {
       kiln_tensor_release(t32[i]);
       kiln_tensor_release(t[i]);
