@@ -328,6 +328,9 @@ typedef struct kiln_cuda_reduce_plan_t {
 void kiln_cuda_reduce_plan(kiln_kop_t *k, int sm_count, kiln_cuda_reduce_plan_t *out);
 /* Add a convolution's bias (when it has one) to its output, in place. */
 kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *op);
+/* Set a 16-bit convolution's output to its bias (when it has one), for a
+ * provider that adds its convolution to it and rounds once. */
+kiln_status_t kiln_cuda_conv_bias_fill(kiln_backend_queue_t *queue, const kiln_op_t *op);
 /* Scratch for the columns of a convolution's images per GEMM: images are
  * taken in rounds whose columns fit (at least one image a round). */
 #define KILN_CUDA_IM2COL_BYTES ((size_t)256 << 20)
@@ -390,6 +393,10 @@ const char *kiln_cuda_dlerror(void);
 bool kiln_cuda_cublas_load(kiln_backend_context_t *ctx, char *out_reason, size_t reason_size);
 void kiln_cuda_cublas_unload(kiln_backend_context_t *ctx);
 /* The cublas row's supports() and routine. */
+/* Whether the cublas row computes op's dtypes (f32, f64, f16, bf16, one
+ * throughout), whatever the sizes and whether cuBLAS is loaded; *out_bad
+ * (when not NULL) the first dtype it does not. */
+bool kiln_cuda_cublas_takes(const kiln_op_t *op, kiln_dtype_t *out_bad);
 bool kiln_cuda_cublas_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
                                const kiln_op_entry_t *entry, const kiln_op_t *op);
 kiln_status_t kiln_cuda_cublas_matmul(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op);
@@ -404,6 +411,9 @@ void kiln_cuda_cudnn_unload(kiln_backend_context_t *ctx);
 kiln_status_t kiln_cuda_cudnn_device_init(kiln_backend_device_t *device);
 /* The cudnn rows' supports() (conv2d, max_pool2d, conv2d_backward_input,
  * conv2d_backward_weight, softmax_backward) and routines. */
+/* Whether cudnn's rows compute op's dtypes (CONV2D: f32, f64, f16, bf16,
+ * one throughout; the others f32), as kiln_cuda_cublas_takes. */
+bool kiln_cuda_cudnn_takes(const kiln_op_t *op, kiln_dtype_t *out_bad);
 bool kiln_cuda_cudnn_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *device,
                               const kiln_op_entry_t *entry, const kiln_op_t *op);
 kiln_status_t kiln_cuda_cudnn_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op);

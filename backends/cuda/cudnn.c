@@ -1,4 +1,4 @@
-/* backends/cuda/cudnn.c: the cudnn provider for CONV2D, MAX_POOL2D and the gradients cuDNN computes as kiln defines them: cuDNN loaded at run time, checked at load, one plan (or refusal) per shape kept in memory. */
+/* backends/cuda/cudnn.c: the cudnn provider for CONV2D (f32, f64, f16, bf16), MAX_POOL2D and the gradients cuDNN computes as kiln defines them: cuDNN loaded at run time, checked at load, one plan (or refusal) per shape kept in memory. */
 /*
  * The API. cuDNN 9 marks its legacy descriptor API (cudnnConvolutionForward,
  * filter/convolution/pooling descriptors) deprecated in favour of the graph
@@ -36,6 +36,15 @@
  * its tied maxima, not necessarily the first in row-major order that kiln
  * (like PyTorch) specifies and the conformance suite checks to the bit, and
  * finds the maximum by comparing x with the forward's y, which no NaN equals.
+ *
+ * Dtypes. CONV2D runs in each dtype the native convolution computes: f32;
+ * f64 (CUDNN_DATA_DOUBLE, computed in double); f16 and bf16 (CUDNN_DATA_HALF
+ * and CUDNN_DATA_BFLOAT16, computed in float, CUDNN_TENSOR_OP_MATH: tensor
+ * cores are what 16-bit is for). A 16-bit convolution's bias is written
+ * into y first and cuDNN adds its float result to it (beta = 1) before the
+ * one rounding, as the native path (through f32) rounds the biased sum
+ * once; f32 and f64 add the bias afterwards, as the native path does. The
+ * gradients, pooling and softmax rows are f32, like their native kernels.
  *
  * Plans. Each shape's descriptors and algorithm (or the reason cuDNN
  * refused it) are kept per device in a hash table; a refused shape is not
@@ -216,7 +225,7 @@ void kiln_cuda_cudnn_queue_release(kiln_backend_context_t *ctx, kiln_backend_que
 
 typedef struct plan_t {
   struct plan_t *next;
-  int64_t key[KILN_CUDNN_KEY_LEN]; /* kind, then the shape */
+  int64_t key[KILN_CUDNN_KEY_LEN]; /* kind and dtype, then the shape */
   bool refused;                    /* cuDNN cannot run this shape: native runs it */
   char why[192];                   /* the refusal, for the log */
   kiln_cudnn_tensor_t x, y;
@@ -273,7 +282,7 @@ static bool is_conv(kiln_op_kind_t kind) {
 
 static void plan_key(const kiln_op_t *op, int64_t key[KILN_CUDNN_KEY_LEN]) {
   memset(key, 0, KILN_CUDNN_KEY_LEN * sizeof key[0]);
-  key[0] = op->kind;
+  key[0] = (int64_t)op->kind | (int64_t)op->out.dtype << 16; /* kind and dtype */
   if (is_conv(op->kind)) {
     const int64_t values[15] = {op->u.conv2d.n, op->u.conv2d.c, op->u.conv2d.h, op->u.conv2d.w, op->u.conv2d.k,
                                 op->u.conv2d.r, op->u.conv2d.s, op->u.conv2d.p, op->u.conv2d.q,
@@ -366,6 +375,23 @@ static kiln_status_t provider_status(kiln_backend_queue_t *queue, kiln_status_t 
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+/* The dtypes of cudnn's rows: CONV2D in one float dtype throughout (x, w,
+ * the bias, y), the others in f32 (and max_pool2d's i32 indices); false
+ * and *out_bad, the first dtype that is not, otherwise. */
+bool kiln_cuda_cudnn_takes(const kiln_op_t *op, kiln_dtype_t *out_bad) {
+  if (op->kind == KILN_OP_CONV2D) {
+    const uint32_t floats = 1u << KILN_F32 | 1u << KILN_F64 | 1u << KILN_F16 | 1u << KILN_BF16;
+    if (!kiln_backend_op_dtypes_in(op, floats, floats, out_bad)) return false;
+    for (int i = 0; i < op->n_in; i++)
+      if (op->in[i].dtype != op->out.dtype) {
+        if (out_bad) *out_bad = op->in[i].dtype;
+        return false;
+      }
+    return true;
+  }
+  return kiln_backend_op_dtypes_in(op, 1u << KILN_F32 | 1u << KILN_I32, 1u << KILN_F32, out_bad);
+}
+
 /* Sizes beyond int, empty dimensions (a weight gradient of no image: zeros),
  * pooling windows that may lie wholly in the padding, and shapes cuDNN
  * refused before are the native provider's. */
@@ -373,9 +399,7 @@ bool kiln_cuda_cudnn_supports(kiln_backend_context_t *ctx, kiln_backend_device_t
                               const kiln_op_entry_t *entry, const kiln_op_t *op) {
   if (!ctx->cudnn || atomic_load_explicit(&device->cudnn_failed, memory_order_relaxed)) return false;
   if (!op) return true;
-  /* kiln's cuDNN descriptors are f32 (the other dtypes run native, or are
-   * refused there). */
-  if (!kiln_backend_op_dtypes_in(op, 1u << KILN_F32 | 1u << KILN_I32, 1u << KILN_F32, NULL)) return false;
+  if (!kiln_cuda_cudnn_takes(op, NULL)) return false;
   if (is_conv(op->kind)) {
     const int64_t dims[] = {op->u.conv2d.n, op->u.conv2d.c, op->u.conv2d.h, op->u.conv2d.w, op->u.conv2d.k,
                             op->u.conv2d.r, op->u.conv2d.s, op->u.conv2d.p, op->u.conv2d.q,
@@ -422,20 +446,31 @@ static kiln_status_t refuse(kiln_backend_context_t *ctx, plan_t *plan, const cha
 }
 
 /* The first of `returned` heuristic results (cuDNN ranks them) that
- * succeeded, needs at most 1 GiB of workspace and no TF32 (unless
- * KILN_CUDA_TF32=1), and, for a gradient, is deterministic; -1 when none. */
+ * succeeded, needs at most 1 GiB of workspace and, in f32, no TF32 (unless
+ * KILN_CUDA_TF32=1; tensor-op math in f64 is exact FMA, and in f16 and bf16
+ * it is wanted), and, for a gradient, is deterministic; -1 when none. */
 static int choose_algorithm(const kiln_backend_context_t *ctx, const kiln_cudnn_fwd_perf_t *results, int returned,
-                            bool deterministic) {
+                            bool deterministic, kiln_dtype_t dtype) {
   for (int i = 0; i < returned; i++) {
     if (results[i].status != KILN_CUDNN_STATUS_SUCCESS) continue;
     if (results[i].memory > ((size_t)1 << 30)) continue;
-    if (!ctx->tf32 && (results[i].math_type == KILN_CUDNN_TENSOR_OP_MATH ||
+    if (dtype == KILN_F32 && !ctx->tf32 && (results[i].math_type == KILN_CUDNN_TENSOR_OP_MATH ||
                        results[i].math_type == KILN_CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
       continue;
     if (deterministic && results[i].determinism != KILN_CUDNN_DETERMINISTIC) continue;
     return i;
   }
   return -1;
+}
+
+/* cudnnDataType_t of a dtype cudnn's convolution takes (kiln_cuda_cudnn_takes). */
+static int data_type(kiln_dtype_t dtype) {
+  switch (dtype) {
+  case KILN_F64: return KILN_CUDNN_DATA_DOUBLE;
+  case KILN_F16: return KILN_CUDNN_DATA_HALF;
+  case KILN_BF16: return KILN_CUDNN_DATA_BFLOAT16;
+  default: return KILN_CUDNN_DATA_FLOAT;
+  }
 }
 
 /* The descriptors of one convolution (x, or dx; y, or dy; w, or dw) and the
@@ -447,31 +482,38 @@ static kiln_status_t plan_conv(kiln_backend_context_t *ctx, kiln_cudnn_handle_t 
   const int n = (int)op->u.conv2d.n, c = (int)op->u.conv2d.c, h = (int)op->u.conv2d.h, w = (int)op->u.conv2d.w;
   const int k = (int)op->u.conv2d.k, r = (int)op->u.conv2d.r, s = (int)op->u.conv2d.s;
   const int p = (int)op->u.conv2d.p, q = (int)op->u.conv2d.q;
+  const int data = data_type(op->out.dtype);
+  /* f64 computes in double; f16 and bf16 in float (cuDNN's PSEUDO_HALF and
+   * PSEUDO_BFLOAT16 configurations), the one rounding at the store. */
+  const int compute = op->out.dtype == KILN_F64 ? KILN_CUDNN_DATA_DOUBLE : KILN_CUDNN_DATA_FLOAT;
+  /* f32: FMA math excludes TF32 tensor cores, which CUDNN_DEFAULT_MATH
+   * allows on Ampere and newer, unless KILN_CUDA_TF32=1. f16 and bf16:
+   * tensor cores. f64: cuDNN's default. */
+  const int math = op->out.dtype == KILN_F32   ? (ctx->tf32 ? KILN_CUDNN_DEFAULT_MATH : KILN_CUDNN_FMA_MATH)
+                   : op->out.dtype == KILN_F64 ? KILN_CUDNN_DEFAULT_MATH
+                                               : KILN_CUDNN_TENSOR_OP_MATH;
   kiln_status_t status = check(ctx, dnn->create_tensor(&plan->x), "%s", "cudnnCreateTensorDescriptor");
   if (status == KILN_OK) status = check(ctx, dnn->create_tensor(&plan->y), "%s", "cudnnCreateTensorDescriptor");
   if (status == KILN_OK) status = check(ctx, dnn->create_filter(&plan->w), "%s", "cudnnCreateFilterDescriptor");
   if (status == KILN_OK) status = check(ctx, dnn->create_conv(&plan->conv), "%s", "cudnnCreateConvolutionDescriptor");
   if (status == KILN_OK)
-    status = check(ctx, dnn->set_tensor_4d(plan->x, KILN_CUDNN_TENSOR_NCHW, KILN_CUDNN_DATA_FLOAT, n, c, h, w), "%s",
+    status = check(ctx, dnn->set_tensor_4d(plan->x, KILN_CUDNN_TENSOR_NCHW, data, n, c, h, w), "%s",
                    "cudnnSetTensor4dDescriptor (input)");
   if (status == KILN_OK)
-    status = check(ctx, dnn->set_tensor_4d(plan->y, KILN_CUDNN_TENSOR_NCHW, KILN_CUDNN_DATA_FLOAT, n, k, p, q), "%s",
+    status = check(ctx, dnn->set_tensor_4d(plan->y, KILN_CUDNN_TENSOR_NCHW, data, n, k, p, q), "%s",
                    "cudnnSetTensor4dDescriptor (output)");
   if (status == KILN_OK)
-    status = check(ctx, dnn->set_filter_4d(plan->w, KILN_CUDNN_DATA_FLOAT, KILN_CUDNN_TENSOR_NCHW, k, c, r, s), "%s",
+    status = check(ctx, dnn->set_filter_4d(plan->w, data, KILN_CUDNN_TENSOR_NCHW, k, c, r, s), "%s",
                    "cudnnSetFilter4dDescriptor");
   /* Cross-correlation, as every framework's conv2d (and kiln's) computes. */
   if (status == KILN_OK)
     status = check(ctx,
                    dnn->set_conv_2d(plan->conv, op->u.conv2d.pad[0], op->u.conv2d.pad[1], op->u.conv2d.stride[0],
                                     op->u.conv2d.stride[1], op->u.conv2d.dil[0], op->u.conv2d.dil[1],
-                                    KILN_CUDNN_CROSS_CORRELATION, KILN_CUDNN_DATA_FLOAT),
+                                    KILN_CUDNN_CROSS_CORRELATION, compute),
                    "%s", "cudnnSetConvolution2dDescriptor");
-  /* FMA math excludes TF32 tensor cores, which CUDNN_DEFAULT_MATH allows
-   * for f32 on Ampere and newer. */
   if (status == KILN_OK)
-    status = check(ctx, dnn->set_conv_math(plan->conv, ctx->tf32 ? KILN_CUDNN_DEFAULT_MATH : KILN_CUDNN_FMA_MATH),
-                   "%s", "cudnnSetConvolutionMathType");
+    status = check(ctx, dnn->set_conv_math(plan->conv, math), "%s", "cudnnSetConvolutionMathType");
   if (status == KILN_OK) {
     int on = 0, ok = 0, op_ = 0, oq = 0;
     status = check(ctx, dnn->conv_output_dim(plan->conv, plan->x, plan->w, &on, &ok, &op_, &oq), "%s",
@@ -509,11 +551,12 @@ static kiln_status_t plan_conv(kiln_backend_context_t *ctx, kiln_cudnn_handle_t 
   }
   if (status != KILN_OK) return status;
   const bool gradient = op->kind != KILN_OP_CONV2D;
-  const int chosen = choose_algorithm(ctx, results, returned, gradient);
+  const int chosen = choose_algorithm(ctx, results, returned, gradient, op->out.dtype);
   if (chosen < 0)
     return refuse(ctx, plan,
                   gradient ? "no deterministic algorithm fits without TF32 and 1 GiB of workspace"
-                           : "no algorithm fits without TF32 and 1 GiB of workspace",
+                  : op->out.dtype == KILN_F32 ? "no algorithm fits without TF32 and 1 GiB of workspace"
+                                              : "no algorithm fits 1 GiB of workspace",
                   op);
   plan->algo = results[chosen].algo;
   switch (op->kind) {
@@ -666,39 +709,46 @@ static const void *in_ptr(const kiln_op_t *op, int i) {
 static kiln_status_t call(kiln_backend_context_t *ctx, kiln_cudnn_handle_t handle, const kiln_op_t *op,
                           const plan_t *plan, CUdeviceptr workspace) {
   const kiln_cuda_cudnn_t *dnn = ctx->cudnn;
-  const float alpha = 1.0f, beta = 0.0f;
+  /* Scaling factors are double for double data, float otherwise. A 16-bit
+   * convolution with a bias adds to y, which holds the bias (see the top). */
+  const bool onto_bias = op->kind == KILN_OP_CONV2D && op->u.conv2d.has_bias &&
+                         (op->out.dtype == KILN_F16 || op->out.dtype == KILN_BF16);
+  const float alpha32 = 1.0f, beta32 = onto_bias ? 1.0f : 0.0f;
+  const double alpha64 = 1.0, beta64 = 0.0;
+  const void *alpha = op->out.dtype == KILN_F64 ? (const void *)&alpha64 : (const void *)&alpha32;
+  const void *beta = op->out.dtype == KILN_F64 ? (const void *)&beta64 : (const void *)&beta32;
   void *out = (void *)(uintptr_t)kiln_cuda_view_ptr(&op->out);
   void *ws = (void *)(uintptr_t)workspace;
   char detail[160] = "";
   if (is_conv(op->kind))
-    snprintf(detail, sizeof detail, "n=%lld c=%lld h=%lld w=%lld k=%lld r=%lld s=%lld, algorithm %d",
-             (long long)op->u.conv2d.n, (long long)op->u.conv2d.c, (long long)op->u.conv2d.h, (long long)op->u.conv2d.w,
+    snprintf(detail, sizeof detail, "%s, n=%lld c=%lld h=%lld w=%lld k=%lld r=%lld s=%lld, algorithm %d",
+             kiln_backend_dtype_name(op->out.dtype), (long long)op->u.conv2d.n, (long long)op->u.conv2d.c, (long long)op->u.conv2d.h, (long long)op->u.conv2d.w,
              (long long)op->u.conv2d.k, (long long)op->u.conv2d.r, (long long)op->u.conv2d.s, plan->algo);
   switch (op->kind) {
   case KILN_OP_CONV2D: /* in: x, w */
     return check(ctx,
-                 dnn->conv_forward(handle, &alpha, plan->x, in_ptr(op, 0), plan->w, in_ptr(op, 1), plan->conv,
-                                   plan->algo, ws, plan->workspace, &beta, plan->y, out),
+                 dnn->conv_forward(handle, alpha, plan->x, in_ptr(op, 0), plan->w, in_ptr(op, 1), plan->conv,
+                                   plan->algo, ws, plan->workspace, beta, plan->y, out),
                  "cudnnConvolutionForward (%s)", detail);
   case KILN_OP_CONV2D_BACKWARD_INPUT: /* in: dy, w; out: dx */
     return check(ctx,
-                 dnn->bwd_data(handle, &alpha, plan->w, in_ptr(op, 1), plan->y, in_ptr(op, 0), plan->conv,
-                               plan->algo, ws, plan->workspace, &beta, plan->x, out),
+                 dnn->bwd_data(handle, alpha, plan->w, in_ptr(op, 1), plan->y, in_ptr(op, 0), plan->conv,
+                               plan->algo, ws, plan->workspace, beta, plan->x, out),
                  "cudnnConvolutionBackwardData (%s)", detail);
   case KILN_OP_CONV2D_BACKWARD_WEIGHT: /* in: x, dy; out: dw */
     return check(ctx,
-                 dnn->bwd_filter(handle, &alpha, plan->x, in_ptr(op, 0), plan->y, in_ptr(op, 1), plan->conv,
-                                 plan->algo, ws, plan->workspace, &beta, plan->w, out),
+                 dnn->bwd_filter(handle, alpha, plan->x, in_ptr(op, 0), plan->y, in_ptr(op, 1), plan->conv,
+                                 plan->algo, ws, plan->workspace, beta, plan->w, out),
                  "cudnnConvolutionBackwardFilter (%s)", detail);
   case KILN_OP_SOFTMAX_BACKWARD: /* in: y, dy; out: dx */
     return check(ctx,
                  dnn->softmax_backward(handle, op->u.softmax.log ? KILN_CUDNN_SOFTMAX_LOG : KILN_CUDNN_SOFTMAX_ACCURATE,
-                                       KILN_CUDNN_SOFTMAX_MODE_INSTANCE, &alpha, plan->x, in_ptr(op, 0), plan->x,
-                                       in_ptr(op, 1), &beta, plan->x, out),
+                                       KILN_CUDNN_SOFTMAX_MODE_INSTANCE, alpha, plan->x, in_ptr(op, 0), plan->x,
+                                       in_ptr(op, 1), beta, plan->x, out),
                  "%s", "cudnnSoftmaxBackward");
   default: /* MAX_POOL2D; in: x */
     return check(ctx,
-                 dnn->pooling_forward(handle, plan->pooling, &alpha, plan->x, in_ptr(op, 0), &beta, plan->y, out), "%s",
+                 dnn->pooling_forward(handle, plan->pooling, alpha, plan->x, in_ptr(op, 0), beta, plan->y, out), "%s",
                  "cudnnPoolingForward");
   }
 }
@@ -729,7 +779,15 @@ static kiln_status_t run(kiln_backend_context_t *ctx, kiln_backend_queue_t *queu
   return status;
 }
 
+/* The bias as the native path adds it: f32 and f64 after the convolution,
+ * in the dtype; f16 and bf16 before, cuDNN adding its float sum to it and
+ * rounding once (a refused shape leaves y to the native row, which writes
+ * all of it). */
 kiln_status_t kiln_cuda_cudnn_conv2d(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  if (op->out.dtype == KILN_F16 || op->out.dtype == KILN_BF16) {
+    kiln_status_t status = ctx->cudnn ? kiln_cuda_conv_bias_fill(queue, op) : KILN_OK;
+    return status == KILN_OK ? run(ctx, queue, op) : status;
+  }
   kiln_status_t status = run(ctx, queue, op);
   if (status == KILN_OK) status = kiln_cuda_conv_bias(queue, op);
   return status;

@@ -359,6 +359,37 @@ kiln_status_t kiln_cuda_conv_bias(kiln_backend_queue_t *queue, const kiln_op_t *
   return conv_bias_record(queue, op, &k);
 }
 
+/* CONV2D of f16 or bf16 with a bias: out set to the bias, image by image
+ * and channel by channel (each value exact in the dtype), for a provider
+ * that then adds its f32 convolution and rounds once (cuDNN with beta = 1).
+ * Through f32 scratch: zeros, the bias widened and added by the f32 bias
+ * kernel, the sum narrowed (exactly: it is the bias). */
+kiln_status_t kiln_cuda_conv_bias_fill(kiln_backend_queue_t *queue, const kiln_op_t *op) {
+  const kiln_dtype_t dtype = op->out.dtype;
+  const int64_t nb = op->u.conv2d.k;
+  const int64_t ny = op->u.conv2d.n * op->u.conv2d.k * op->u.conv2d.p * op->u.conv2d.q;
+  if (!op->u.conv2d.has_bias || ny == 0) return KILN_OK;
+  const size_t align = 256, y_bytes = ((size_t)ny * 4 + align - 1) / align * align;
+  CUdeviceptr base = 0;
+  kiln_status_t status = kiln_cuda_scratch_alloc(queue, y_bytes + (size_t)nb * 4, &base);
+  if (status != KILN_OK) return status;
+  kiln_kop_t k;
+  kiln_cuda_kop_fill(&k, op);
+  const CUdeviceptr bias16 = k.in[2].addr, out16 = k.out.addr;
+  k.out.addr = base;
+  k.in[2].addr = base + y_bytes;
+  k.out.offset = k.in[2].offset = 0;
+  k.out.dtype = k.in[2].dtype = KILN_F32;
+  status = kiln_cuda_check(queue->device->ctx, cuMemsetD32Async(base, 0u, (size_t)ny, queue->stream),
+                           "cuMemsetD32Async (conv2d bias, %lld elements) on cuda:%d", (long long)ny,
+                           queue->device->ordinal);
+  if (status == KILN_OK) status = cast_run(queue, bias16, dtype, k.in[2].addr, KILN_F32, nb);
+  if (status == KILN_OK) status = conv_bias_record(queue, op, &k);
+  if (status == KILN_OK) status = cast_run(queue, base, KILN_F32, out16, dtype, ny);
+  kiln_cuda_scratch_free(queue, base);
+  return status;
+}
+
 /* ---- the table ------------------------------------------------------------- */
 
 typedef kiln_status_t (*routine_t)(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_t *op);
@@ -389,6 +420,29 @@ static kiln_status_t in_context(kiln_backend_context_t *ctx, kiln_backend_queue_
 KILN_CUDA_ROW_(run_flat)
 KILN_CUDA_ROW_(run_rows)
 
+/* For a refusal of the native row: what the kind's vendor provider says
+ * of op's dtypes. It takes them (so it is absent, failed, or declined this
+ * shape: the reason is its state), or which dtype it refuses too. Empty for
+ * a kind without a vendor row. */
+static void vendor_note(const kiln_backend_context_t *ctx, const kiln_op_t *op, char *out, size_t size) {
+  out[0] = '\0';
+  const bool cublas = op->kind == KILN_OP_MATMUL;
+  const bool cudnn = op->kind == KILN_OP_CONV2D || op->kind == KILN_OP_MAX_POOL2D ||
+                     op->kind == KILN_OP_CONV2D_BACKWARD_INPUT || op->kind == KILN_OP_CONV2D_BACKWARD_WEIGHT ||
+                     op->kind == KILN_OP_SOFTMAX_BACKWARD;
+  if (!cublas && !cudnn) return;
+  kiln_dtype_t bad = KILN_F32;
+  const bool takes = cublas ? kiln_cuda_cublas_takes(op, &bad) : kiln_cuda_cudnn_takes(op, &bad);
+  const char *name = cublas ? "cublas" : "cudnn";
+  if (takes)
+    snprintf(out, size, "; provider '%s' serves %s in %s but did not take it here (%s: %s)", name,
+             kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(op->out.dtype), name,
+             cublas ? ctx->cublas_state : ctx->cudnn_state);
+  else
+    snprintf(out, size, "; provider '%s' has no %s %s either", name, kiln_backend_dtype_name(bad),
+             kiln_backend_op_kind_name(op->kind));
+}
+
 /* The planned kinds compute f32 (and i32 where a kind takes integers) only
  * yet, but for COPY and REDUCE (every dtype in and out: the reduction
  * kernels are instantiated per input dtype and store the out dtype the
@@ -408,10 +462,13 @@ static kiln_status_t plan_takes(kiln_backend_context_t *ctx, kiln_backend_queue_
   if ((op->kind == KILN_OP_MATMUL || op->kind == KILN_OP_CONV2D) && kiln_backend_op_dtypes_in(op, floats, floats, &bad) &&
       op->in[0].dtype == op->out.dtype && op->in[1].dtype == op->out.dtype)
     return KILN_OK;
+  char vendor[512];
+  vendor_note(ctx, op, vendor, sizeof vendor);
   return kiln_cuda_error(ctx, KILN_UNSUPPORTED,
-                         "the CUDA backend's native %s has no %s kernel yet (cuda:%d): cast to f32 first, or compute it "
-                         "on cpu:0 (kiln_tensor_to)",
-                         kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(bad), queue->device->ordinal);
+                         "the CUDA backend's native %s has no %s kernel yet (cuda:%d)%s: cast to f32 first, or compute "
+                         "it on cpu:0 (kiln_tensor_to)",
+                         kiln_backend_op_kind_name(op->kind), kiln_backend_dtype_name(bad), queue->device->ordinal,
+                         vendor);
 }
 
 /* The planners of the PLAN kinds, kiln_cuda_plan_<name>: a kind without one

@@ -30,6 +30,11 @@ typedef void *kiln_cublas_handle_t;  /* cublasHandle_t */
 #define KILN_CUBLAS_OP_T 1
 #define KILN_CUBLAS_DEFAULT_MATH 0   /* cublasMath_t */
 #define KILN_CUBLAS_TF32_TENSOR_OP_MATH 3
+#define KILN_CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION 16 /* a cublasMath_t flag */
+#define KILN_CUDA_R_16F 2            /* cudaDataType (library_types.h) */
+#define KILN_CUDA_R_16BF 14
+#define KILN_CUBLAS_COMPUTE_32F 68   /* cublasComputeType_t */
+#define KILN_CUBLAS_GEMM_DEFAULT (-1) /* cublasGemmAlgo_t */
 #define KILN_LIBRARY_MAJOR_VERSION 0 /* libraryPropertyType */
 #define KILN_LIBRARY_MINOR_VERSION 1
 #define KILN_LIBRARY_PATCH_LEVEL 2
@@ -46,6 +51,26 @@ typedef kiln_cublas_status_t (*kiln_cublas_sgemm_strided_batched_fn)(kiln_cublas
                                                                      const float *, const float *, int, long long,
                                                                      const float *, int, long long, const float *,
                                                                      float *, int, long long, int);
+typedef kiln_cublas_status_t (*kiln_cublas_dgemm_fn)(kiln_cublas_handle_t, int, int, int, int, int, const double *,
+                                                     const double *, int, const double *, int, const double *,
+                                                     double *, int);
+typedef kiln_cublas_status_t (*kiln_cublas_dgemm_strided_batched_fn)(kiln_cublas_handle_t, int, int, int, int, int,
+                                                                     const double *, const double *, int, long long,
+                                                                     const double *, int, long long, const double *,
+                                                                     double *, int, long long, int);
+/* cublasGemmEx(handle, transa, transb, m, n, k, alpha, A, Atype, lda, B,
+ * Btype, ldb, beta, C, Ctype, ldc, computeType, algo): the data types are
+ * cudaDataType, the compute type cublasComputeType_t, algo cublasGemmAlgo_t. */
+typedef kiln_cublas_status_t (*kiln_cublas_gemm_ex_fn)(kiln_cublas_handle_t, int, int, int, int, int, const void *alpha,
+                                                       const void *a, int a_type, int lda, const void *b, int b_type,
+                                                       int ldb, const void *beta, void *c, int c_type, int ldc,
+                                                       int compute_type, int algo);
+/* cublasGemmStridedBatchedEx: cublasGemmEx with a long long stride after
+ * each leading dimension and the batch count before the compute type. */
+typedef kiln_cublas_status_t (*kiln_cublas_gemm_strided_batched_ex_fn)(
+    kiln_cublas_handle_t, int, int, int, int, int, const void *alpha, const void *a, int a_type, int lda,
+    long long stride_a, const void *b, int b_type, int ldb, long long stride_b, const void *beta, void *c, int c_type,
+    int ldc, long long stride_c, int batch, int compute_type, int algo);
 
 /* ---- cuDNN 9 (cudnn_graph.h, cudnn_ops.h, cudnn_cnn.h) ------------------------ */
 
@@ -68,6 +93,9 @@ typedef void *kiln_cudnn_pooling_t; /* cudnnPoolingDescriptor_t */
 
 #define KILN_CUDNN_TENSOR_NCHW 0        /* cudnnTensorFormat_t */
 #define KILN_CUDNN_DATA_FLOAT 0         /* cudnnDataType_t */
+#define KILN_CUDNN_DATA_DOUBLE 1
+#define KILN_CUDNN_DATA_HALF 2
+#define KILN_CUDNN_DATA_BFLOAT16 9
 #define KILN_CUDNN_CROSS_CORRELATION 1  /* cudnnConvolutionMode_t */
 #define KILN_CUDNN_DEFAULT_MATH 0       /* cudnnMathType_t */
 #define KILN_CUDNN_TENSOR_OP_MATH 1

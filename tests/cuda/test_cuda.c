@@ -238,20 +238,70 @@ START_TEST(test_events_time_work) {
 }
 END_TEST
 
-/* Run a matmul with one provider forced; the provider that ran must be it. */
-static float *matmul_with(const char *provider, int64_t m, int64_t n, int64_t k, const float *a, const float *b,
-                          bool trans_a, bool trans_b) {
+/* How far a vendor provider's result may be from the native one's, per
+ * dtype, relative to 1 + |native| (written once, for the cuBLAS and the
+ * cuDNN rows):
+ * - gemm: the matmul test's inputs are multiples of 1/128 with sums far
+ *   below 2^11, so every product and partial sum is exact in f32 and f64
+ *   whatever the order, and f16 and bf16 round the one exact f32 sum once
+ *   (cuBLAS is told to keep a split-k's partial sums in f32). So f32 is
+ *   held exact, as before the dtypes; f64 to the 1e-12 relative of the
+ *   suite's other f64 checks (DGEMM's order is cuBLAS's choice); f16 and
+ *   bf16 to one unit of the dtype at 1.0 (2^-10 ~ 9.8e-4, 2^-7 ~ 7.8e-3),
+ *   in case a tensor-core kernel rounds the sum to the neighbouring value;
+ * - conv: cuDNN may convolve by Winograd or FFT, whose transforms round in
+ *   the compute type (double for f64, float for the rest): 1e-12 in f64,
+ *   1e-4 in f32 (as before the dtypes), and for f16 and bf16 their unit at
+ *   1.0 (the f32 transform's error is far below it, the one rounding to
+ *   the dtype dominates). */
+static const struct vendor_tolerance_t {
+  kiln_dtype_t dtype;
+  double gemm, conv;
+} vendor_tolerances[] = {
+    {KILN_F64, 1e-12, 1e-12},
+    {KILN_F32, 0.0, 1e-4},
+    {KILN_F16, 1e-3, 1e-3},
+    {KILN_BF16, 8e-3, 8e-3},
+};
+#define VENDOR_DTYPES (sizeof vendor_tolerances / sizeof vendor_tolerances[0])
+
+/* A GPU tensor of dtype d from f32 values (exact in d: the tests' values
+ * are small multiples of powers of two). */
+static kiln_tensor_t *from_f32(kiln_dtype_t d, int ndim, const int64_t *shape, const float *values) {
+  kiln_tensor_t *t32, *t;
+  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, ndim, shape, values, &t32));
+  if (d == KILN_F32) return t32;
+  KT_OK(kiln_tensor_cast(t32, d, &t));
+  kiln_tensor_release(t32);
+  return t;
+}
+
+/* A GPU tensor's values as doubles (exact from every float dtype); the
+ * caller frees them. */
+static double *to_f64(kiln_tensor_t *t) {
+  kiln_tensor_t *t64;
+  KT_OK(kiln_tensor_cast(t, KILN_F64, &t64));
+  const size_t count = (size_t)kiln_tensor_numel(t64);
+  double *values = malloc(count * sizeof *values);
+  KT_OK(kiln_tensor_read(t64, values, count * sizeof *values));
+  kiln_tensor_release(t64);
+  return values;
+}
+
+/* Run a matmul in dtype d with one provider forced; the provider that ran
+ * must be it. */
+static double *matmul_with(const char *provider, kiln_dtype_t d, int64_t m, int64_t n, int64_t k, const float *a,
+                           const float *b, bool trans_a, bool trans_b) {
   char overrides[64];
   snprintf(overrides, sizeof overrides, "matmul=%s", provider);
   KT_OK(kiln_set_providers(overrides));
   const int64_t sa[2] = {trans_a ? k : m, trans_a ? m : k}, sb[2] = {trans_b ? n : k, trans_b ? k : n};
-  kiln_tensor_t *ta, *tb, *tc;
-  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 2, sa, a, &ta));
-  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 2, sb, b, &tb));
+  kiln_tensor_t *ta = from_f32(d, 2, sa, a), *tb = from_f32(d, 2, sb, b), *tc;
   KT_OK(kiln_tensor_matmul(ta, tb, trans_a, trans_b, &tc));
-  ck_assert_str_eq(kiln_last_provider(), provider);
-  float *c = malloc((size_t)(m * n) * sizeof *c);
-  KT_OK(kiln_tensor_read(tc, c, (size_t)(m * n) * sizeof *c));
+  ck_assert_msg(!strcmp(kiln_last_provider(), provider), "matmul in %s ran on '%s', not '%s'", kiln_dtype_name(d),
+                kiln_last_provider(), provider);
+  ck_assert_int_eq(kiln_tensor_dtype(tc), d);
+  double *c = to_f64(tc);
   kiln_tensor_release(ta);
   kiln_tensor_release(tb);
   kiln_tensor_release(tc);
@@ -269,18 +319,23 @@ START_TEST(test_cublas_and_native_matmul_agree) {
     printf("cublas absent (%s): native only\n", property(gpu, "cublas") ? property(gpu, "cublas") : "?");
     return;
   }
-  /* Awkward sizes: not multiples of the 128 tile, every transposition. */
+  /* Awkward sizes: not multiples of the 128 tile, every transposition, in
+   * every dtype the cublas row serves (Sgemm, Dgemm, GemmEx). */
   const int64_t m = 131, n = 257, k = 67;
   float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
   for (int64_t i = 0; i < m * k; i++) a[i] = (float)((i * 37) % 19) / 8.0f - 1.0f;
   for (int64_t i = 0; i < k * n; i++) b[i] = (float)((i * 11) % 23) / 16.0f - 0.5f;
-  for (int t = 0; t < 4; t++) {
-    float *c1 = matmul_with("native", m, n, k, a, b, t & 1, t & 2);
-    float *c2 = matmul_with("cublas", m, n, k, a, b, t & 1, t & 2);
-    /* Inputs are multiples of 1/16 with small sums: both are exact. */
-    for (int64_t i = 0; i < m * n; i++) ck_assert_msg(c1[i] == c2[i], "t=%d [%lld] %g vs %g", t, (long long)i, c1[i], c2[i]);
-    free(c1);
-    free(c2);
+  for (size_t di = 0; di < VENDOR_DTYPES; di++) {
+    const kiln_dtype_t d = vendor_tolerances[di].dtype;
+    for (int t = 0; t < 4; t++) {
+      double *c1 = matmul_with("native", d, m, n, k, a, b, t & 1, t & 2);
+      double *c2 = matmul_with("cublas", d, m, n, k, a, b, t & 1, t & 2);
+      for (int64_t i = 0; i < m * n; i++)
+        ck_assert_msg(fabs(c1[i] - c2[i]) <= vendor_tolerances[di].gemm * (1.0 + fabs(c1[i])),
+                      "%s t=%d [%lld] %.17g vs %.17g", kiln_dtype_name(d), t, (long long)i, c1[i], c2[i]);
+      free(c1);
+      free(c2);
+    }
   }
   free(a);
   free(b);
@@ -304,8 +359,8 @@ START_TEST(test_tf32_off_by_default) {
   const char *providers[2] = {"native", "cublas"};
   for (int p = 0; p < 2; p++) {
     if (p == 1 && !has_provider(gpu, "matmul", "cublas")) break;
-    float *c = matmul_with(providers[p], m, n, k, a, b, false, false);
-    for (int64_t i = 0; i < m * n; i++) ck_assert_msg(c[i] == 256.0625f, "%s: c[%lld] = %.7g", providers[p], (long long)i, c[i]);
+    double *c = matmul_with(providers[p], KILN_F32, m, n, k, a, b, false, false);
+    for (int64_t i = 0; i < m * n; i++) ck_assert_msg(c[i] == 256.0625, "%s: c[%lld] = %.7g", providers[p], (long long)i, c[i]);
     free(c);
   }
   free(a);
@@ -313,7 +368,8 @@ START_TEST(test_tf32_off_by_default) {
 }
 END_TEST
 
-static float *conv_with(const char *provider, bool pooling) {
+/* conv2d (with a bias) or max_pool2d in dtype d with one provider forced. */
+static double *conv_with(const char *provider, bool pooling, kiln_dtype_t d) {
   char overrides[64];
   snprintf(overrides, sizeof overrides, "%s=%s", pooling ? "max_pool2d" : "conv2d", provider);
   KT_OK(kiln_set_providers(overrides));
@@ -322,10 +378,7 @@ static float *conv_with(const char *provider, bool pooling) {
   for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = (float)((i * 7) % 13) / 4.0f - 1.5f;
   for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) w[i] = (float)((i * 5) % 9) / 8.0f - 0.5f;
   for (int i = 0; i < 5; i++) bias[i] = (float)i / 2.0f;
-  kiln_tensor_t *tx, *tw, *tb, *ty;
-  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 4, xs, x, &tx));
-  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 4, ws, w, &tw));
-  KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 1, bs, bias, &tb));
+  kiln_tensor_t *tx = from_f32(d, 4, xs, x), *tw = from_f32(d, 4, ws, w), *tb = from_f32(d, 1, bs, bias), *ty;
   if (pooling) {
     kiln_pool2d_params_t params = {{3, 2}, {2, 2}, {1, 1}};
     KT_OK(kiln_tensor_max_pool2d(tx, &params, &ty));
@@ -333,10 +386,10 @@ static float *conv_with(const char *provider, bool pooling) {
     kiln_conv2d_params_t params = {{2, 1}, {1, 2}, {1, 2}};
     KT_OK(kiln_tensor_conv2d(tx, tw, tb, &params, &ty));
   }
-  ck_assert_str_eq(kiln_last_provider(), provider);
-  const size_t count = (size_t)kiln_tensor_numel(ty);
-  float *y = malloc(count * sizeof *y);
-  KT_OK(kiln_tensor_read(ty, y, count * sizeof *y));
+  ck_assert_msg(!strcmp(kiln_last_provider(), provider), "%s in %s ran on '%s', not '%s'",
+                pooling ? "max_pool2d" : "conv2d", kiln_dtype_name(d), kiln_last_provider(), provider);
+  ck_assert_int_eq(kiln_tensor_dtype(ty), d);
+  double *y = to_f64(ty);
   kiln_tensor_release(tx);
   kiln_tensor_release(tw);
   kiln_tensor_release(tb);
@@ -350,17 +403,19 @@ START_TEST(test_cudnn_and_native_agree) {
     printf("cudnn absent (%s): native only\n", property(gpu, "cudnn") ? property(gpu, "cudnn") : "?");
     return;
   }
-  for (int pooling = 0; pooling < 2; pooling++) {
-    float *y1 = conv_with("native", pooling), *y2 = conv_with("cudnn", pooling);
+  /* max_pool2d in f32 (its cudnn row's one dtype), then conv2d with its
+   * bias in every dtype the cudnn row serves. */
+  for (size_t di = 0; di <= VENDOR_DTYPES; di++) {
+    const bool pooling = di == VENDOR_DTYPES;
+    const kiln_dtype_t d = pooling ? KILN_F32 : vendor_tolerances[di].dtype;
+    double *y1 = conv_with("native", pooling, d), *y2 = conv_with("cudnn", pooling, d);
     /* P = (17 + 2 - 2 - 1) / 2 + 1 = 9, Q = (13 + 4 - 4 - 1) / 1 + 1 = 13 for the conv. */
     const size_t count = pooling ? (size_t)2 * 3 * 9 * 7 : (size_t)2 * 5 * 9 * 13;
-    for (size_t i = 0; i < count; i++) {
-      /* Pooling picks values: exact. cuDNN may convolve by Winograd or FFT,
-       * whose transforms round: a relative tolerance. */
-      const float tolerance = pooling ? 0.0f : 1e-4f * (1.0f + fabsf(y1[i]));
-      ck_assert_msg(fabsf(y1[i] - y2[i]) <= tolerance, "%s [%zu] %g vs %g", pooling ? "max_pool2d" : "conv2d", i, y1[i],
-                    y2[i]);
-    }
+    /* Pooling picks values: exact. */
+    const double tolerance = pooling ? 0.0 : vendor_tolerances[di].conv;
+    for (size_t i = 0; i < count; i++)
+      ck_assert_msg(fabs(y1[i] - y2[i]) <= tolerance * (1.0 + fabs(y1[i])), "%s in %s [%zu] %.17g vs %.17g",
+                    pooling ? "max_pool2d" : "conv2d", kiln_dtype_name(d), i, y1[i], y2[i]);
     free(y1);
     free(y2);
   }

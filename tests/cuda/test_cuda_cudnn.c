@@ -11,7 +11,11 @@
  *           rows run cudnn, and the fake finds their descriptors, algorithm
  *           and workspace consistent with each other (it counts the calls
  *           that were); max_pool2d_backward, which has no cudnn row, runs
- *           native.
+ *           native; conv2d with a bias runs cudnn in f32, f64, f16 and bf16
+ *           with the descriptors' data and compute types of the dtype, TF32
+ *           skipped in f32 only, and a 16-bit y that holds the bias before
+ *           cuDNN adds to it (beta 1; the fake adds nothing, so y is the
+ *           bias).
  * Without cuDNN serving, the gradients' values are checked against the
  * host's, in double.
  */
@@ -247,6 +251,81 @@ START_TEST(test_serving_cudnn_gets_consistent_arguments) {
 }
 END_TEST
 
+/* The fake's record of its last consistent forward call. */
+static void fake_last_forward(int *data_type, int *algo, double *beta) {
+  void *fake = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_NOLOAD);
+  ck_assert_msg(fake != NULL, "the fake libcudnn.so.9 is not loaded: %s", dlerror());
+  void (*last)(int *, int *, double *) = NULL;
+  void *sym = dlsym(fake, "kiln_fake_cudnn_last_forward");
+  ck_assert_msg(sym != NULL, "the loaded libcudnn.so.9 is not the fake");
+  memcpy(&last, &sym, sizeof last);
+  last(data_type, algo, beta);
+  dlclose(fake);
+}
+
+START_TEST(test_serving_cudnn_conv2d_every_dtype) {
+  /* cudnnDataType_t of each dtype; the fake ranks a tensor-op algorithm (1)
+   * first and an FMA one (0) second: f32 without TF32 skips the first. */
+  const struct { kiln_dtype_t dtype; int data, algo; bool onto_bias; } cases[] = {
+      {KILN_F32, 0, 0, false}, {KILN_F64, 1, 1, false}, {KILN_F16, 2, 1, true}, {KILN_BF16, 9, 1, true}};
+  const int64_t xs[4] = {2, 3, 6, 5}, ws[4] = {4, 3, 3, 3}, bs[1] = {4};
+  float x[2 * 3 * 6 * 5], w[4 * 3 * 3 * 3], bias[4] = {0.5f, -1.25f, 3.0f, 0.0f};
+  for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = (float)((i * 7) % 11) / 4.0f - 1.0f;
+  for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) w[i] = (float)((i * 5) % 9) / 8.0f - 0.5f;
+  kiln_conv2d_params_t params = {{1, 1}, {1, 1}, {1, 1}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const kiln_dtype_t d = cases[c].dtype;
+    const char *name = kiln_dtype_name(d);
+    kiln_tensor_t *t32[3], *t[3], *ty, *y64;
+    KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 4, xs, x, &t32[0]));
+    KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 4, ws, w, &t32[1]));
+    KT_OK(kiln_tensor_from_host(gpu, KILN_F32, 1, bs, bias, &t32[2]));
+    for (int i = 0; i < 3; i++) KT_OK(kiln_tensor_cast(t32[i], d, &t[i]));
+    /* Twice: planned, then from the plan kept (per shape and dtype). */
+    for (int round = 0; round < 2; round++) {
+      KT_OK(kiln_tensor_conv2d(t[0], t[1], t[2], &params, &ty));
+      ck_assert_msg(!strcmp(kiln_last_provider(), "cudnn"), "conv2d in %s ran %s in round %d", name,
+                    kiln_last_provider(), round);
+      int data = -1, algo = -1;
+      double beta = -1.0;
+      fake_last_forward(&data, &algo, &beta);
+      ck_assert_msg(data == cases[c].data && algo == cases[c].algo && beta == (cases[c].onto_bias ? 1.0 : 0.0),
+                    "conv2d in %s: data type %d, algorithm %d, beta %g", name, data, algo, beta);
+      if (cases[c].onto_bias) {
+        /* The fake added nothing: y is the bias, image by image, channel by channel. */
+        KT_OK(kiln_tensor_cast(ty, KILN_F64, &y64));
+        double y[2 * 4 * 6 * 5];
+        KT_OK(kiln_tensor_read(y64, y, sizeof y));
+        for (size_t i = 0; i < sizeof y / sizeof y[0]; i++)
+          ck_assert_msg(y[i] == (double)bias[(i / 30) % 4], "conv2d in %s: y[%zu] = %g before cuDNN's sum", name, i,
+                        y[i]);
+        kiln_tensor_release(y64);
+      }
+      kiln_tensor_release(ty);
+    }
+    if (d == KILN_F16) {
+      /* The input's gradient is f32 in every CUDA provider (the core takes
+       * f16): the refusal names the dtype and says cudnn has none either. */
+      kiln_tensor_t *dy, *dx = NULL;
+      KT_OK(kiln_tensor_conv2d(t[0], t[1], NULL, &params, &dy));
+      const kiln_status_t status = kiln_tensor_conv2d_backward_input(dy, t[1], xs, &params, &dx);
+      const char *message = kiln_last_error();
+      ck_assert_msg(status == KILN_UNSUPPORTED && dx == NULL, "f16 conv2d_backward_input: status %d (%s)",
+                    (int)status, message);
+      ck_assert_msg(strstr(message, "no f16 kernel") && strstr(message, "provider 'cudnn' has no f16"),
+                    "f16 conv2d_backward_input refused with '%s'", message);
+      printf("f16 conv2d_backward_input: %s\n", message);
+      kiln_clear_error();
+      kiln_tensor_release(dy);
+    }
+    for (int i = 0; i < 3; i++) {
+      kiln_tensor_release(t32[i]);
+      kiln_tensor_release(t[i]);
+    }
+  }
+}
+END_TEST
+
 int main(void) {
   kt_private_cache_dir();
   const char *mode = getenv("KILN_FAKE_CUDNN_FAIL");
@@ -273,6 +352,7 @@ int main(void) {
   tcase_add_test(tc, !strcmp(mode, "cnn")      ? test_incomplete_cudnn_is_absent
                      : !strcmp(mode, "create") ? test_failing_cudnn_falls_back
                                                : test_serving_cudnn_gets_consistent_arguments);
+  if (!strcmp(mode, "none")) tcase_add_test(tc, test_serving_cudnn_conv2d_every_dtype);
   suite_add_tcase(suite, tc);
   SRunner *runner = srunner_create(suite);
   srunner_set_fork_status(runner, CK_NOFORK);

@@ -40,7 +40,18 @@ static atomic_int waiting;
 
 FAKE_EXPORT void kiln_fake_cudnn_hold(int on) { atomic_store(&held, on); }
 FAKE_EXPORT int kiln_fake_cudnn_waiting(void) { return atomic_load(&waiting); }
+/* cudnnConvolutionForward calls whose arguments were consistent. */
 FAKE_EXPORT int kiln_fake_cudnn_forward_calls(void) { return atomic_load(&calls_forward); }
+/* The last consistent forward's data type (cudnnDataType_t), algorithm and
+ * beta (read as the data type's scaling type: double for double data,
+ * float otherwise). */
+static int last_data = -1, last_algo = -1;
+static double last_beta = -1.0;
+FAKE_EXPORT void kiln_fake_cudnn_last_forward(int *data_type, int *algo, double *beta) {
+  *data_type = last_data;
+  *algo = last_algo;
+  *beta = last_beta;
+}
 /* cudnnConvolutionBackwardData, cudnnConvolutionBackwardFilter and
  * cudnnSoftmaxBackward calls whose arguments were consistent. */
 FAKE_EXPORT int kiln_fake_cudnn_backward_calls(void) { return atomic_load(&calls_backward); }
@@ -80,6 +91,9 @@ typedef struct desc_t {
   int v[10];
 } desc_t;
 
+/* cudnnDataType_t values of the data kiln passes: FLOAT, DOUBLE, HALF, BFLOAT16. */
+static bool data_type_known(int type) { return type == 0 || type == 1 || type == 2 || type == 9; }
+
 static status_t desc_create(void **out, int kind) {
   desc_t *d = calloc(1, sizeof *d);
   if (!d) return 4003;
@@ -104,21 +118,23 @@ FAKE_EXPORT status_t cudnnDestroyPoolingDescriptor(void *d) { return desc_destro
 
 FAKE_EXPORT status_t cudnnSetTensor4dDescriptor(void *dp, int format, int type, int n, int c, int h, int w) {
   desc_t *d = dp;
-  if (!d || d->kind != 1 || format != 0 || type != 0) return 2000;
-  d->v[0] = n, d->v[1] = c, d->v[2] = h, d->v[3] = w;
+  if (!d || d->kind != 1 || format != 0 || !data_type_known(type)) return 2000;
+  d->v[0] = n, d->v[1] = c, d->v[2] = h, d->v[3] = w, d->v[4] = type;
   return 0;
 }
 FAKE_EXPORT status_t cudnnSetFilter4dDescriptor(void *dp, int type, int format, int k, int c, int r, int s) {
   desc_t *d = dp;
-  if (!d || d->kind != 2 || format != 0 || type != 0) return 2000;
-  d->v[0] = k, d->v[1] = c, d->v[2] = r, d->v[3] = s;
+  if (!d || d->kind != 2 || format != 0 || !data_type_known(type)) return 2000;
+  d->v[0] = k, d->v[1] = c, d->v[2] = r, d->v[3] = s, d->v[4] = type;
   return 0;
 }
 FAKE_EXPORT status_t cudnnSetConvolution2dDescriptor(void *dp, int pad_h, int pad_w, int u, int v, int dil_h,
                                                      int dil_w, int mode, int type) {
   desc_t *d = dp;
-  if (!d || d->kind != 3 || mode != 1 || type != 0 || u < 1 || v < 1 || dil_h < 1 || dil_w < 1) return 2000;
-  d->v[0] = pad_h, d->v[1] = pad_w, d->v[2] = u, d->v[3] = v, d->v[4] = dil_h, d->v[5] = dil_w;
+  /* The compute type: FLOAT or DOUBLE. */
+  if (!d || d->kind != 3 || mode != 1 || (type != 0 && type != 1) || u < 1 || v < 1 || dil_h < 1 || dil_w < 1)
+    return 2000;
+  d->v[0] = pad_h, d->v[1] = pad_w, d->v[2] = u, d->v[3] = v, d->v[4] = dil_h, d->v[5] = dil_w, d->v[7] = type;
   return 0;
 }
 FAKE_EXPORT status_t cudnnSetConvolutionMathType(void *dp, int math) {
@@ -193,13 +209,6 @@ FAKE_EXPORT status_t cudnnGetConvolutionForwardWorkspaceSize(void *handle, void 
   *bytes = algo == 0 ? 4096 : 0;
   return 0;
 }
-FAKE_EXPORT status_t cudnnConvolutionForward(void *handle, const void *alpha, void *x, const void *xd, void *w,
-                                             const void *wd, void *conv, int algo, void *ws, size_t ws_size,
-                                             const void *beta, void *y, void *yd) {
-  atomic_fetch_add(&calls_forward, 1);
-  return 0;
-}
-
 /* Whether dy's descriptor is the convolution's output for x and w, as cuDNN
  * checks its arguments (the "shape" failure aside). */
 static bool conv_consistent(const desc_t *x, const desc_t *w, const desc_t *conv, const desc_t *dy) {
@@ -207,6 +216,26 @@ static bool conv_consistent(const desc_t *x, const desc_t *w, const desc_t *conv
   int n, k, p, q;
   if (cudnnGetConvolution2dForwardOutputDim((void *)conv, (void *)x, (void *)w, &n, &k, &p, &q)) return false;
   return x->v[1] == w->v[1] && dy->v[0] == n && dy->v[1] == k && dy->v[2] == p && dy->v[3] == q;
+}
+
+/* The forward checks what cuDNN checks of the dtypes too: x, w and y of one
+ * data type, computed in double for DOUBLE and in float otherwise (FLOAT,
+ * PSEUDO_HALF and PSEUDO_BFLOAT16 configurations); and the workspace its
+ * algorithm asked for. */
+FAKE_EXPORT status_t cudnnConvolutionForward(void *handle, const void *alpha, void *x, const void *xd, void *w,
+                                             const void *wd, void *conv, int algo, void *ws, size_t ws_size,
+                                             const void *beta, void *y, void *yd) {
+  const desc_t *xs = x, *fs = w, *cs = conv, *ys = y;
+  if (!conv_consistent(xs, fs, cs, ys) || !xd || !wd || !yd || !alpha || !beta) return 2000;
+  const int data = xs->v[4];
+  if (fs->v[4] != data || ys->v[4] != data || cs->v[7] != (data == 1 ? 1 : 0)) return 3000;
+  if (algo != 0 && algo != 1) return 2000;
+  if (algo == 0 && (ws_size < 4096 || !ws)) return 2000;
+  last_data = data;
+  last_algo = algo;
+  last_beta = data == 1 ? *(const double *)beta : (double)*(const float *)beta;
+  atomic_fetch_add(&calls_forward, 1);
+  return 0;
 }
 
 FAKE_EXPORT status_t cudnnGetConvolutionBackwardDataAlgorithm_v7(void *handle, void *w, void *dy, void *conv,
