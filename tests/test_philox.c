@@ -5,6 +5,10 @@
 
 #include "common.h"
 
+#if defined(__SSE2__)
+#include <pmmintrin.h>
+#endif
+
 #define KILN_U32 uint32_t
 #define KILN_U64 uint64_t
 #define KILN_PHILOX_FN static inline
@@ -150,6 +154,34 @@ START_TEST(test_normal) {
 }
 END_TEST
 
+#if defined(__SSE2__)
+/* No intermediate is subnormal (GPUs may flush those to zero in f32): with
+ * the SSE unit flushing subnormal results and operands to zero, every
+ * sample (f32: every log and cos argument; f64: 2^20 counters) keeps its bits. */
+START_TEST(test_no_subnormals) {
+  enum { N = 1 << 20 };
+  float *f = malloc(sizeof *f * ((1u << 24) + 1) * 2);
+  double *d = malloc(sizeof *d * N * 2);
+  ck_assert(f && d);
+  const unsigned int mode = _mm_getcsr();
+  for (int flush = 0; flush < 2; flush++) {
+    _mm_setcsr(flush ? mode | 0x8040u /* FTZ, DAZ */ : mode);
+    float *fo = f + (size_t)flush * ((1u << 24) + 1);
+    for (uint32_t k = 0; k <= (1u << 24); k++) {
+      const volatile float x = kiln_philox_log_f32(k ? k : 1u) * -2.0f;
+      fo[k] = kiln_philox_sqrt_f32(x) + (k < (1u << 24) ? kiln_philox_cos_f32(k) : 0.0f);
+    }
+    for (uint64_t i = 0; i < N; i++) d[(size_t)flush * N + i] = kiln_philox_normal_f64(i, 3, 0.0, 1.0);
+  }
+  _mm_setcsr(mode);
+  ck_assert(memcmp(f, f + (1u << 24) + 1, sizeof *f * ((1u << 24) + 1)) == 0);
+  ck_assert(memcmp(d, d + N, sizeof *d * N) == 0);
+  free(f);
+  free(d);
+}
+END_TEST
+#endif
+
 int main(void) {
   kt_private_cache_dir();
   Suite *s = suite_create("philox");
@@ -159,6 +191,9 @@ int main(void) {
   tcase_add_test(tc, test_sqrt);
   tcase_add_test(tc, test_cos);
   tcase_add_test(tc, test_normal);
+#if defined(__SSE2__)
+  tcase_add_test(tc, test_no_subnormals);
+#endif
   suite_add_tcase(s, tc);
   return kt_run_suite(s);
 }
