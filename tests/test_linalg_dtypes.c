@@ -4,6 +4,14 @@
 
 #include "common.h"
 
+/* kiln_philox_normal_f64, the f64 normal's reference (its log, sqrt and cos
+ * against libm: tests/test_philox.c). */
+#define KILN_U32 uint32_t
+#define KILN_U64 uint64_t
+#define KILN_PHILOX_FN static inline
+#define KILN_PHILOX_F64 1
+#include "philox.h"
+
 static kiln_device_t *kt_cpu(void) {
   kiln_device_t *device = NULL;
   KT_OK(kiln_device_find("cpu:0", &device));
@@ -290,7 +298,8 @@ static kiln_tensor_t *kt_random(kiln_dtype_t dtype, bool normal, int64_t n, uint
 
 /* Every float dtype: the same seed gives the same bits; f16 and bf16 are the
  * f32 numbers rounded (kiln_tensor_cast rounds to nearest even); f64 is the
- * scheme of kernels/philox.h, recomputed here. */
+ * scheme of kernels/philox.h, the uniform recomputed here, the normal the
+ * header's function (whose Box-Muller it checks against libm's within 1e-12). */
 START_TEST(test_random_dtypes) {
   enum { N = 70001 }; /* split over the device's threads, odd tail */
   static const kiln_dtype_t dtypes[] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16};
@@ -329,7 +338,10 @@ START_TEST(test_random_dtypes) {
           double want;
           if (normal) {
             const double u1 = kt_u53(w[0], w[1]) + 0x1p-53, u2 = kt_u53(w[2], w[3]);
-            want = (double)a + (double)b * sqrt(-2.0 * log(u1)) * cos(6.28318530717958647692 * u2);
+            want = kiln_philox_normal_f64((uint64_t)i, 99, a, b);
+            const double libm = (double)a + (double)b * sqrt(-2.0 * log(u1)) * cos(6.28318530717958647692 * u2);
+            ck_assert_msg(fabs(want - libm) <= 1e-12, "f64 normal[%lld]: %.17g, libm %.17g",
+                          (long long)i, want, libm);
           } else {
             volatile double span = (double)b - (double)a, scaled = span * kt_u53(w[0], w[1]);
             want = (double)a + scaled;

@@ -208,7 +208,8 @@ kiln_status_t kiln_tensor_from_host(kiln_device_t *device, kiln_dtype_t dtype, i
                                     const int64_t *shape, const void *data, kiln_tensor_t **out);
 /* f32 uniform in [low, high) and normal(mean, stddev) from Philox4x32-10 with
  * key `seed`: element i draws from counter i, so the same seed gives the same
- * numbers on every backend and device. */
+ * numbers, bit for bit, on every backend and device (normal's log, sqrt and
+ * cos are kernels/philox.h's own, not the platform's). */
 kiln_status_t kiln_tensor_uniform(kiln_device_t *device, int ndim, const int64_t *shape,
                                   uint64_t seed, float low, float high, kiln_tensor_t **out);
 kiln_status_t kiln_tensor_normal(kiln_device_t *device, int ndim, const int64_t *shape,

@@ -1,5 +1,4 @@
 /* kernels/cpu/random.c: the generating ops: FILL, ARANGE and RANDOM (Philox4x32-10, the same numbers as every backend). */
-#include <math.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_native.h"
@@ -7,10 +6,6 @@
 #define KILN_U32 uint32_t
 #define KILN_U64 uint64_t
 #define KILN_PHILOX_FN static inline
-/* Type-generic, so that the f64 functions run in double. */
-#define KILN_F_LOG(x) _Generic((x), double: log, default: logf)(x)
-#define KILN_F_SQRT(x) _Generic((x), double: sqrt, default: sqrtf)(x)
-#define KILN_F_COS(x) _Generic((x), double: cos, default: cosf)(x)
 #define KILN_PHILOX_F64 1
 #include "philox.h"
 

@@ -23,7 +23,7 @@
 
 /* ---- the shared op table and Philox ---------------------------------------- */
 
-/* The math of kernels/ops.def and philox.h, for float and double. */
+/* The math of kernels/ops.def, for float and double. */
 #define KILN_MATH_(name, f, d)                                                                      \
   __device__ __forceinline__ float name(float x) { return f(x); }                                   \
   __device__ __forceinline__ double name(double x) { return d(x); }
@@ -32,14 +32,12 @@ KILN_MATH_(kiln_m_log, logf, log)
 KILN_MATH_(kiln_m_sqrt, sqrtf, sqrt)
 KILN_MATH_(kiln_m_tanh, tanhf, tanh)
 KILN_MATH_(kiln_m_fabs, fabsf, fabs)
-KILN_MATH_(kiln_m_cos, cosf, cos)
 #undef KILN_MATH_
 #define KILN_F_EXP(x) kiln_m_exp(x)
 #define KILN_F_LOG(x) kiln_m_log(x)
 #define KILN_F_SQRT(x) kiln_m_sqrt(x)
 #define KILN_F_TANH(x) kiln_m_tanh(x)
 #define KILN_F_FABS(x) kiln_m_fabs(x)
-#define KILN_F_COS(x) kiln_m_cos(x)
 
 #define KILN_U32 unsigned int
 #define KILN_U64 unsigned long long

@@ -50,7 +50,6 @@
 #define KILN_F_SQRT(x) sqrt(x)
 #define KILN_F_TANH(x) tanh(x)
 #define KILN_F_FABS(x) fabs(x)
-#define KILN_F_COS(x) cos(x)
 
 /* kernels/philox.h's types. */
 #define KILN_U32 uint

@@ -9,6 +9,9 @@ fatbin's kernels are (-O3, no fast math). Checks:
     holds no fused multiply-add: its transform is
     low + (high - low) * u rounded twice, as the CPU computes it, so that
     uniform numbers are bit-identical on every backend (kernels/philox.h);
+  - the random kernels (kiln_random_f32, _f16, _bf16, _f64), whose normal
+    path inlines philox.h's own log, sqrt and cos, hold no fused
+    multiply-add in f32 or f64 either: normal numbers are bit-identical too;
   - the fused updates (kiln_accumulate_f32_f32, kiln_sgd_update_f32_f32,
     kiln_adam_update_f32_f32)
     hold no fused multiply-add either: each operation rounds on its own, as
@@ -26,6 +29,7 @@ import sys
 import tempfile
 
 ENTRY = re.compile(r"^\.visible \.entry (\w+)\(", re.M)
+RANDOMS = ("kiln_random_f32", "kiln_random_f16", "kiln_random_bf16", "kiln_random_f64")
 UPDATES = ("kiln_accumulate_f32_f32", "kiln_sgd_update_f32_f32", "kiln_adam_update_f32_f32")
 # The kernels whose registers and spills the report shows.
 SHOWN = ("kiln_sgemm_", "kiln_reduce_", "kiln_softmax_backward", "kiln_cross_entropy_backward", "kiln_col2im",
@@ -91,6 +95,17 @@ def main():
             failures.append("kiln_random_uniform_f32 lacks the separately rounded mul.rn.f32 and add.rn.f32")
         else:
             print("kiln_random_uniform_f32: mul.rn.f32 then add.rn.f32, no fma")
+
+    for name in RANDOMS:
+        body = entry_body(ptx, name)
+        if body is None:
+            failures.append(name + " is not in the PTX")
+            continue
+        fused = re.findall(r"^\s*(?:fma|mad)\.\S*f(?:32|64)\b.*$", body, re.M)
+        if fused:
+            failures.append("%s fuses a multiply-add (%s): normal numbers would differ from the CPU's in the last bits"
+                            % (name, fused[0].strip()))
+    print("%s: no fma" % ", ".join(RANDOMS))
 
     for name in UPDATES:
         body = entry_body(ptx, name)

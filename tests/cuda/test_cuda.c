@@ -937,9 +937,8 @@ END_TEST
 
 /* uniform and normal in every float dtype give cpu:0's bits (kernels/philox.h:
  * f16 and bf16 the f32 sample rounded once, f64 from the same counters in
- * double); on the test driver the normal's log, sqrt and cos are glibc's on
- * both sides, so those agree bit for bit too. Integer dtypes are refused
- * alike. */
+ * double; the normal's log, sqrt and cos are the header's own, so on a GPU
+ * too). Integer dtypes are refused alike. */
 START_TEST(test_random_every_float_dtype_matches_cpu) {
   const int64_t shape[2] = {3, 1001};
   const uint64_t seeds[2] = {7, 0x123456789abcdefull};
