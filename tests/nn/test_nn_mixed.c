@@ -361,7 +361,7 @@ START_TEST(test_bf16_and_f16_train_as_well_as_f32) {
 }
 END_TEST
 
-/* The first 10 bf16 losses of kiln-train's MLP on `device`. */
+/* The first n bf16 losses of kiln-train's MLP on `device`. */
 static void kt_bf16_losses(kiln_device_t *device, const kiln_nn_dataset_t *ds, float *losses, size_t n) {
   kiln_nn_model_t *model = NULL;
   kiln_nn_optimizer_t *opt = NULL;
@@ -382,8 +382,9 @@ static void kt_bf16_losses(kiln_device_t *device, const kiln_nn_dataset_t *ds, f
   kiln_nn_model_free(model);
 }
 
-/* bf16 training on PoCL: the first 10 losses within bf16's tolerance of
- * cpu:0's. */
+/* bf16 training on PoCL: the first 5 losses within bf16's tolerance of
+ * cpu:0's. PoCL's 16-bit matmul is a direct kernel (correct, not fast): a
+ * few steps take about a minute there. */
 START_TEST(test_bf16_on_pocl_matches_cpu) {
   size_t devices = 0;
   kiln_device_t *pocl = NULL;
@@ -398,7 +399,7 @@ START_TEST(test_bf16_on_pocl_matches_cpu) {
     fprintf(stderr, "no PoCL device: bf16 on OpenCL not checked\n");
     return;
   }
-  enum { KT_STEPS = 10 };
+  enum { KT_STEPS = 5 };
   kiln_nn_dataset_t *ds = kt_fashion(KILN_NN_TRAIN, 2000);
   float want[KT_STEPS], got[KT_STEPS];
   kt_bf16_losses(kt_nn_cpu(), ds, want, KT_STEPS);
@@ -407,12 +408,14 @@ START_TEST(test_bf16_on_pocl_matches_cpu) {
   for (int i = 0; i < KT_STEPS; i++) worst = fmax(worst, fabs(got[i] - want[i]) / fabs(want[i]));
   fprintf(stderr, "bf16 mlp on %s: first %d losses within %.2g (relative) of cpu:0's\n", kiln_device_name(pocl),
           KT_STEPS, worst);
-  /* bf16 keeps 8 significant bits (a relative step of 2^-8, 0.4%); two
-   * devices summing in another order round some activations the other way,
-   * and ten steps of SGD carry that on: 2% is a few such steps, while a
-   * wrong kernel is off by far more. */
+  /* Both devices compute each op in f32 and round it once into bf16, so
+   * they differ only where another summation order tips a rounding: an
+   * element then moves by one bf16 step (2^-8 relative), which a loss
+   * averages down. Measured: 1.7e-5. 1e-3 leaves room for a few such
+   * flips carried through the steps; a wrong kernel or a lost cast is off by
+   * far more. */
   for (int i = 0; i < KT_STEPS; i++)
-    ck_assert_msg(fabs(got[i] - want[i]) <= 0.02 * fabs(want[i]), "loss %d: %.6g on %s, %.6g on cpu:0", i + 1,
+    ck_assert_msg(fabs(got[i] - want[i]) <= 1e-3 * fabs(want[i]), "loss %d: %.6g on %s, %.6g on cpu:0", i + 1,
                   (double)got[i], kiln_device_name(pocl), (double)want[i]);
   kiln_nn_dataset_free(ds);
 }
