@@ -281,6 +281,20 @@ static kiln_status_t unary_backward(kiln_unary_op_t op, const kiln_tensor_t *x, 
   return status;
 }
 
+/* kiln_tensor_conv2d_backward_bias, f32 only: a 16-bit dy is widened, summed
+ * in f32 and the sum rounded once back to dy's dtype. */
+static kiln_status_t conv2d_backward_bias(const kiln_tensor_t *dy, kiln_tensor_t **out) {
+  const kiln_dtype_t dtype = kiln_tensor_dtype(dy);
+  if (dtype != KILN_F16 && dtype != KILN_BF16) return kiln_tensor_conv2d_backward_bias(dy, out);
+  kiln_tensor_t *dy32 = NULL, *db32 = NULL;
+  kiln_status_t status = kiln_tensor_cast(dy, KILN_F32, &dy32);
+  if (status == KILN_OK) status = kiln_tensor_conv2d_backward_bias(dy32, &db32);
+  if (status == KILN_OK) status = kiln_tensor_cast(db32, dtype, out);
+  kiln_tensor_release(dy32);
+  kiln_tensor_release(db32);
+  return status;
+}
+
 static kiln_status_t back_entry(walk_t *w) {
   kiln_nn__entry_t *e = w->e;
   kiln_tensor_t *g = NULL, *dx = NULL;
@@ -314,7 +328,7 @@ static kiln_status_t back_entry(walk_t *w) {
     return status;
   case KILN_NN__T_CONV2D:
     if (carries(e, 2)) {
-      status = kiln_tensor_conv2d_backward_bias(g, &dx);
+      status = conv2d_backward_bias(g, &dx);
       if (status == KILN_OK) {
         status = deliver(w, 2, dx, true);
       }

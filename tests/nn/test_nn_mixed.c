@@ -361,26 +361,63 @@ START_TEST(test_bf16_and_f16_train_as_well_as_f32) {
 }
 END_TEST
 
-/* The first n bf16 losses of kiln-train's MLP on `device`. */
-static void kt_bf16_losses(kiln_device_t *device, const kiln_nn_dataset_t *ds, float *losses, size_t n) {
+/* The first n losses of kiln-train's `preset` at `precision` on `device`
+ * (f16 with the default scaler). */
+static void kt_losses(const char *preset, kiln_dtype_t precision, kiln_device_t *device, const kiln_nn_dataset_t *ds,
+                      float *losses, size_t n) {
   kiln_nn_model_t *model = NULL;
   kiln_nn_optimizer_t *opt = NULL;
-  KT_OK(kiln_nn_model_create_preset("mlp", device, 42, &model));
-  KT_OK(kiln_nn_model_set_precision(model, KILN_BF16));
-  KT_OK(kiln_nn_optimizer_create_preset("mlp", model, &opt));
-  kiln_nn_loader_t *loader = kt_loader(ds, device, 100, true);
+  KT_OK(kiln_nn_model_create_preset(preset, device, 42, &model));
+  KT_OK(kiln_nn_model_set_precision(model, precision));
+  KT_OK(kiln_nn_optimizer_create_preset(preset, model, &opt));
+  kiln_nn_loader_options_t lo;
+  kiln_nn_loader_options_initialize(&lo);
+  lo.seed = 42;
+  lo.layout = strcmp(preset, "lenet") ? KILN_NN_FLAT : KILN_NN_NCHW;
+  kiln_nn_loader_t *loader = NULL;
+  KT_OK(kiln_nn_loader_create(ds, device, &lo, &loader));
+  kiln_nn_grad_scaler_t *scaler = NULL;
+  if (precision == KILN_F16) KT_OK(kiln_nn_grad_scaler_create(NULL, &scaler));
   kiln_nn_train_options_t o;
   kiln_nn_train_options_initialize(&o);
+  o.scaler = scaler;
   o.max_steps = n;
   o.step_losses = losses;
   o.step_loss_count = n;
   kiln_nn_epoch_stats_t st;
   KT_OK(kiln_nn_train_epoch(model, opt, loader, &o, &st));
   ck_assert_uint_eq(st.steps, n);
+  kiln_nn_grad_scaler_free(scaler);
   kiln_nn_loader_free(loader);
   kiln_nn_optimizer_free(opt);
   kiln_nn_model_free(model);
 }
+
+/* LeNet (conv2d, max_pool2d and their gradients in 16 bits) in bf16 and f16:
+ * the first 20 losses within 5% of f32's, and falling. Measured: bf16 1.6%,
+ * f16 0.5%. Adam divides each gradient by its own running size, so where
+ * f32's gradient is near zero the rounded one points elsewhere at full step
+ * size: the runs drift apart faster than SGD's (the MLP's agree to 1e-5);
+ * 5% is that drift with room, a wrong gradient is off from the first steps. */
+START_TEST(test_lenet_in_16_bits_follows_f32) {
+  enum { KT_STEPS = 20 };
+  kiln_nn_dataset_t *ds = kt_fashion(KILN_NN_TRAIN, 2000);
+  float want[KT_STEPS], got[KT_STEPS];
+  kt_losses("lenet", KILN_F32, kt_nn_cpu(), ds, want, KT_STEPS);
+  for (int p = 0; p < 2; p++) {
+    const kiln_dtype_t precision = p ? KILN_F16 : KILN_BF16;
+    kt_losses("lenet", precision, kt_nn_cpu(), ds, got, KT_STEPS);
+    double worst = 0;
+    for (int i = 0; i < KT_STEPS; i++) worst = fmax(worst, fabs(got[i] - want[i]) / fabs(want[i]));
+    fprintf(stderr, "lenet in %s on cpu:0: first %d losses within %.2g (relative) of f32's\n",
+            kiln_dtype_name(precision), KT_STEPS, worst);
+    ck_assert_msg(worst <= 0.05 && got[KT_STEPS - 1] < got[0], "lenet in %s: a loss %.3g (relative) from f32's", kiln_dtype_name(precision), worst);
+  }
+  ck_assert_msg(want[KT_STEPS - 1] < want[0], "lenet: the loss did not fall (%g -> %g)", (double)want[0],
+                (double)want[KT_STEPS - 1]);
+  kiln_nn_dataset_free(ds);
+}
+END_TEST
 
 /* bf16 training on PoCL: the first 5 losses within bf16's tolerance of
  * cpu:0's. PoCL's 16-bit matmul is a direct kernel (correct, not fast): a
@@ -402,8 +439,8 @@ START_TEST(test_bf16_on_pocl_matches_cpu) {
   enum { KT_STEPS = 5 };
   kiln_nn_dataset_t *ds = kt_fashion(KILN_NN_TRAIN, 2000);
   float want[KT_STEPS], got[KT_STEPS];
-  kt_bf16_losses(kt_nn_cpu(), ds, want, KT_STEPS);
-  kt_bf16_losses(pocl, ds, got, KT_STEPS);
+  kt_losses("mlp", KILN_BF16, kt_nn_cpu(), ds, want, KT_STEPS);
+  kt_losses("mlp", KILN_BF16, pocl, ds, got, KT_STEPS);
   double worst = 0;
   for (int i = 0; i < KT_STEPS; i++) worst = fmax(worst, fabs(got[i] - want[i]) / fabs(want[i]));
   fprintf(stderr, "bf16 mlp on %s: first %d losses within %.2g (relative) of cpu:0's\n", kiln_device_name(pocl),
@@ -418,6 +455,19 @@ START_TEST(test_bf16_on_pocl_matches_cpu) {
     ck_assert_msg(fabs(got[i] - want[i]) <= 1e-3 * fabs(want[i]), "loss %d: %.6g on %s, %.6g on cpu:0", i + 1,
                   (double)got[i], kiln_device_name(pocl), (double)want[i]);
   kiln_nn_dataset_free(ds);
+
+  /* LeNet does not train there in bf16 yet: the OpenCL backend has no bf16
+   * max_pool2d, and says so (KILN_UNSUPPORTED naming the kernel) rather than
+   * computing something else. A pooling layer alone shows it. */
+  kiln_nn_layer_t *pool = NULL;
+  const kiln_pool2d_params_t pp = {.kernel = {2, 2}};
+  KT_OK(kiln_nn_max_pool2d_create(&pp, &pool));
+  kiln_tensor_t *x = NULL, *y = NULL;
+  KT_OK(kiln_tensor_zeros(pocl, KILN_BF16, 4, (const int64_t[]){1, 1, 4, 4}, &x));
+  ck_assert_int_eq(kiln_nn_layer_forward(pool, NULL, x, &y), KILN_UNSUPPORTED);
+  ck_assert_msg(strstr(kiln_last_error(), "max_pool2d_bf16") != NULL, "%s", kiln_last_error());
+  kiln_tensor_release(x);
+  kiln_nn_layer_free(pool);
 }
 END_TEST
 
@@ -444,6 +494,7 @@ int main(void) {
     TCase *train = tcase_create("training");
     tcase_set_timeout(train, 1200);
     tcase_add_test(train, test_bf16_and_f16_train_as_well_as_f32);
+    tcase_add_test(train, test_lenet_in_16_bits_follows_f32);
     tcase_add_test(train, test_bf16_on_pocl_matches_cpu);
     suite_add_tcase(s, train);
   } else {
