@@ -196,9 +196,7 @@ kiln_status_t kiln_nn_optimizer_step(kiln_nn_optimizer_t *optimizer) {
       status = kiln_tensor_cast(g, KILN_F32, &widened);
       g = widened;
     }
-    if (status != KILN_OK) {
-      /* the cast failed: reported below */
-    } else if (optimizer->kind == OPT_SGD) {
+    if (status == KILN_OK && optimizer->kind == OPT_SGD) {
       /* torch.optim.SGD starts a momentum buffer as the gradient itself,
        * whatever the dampening. */
       kiln_sgd_params_t sgd = optimizer->sgd;
@@ -207,7 +205,7 @@ kiln_status_t kiln_nn_optimizer_step(kiln_nn_optimizer_t *optimizer) {
       if (status == KILN_OK) {
         s->step++;
       }
-    } else {
+    } else if (status == KILN_OK) {
       status = kiln_tensor_adam_update(p->value, g, s->a, s->b, s->step + 1, &optimizer->adam);
       if (status == KILN_OK) {
         s->step++;

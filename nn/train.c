@@ -60,7 +60,6 @@ static kiln_status_t sums_read(const sums_t *s, double *out_loss, double *out_co
   return status;
 }
 
-/* One training step on one batch. */
 /* The model's output as f32 logits: a low-precision model's cast up on the
  * tape, as torch.autocast runs softmax and cross-entropy in f32. */
 static kiln_status_t forward_f32(kiln_nn_model_t *model, kiln_nn_tape_t *tape, kiln_tensor_t *images,
@@ -76,6 +75,7 @@ static kiln_status_t forward_f32(kiln_nn_model_t *model, kiln_nn_tape_t *tape, k
   return status;
 }
 
+/* One training step on one batch. */
 static kiln_status_t train_step(kiln_nn_model_t *model, kiln_nn_optimizer_t *optimizer, kiln_nn_grad_scaler_t *scaler,
                                 kiln_nn_tape_t *tape, const kiln_nn_batch_t *batch, sums_t *sums,
                                 kiln_buffer_t *losses, size_t step, bool *out_skipped) {

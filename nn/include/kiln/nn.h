@@ -287,7 +287,9 @@ void kiln_nn_param_free(kiln_nn_param_t *param);
 
 /* The name ("1.weight" inside a model, as PyTorch's state_dict names it),
  * the value and the gradient (NULL when none), all borrowed from the
- * parameter: retain a tensor to keep it past the next step. */
+ * parameter: retain a tensor to keep it past the next step. The value is
+ * always f32; the gradient of a bf16 or f16 model's step is of that dtype
+ * (kiln_nn_model_set_precision). */
 const char *kiln_nn_param_name(const kiln_nn_param_t *param);
 kiln_tensor_t *kiln_nn_param_value(const kiln_nn_param_t *param);
 kiln_tensor_t *kiln_nn_param_grad(const kiln_nn_param_t *param);
@@ -531,7 +533,8 @@ kiln_status_t kiln_nn_model_create_preset(const char *name, kiln_device_t *devic
 /* ---- training: optimizers (nn/optim.c) --------------------------------------------
  * An optimizer updates a list of parameters from their gradients, in place, one
  * fused kiln operation per parameter (kiln_tensor_sgd_update,
- * kiln_tensor_adam_update); a parameter without a gradient is left alone, as
+ * kiln_tensor_adam_update; a 16-bit gradient of a low-precision model is cast
+ * to f32 first); a parameter without a gradient is left alone, as
  * in PyTorch. Its state (momentum buffers; Adam's m and v) is allocated on the
  * parameters' device when it is created. Single-owner; one thread at a time;
  * the parameters must outlive it. */
