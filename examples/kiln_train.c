@@ -18,6 +18,7 @@ typedef struct train_args_t {
   const char *save;
   const char *save_init;
   const char *trace; /* --trace FILE: Trace Event Format JSON of the training */
+  const char *precision; /* --precision f32|bf16|f16 */
   long epochs;
   long batch;
   long limit;     /* training images used; 0: all */
@@ -30,7 +31,7 @@ typedef struct train_args_t {
 static void usage(FILE *f) {
   fputs("usage: kiln-train [--model mlp|lenet] [--epochs N] [--batch B] [--seed S] [--lr X]\n"
         "                  [--device SELECTOR] [--limit N] [--losses N] [--save FILE] [--save-init FILE]\n"
-        "                  [--trace FILE] [--progress|--no-progress]\n"
+        "                  [--trace FILE] [--precision f32|bf16|f16] [--progress|--no-progress]\n"
         "\n"
         "Trains on Fashion-MNIST (Debian's dataset-fashion-mnist, or $KILN_DATA_DIR/fashion-mnist) on the\n"
         "default device (KILN_DEVICE chooses it; --device overrides), and prints per epoch the mean loss,\n"
@@ -50,6 +51,11 @@ static void usage(FILE *f) {
         "  --losses N     print the first N step losses of the first epoch (to compare devices)\n"
         "  --save FILE    write the trained parameters as safetensors (PyTorch's Sequential names)\n"
         "  --save-init FILE  the same for the parameters before training\n"
+        "  --precision P  f32 (default); bf16 or f16: mixed precision, with the forward and backward\n"
+        "                 (activations, matmul, conv) in P, the loss in f32, and f32 master weights and\n"
+        "                 optimizer state (checkpoints hold them); f16 scales the loss dynamically\n"
+        "                 (PyTorch's GradScaler: from 2^16, a step with an inf/NaN gradient skipped and\n"
+        "                 the scale halved, doubled after 2000 clean steps) and reports the steps skipped\n"
         "  --trace FILE   record every op, copy and allocation of the training and evaluation as Trace\n"
         "                 Event Format JSON (open it in ui.perfetto.dev or chrome://tracing), and print\n"
         "                 where the time went at the end (docs/trace.md)\n"
@@ -105,7 +111,7 @@ static int parse_rate(const char *text, double *out) {
 }
 
 static int parse_args(int argc, char **argv, train_args_t *a) {
-  *a = (train_args_t){"mlp", NULL, NULL, NULL, NULL, 10, 100, 0, 0, 42, 0, -1};
+  *a = (train_args_t){"mlp", NULL, NULL, NULL, NULL, "f32", 10, 100, 0, 0, 42, 0, -1};
   for (int i = 1; i < argc; i++) {
     const char *s = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -129,6 +135,12 @@ static int parse_args(int argc, char **argv, train_args_t *a) {
       a->save_init = v;
     } else if (!strcmp(s, "--trace")) {
       a->trace = v;
+    } else if (!strcmp(s, "--precision")) {
+      if (strcmp(v, "f32") && strcmp(v, "bf16") && strcmp(v, "f16")) {
+        fprintf(stderr, "kiln-train: --precision takes f32, bf16 or f16, not '%s'\n", v);
+        return -1;
+      }
+      a->precision = v;
     } else if (!strcmp(s, "--epochs")) {
       if (parse_long(s, v, 1, &a->epochs)) return -1;
     } else if (!strcmp(s, "--batch")) {
@@ -257,6 +269,11 @@ int main(int argc, char **argv) {
   if (kiln_nn_model_create_preset(a.model, device, a.seed, &model) != KILN_OK) return fail("creating the model");
   if (kiln_nn_optimizer_create_preset(a.model, model, &opt) != KILN_OK) return fail("creating the optimizer");
   if (a.lr > 0 && kiln_nn_optimizer_set_lr(opt, a.lr) != KILN_OK) return fail("--lr");
+  const kiln_dtype_t precision = !strcmp(a.precision, "bf16") ? KILN_BF16 : !strcmp(a.precision, "f16") ? KILN_F16 : KILN_F32;
+  if (kiln_nn_model_set_precision(model, precision) != KILN_OK) return fail("--precision");
+  /* f16's range is narrow: its gradients need the loss scaled; bf16's is f32's. */
+  kiln_nn_grad_scaler_t *scaler = NULL;
+  if (precision == KILN_F16 && kiln_nn_grad_scaler_create(NULL, &scaler) != KILN_OK) return fail("creating the loss scaler");
   if (a.save_init && kiln_nn_model_save(model, a.save_init) != KILN_OK) return fail("--save-init");
 
   kiln_nn_loader_options_t lo;
@@ -288,8 +305,9 @@ int main(int argc, char **argv) {
   printf("  model:");
   for (size_t i = 0; i < kiln_nn_model_layer_count(model); i++)
     printf("%s %s", i ? "," : "", kiln_nn_layer_describe(kiln_nn_model_layer(model, i)));
-  printf(" (%lld parameters)\n  %s, batch %ld, %zu training images, seed %llu\n", weights,
-         kiln_nn_optimizer_describe(opt), a.batch, info.count, a.seed);
+  printf(" (%lld parameters)\n  %s, batch %ld, %zu training images, seed %llu, precision %s%s\n", weights,
+         kiln_nn_optimizer_describe(opt), a.batch, info.count, a.seed, a.precision,
+         scaler ? " (loss scale 65536, dynamic)" : precision != KILN_F32 ? " (no loss scaling)" : "");
   fflush(stdout);
 
   losses = a.losses ? calloc((size_t)a.losses, sizeof(float)) : NULL;
@@ -315,6 +333,7 @@ int main(int argc, char **argv) {
     kiln_nn_train_options_t to;
     kiln_nn_train_options_initialize(&to);
     to.stop = &interrupted;
+    to.scaler = scaler;
     if (bar) {
       to.report_every = 20;
       to.progress = progress_bar;
@@ -340,8 +359,10 @@ int main(int argc, char **argv) {
       rc = fail("evaluating");
       break;
     }
-    printf("epoch %ld/%ld  loss %.4f  train %.4f  test %.4f  %.2f s  %.0f images/s\n", epoch + 1, a.epochs, st.loss,
+    printf("epoch %ld/%ld  loss %.4f  train %.4f  test %.4f  %.2f s  %.0f images/s", epoch + 1, a.epochs, st.loss,
            st.accuracy, test_acc, st.seconds, st.images_per_s);
+    if (scaler) printf("  skipped %zu  scale %g", st.skipped, kiln_nn_grad_scaler_scale(scaler));
+    fputc('\n', stdout);
     print_providers();
     if (epoch == 0 && losses) {
       printf("  first %ld losses:", a.losses);
@@ -351,6 +372,14 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   if (interrupted) rc = 130;
+  if (rc == 0) {
+    kiln_nn_grad_scaler_state_t ss = {0};
+    if (scaler) kiln_nn_grad_scaler_state(scaler, &ss);
+    printf("precision %s: %llu of %zu steps skipped by the loss scaler%s", a.precision, (unsigned long long)ss.skipped,
+           trained, scaler ? "" : " (none: no scaler)");
+    if (scaler) printf(", final scale %g", ss.scale);
+    fputc('\n', stdout);
+  }
   if (a.trace && kiln_trace_active()) {
     size_t length = 0;
     char *text = NULL;
@@ -372,6 +401,7 @@ done:
   free(losses);
   kiln_nn_loader_free(train_loader);
   kiln_nn_loader_free(test_loader);
+  kiln_nn_grad_scaler_free(scaler);
   kiln_nn_optimizer_free(opt);
   kiln_nn_model_free(model);
   kiln_nn_dataset_free(train);

@@ -11,12 +11,14 @@ struct kiln_nn_model_t {
   kiln_nn_param_t **params; /* every layer's, in order */
   size_t param_count, param_capacity;
   kiln_device_t *device;
+  kiln_dtype_t precision; /* of the forward and backward: f32, bf16 or f16 */
 };
 
 kiln_status_t kiln_nn_model_create(kiln_nn_model_t **out_model) {
   if (!out_model) return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_model_create: out_model is NULL");
   kiln_nn_model_t *model = calloc(1, sizeof *model);
   if (!model) return kiln_set_error(KILN_OUT_OF_MEMORY, "kiln_nn_model_create: cannot allocate a model");
+  model->precision = KILN_F32;
   *out_model = model;
   return KILN_OK;
 }
@@ -90,11 +92,58 @@ kiln_nn_param_t *const *kiln_nn_model_params(const kiln_nn_model_t *model, size_
 
 kiln_device_t *kiln_nn_model_device(const kiln_nn_model_t *model) { return model ? model->device : NULL; }
 
+kiln_status_t kiln_nn_model_set_precision(kiln_nn_model_t *model, kiln_dtype_t precision) {
+  static const char call[] = "kiln_nn_model_set_precision";
+  if (!model) return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: model is NULL", call);
+  if (precision != KILN_F32 && precision != KILN_BF16 && precision != KILN_F16)
+    return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: precision %s; a model computes in f32, bf16 or f16", call,
+                          kiln_dtype_name(precision));
+  if (precision != KILN_F32 && model->device &&
+      kiln_device_dtype_support(model->device, precision) == KILN_DTYPE_UNSUPPORTED)
+    return kiln_set_error(KILN_UNSUPPORTED, "%s: %s has no %s kernels (kiln_device_dtype_support); train there in f32",
+                          call, kiln_device_name(model->device), kiln_dtype_name(precision));
+  model->precision = precision;
+  if (precision == KILN_F32)
+    for (size_t i = 0; i < model->param_count; i++) {
+      kiln_tensor_release(model->params[i]->low);
+      model->params[i]->low = NULL;
+    }
+  return KILN_OK;
+}
+
+kiln_dtype_t kiln_nn_model_precision(const kiln_nn_model_t *model) {
+  return model ? model->precision : KILN_F32;
+}
+
+/* The step's low-precision copy of every parameter: cast once from the f32
+ * master value, after the update that came before this forward. */
+static kiln_status_t refresh_low(kiln_nn_model_t *model) {
+  for (size_t i = 0; i < model->param_count; i++) {
+    kiln_nn_param_t *p = model->params[i];
+    kiln_tensor_t *low = NULL;
+    kiln_status_t status = kiln_tensor_cast(p->value, model->precision, &low);
+    if (status != KILN_OK)
+      return kiln_wrap_error(status, "the %s copy of parameter '%s'", kiln_dtype_name(model->precision), p->name);
+    kiln_tensor_release(p->low);
+    p->low = low;
+  }
+  return KILN_OK;
+}
+
 kiln_status_t kiln_nn_model_forward(kiln_nn_model_t *model, kiln_nn_tape_t *tape, kiln_tensor_t *x,
                                     kiln_tensor_t **out) {
   if (!model || !x || !out)
     return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_model_forward: %s is NULL", !model ? "model" : !x ? "x" : "out");
-  kiln_tensor_t *cur = kiln_tensor_retain(x);
+  const kiln_dtype_t low = kiln_nn_model_precision(model);
+  kiln_tensor_t *cur = NULL;
+  if (low != KILN_F32) {
+    kiln_status_t status = refresh_low(model);
+    /* The input too (a constant: no gradient reaches a batch). */
+    if (status == KILN_OK) status = kiln_tensor_cast(x, low, &cur);
+    if (status != KILN_OK) return kiln_wrap_error(status, "kiln_nn_model_forward in %s", kiln_dtype_name(low));
+  } else {
+    cur = kiln_tensor_retain(x);
+  }
   for (size_t i = 0; i < model->layer_count; i++) {
     kiln_tensor_t *next = NULL;
     kiln_status_t status = kiln_nn_layer_forward(model->layers[i], tape, cur, &next);

@@ -80,6 +80,7 @@ kiln_status_t kiln_nn__safetensors_save(const char *call, const char *path, cons
 struct kiln_nn_param_t {
   char *name;
   kiln_tensor_t *value;  /* f32, contiguous, the same tensor for the parameter's life */
+  kiln_tensor_t *low;    /* the value cast to a model's low precision for this step (NULL at f32) */
   kiln_tensor_t *grad;   /* NULL: zero */
   bool grad_exclusive;   /* grad is referenced by nothing else: it may be accumulated into in place */
 };
@@ -110,6 +111,7 @@ typedef enum kiln_nn__tape_op_t {
   KILN_NN__T_CONV2D,
   KILN_NN__T_MAX_POOL2D,
   KILN_NN__T_RESHAPE,
+  KILN_NN__T_CAST,
 } kiln_nn__tape_op_t;
 
 /* Where an input of a recorded op came from. */
@@ -129,7 +131,7 @@ typedef struct kiln_nn__input_t {
 
 typedef struct kiln_nn__entry_t {
   kiln_nn__tape_op_t op;
-  int sub;              /* the unary or binary op; softmax: 1 for log_softmax */
+  int sub;              /* the unary or binary op; softmax: 1 for log_softmax; cast: the input's dtype */
   bool flag_a, flag_b;  /* matmul: trans_a, trans_b; sum/mean: keepdim */
   int axis;             /* sum/mean */
   double scalar;        /* binary_scalar */
@@ -165,6 +167,12 @@ void kiln_nn__entry_release(kiln_nn__entry_t *e);
 /* The name of a tape op for messages ("linear", "conv2d" ...). */
 const char *kiln_nn__tape_op_name(const kiln_nn__entry_t *e);
 
+
+/* ---- optim.c ----------------------------------------------------------------------- */
+
+/* The optimizer's parameters, up to `capacity` of them into out; returns how
+ * many it has. */
+size_t kiln_nn__optimizer_params(const kiln_nn_optimizer_t *optimizer, kiln_nn_param_t **out, size_t capacity);
 
 /* ---- layers.c, model.c ------------------------------------------------------------ */
 

@@ -188,22 +188,30 @@ kiln_status_t kiln_nn_optimizer_step(kiln_nn_optimizer_t *optimizer) {
     slot_t *s = &optimizer->slots[i];
     kiln_nn_param_t *p = s->param;
     if (!p->grad) continue;
-    kiln_status_t status;
-    if (optimizer->kind == OPT_SGD) {
+    kiln_status_t status = KILN_OK;
+    /* A low-precision step's gradient (f16, bf16) is read into f32 first: the
+     * master value and the state stay f32 (the update kernels' dtype). */
+    kiln_tensor_t *g = p->grad, *widened = NULL;
+    if (kiln_tensor_dtype(g) != KILN_F32) {
+      status = kiln_tensor_cast(g, KILN_F32, &widened);
+      g = widened;
+    }
+    if (status == KILN_OK && optimizer->kind == OPT_SGD) {
       /* torch.optim.SGD starts a momentum buffer as the gradient itself,
        * whatever the dampening. */
       kiln_sgd_params_t sgd = optimizer->sgd;
       sgd.first_step = s->step == 0;
-      status = kiln_tensor_sgd_update(p->value, p->grad, s->a, &sgd);
+      status = kiln_tensor_sgd_update(p->value, g, s->a, &sgd);
       if (status == KILN_OK) {
         s->step++;
       }
-    } else {
-      status = kiln_tensor_adam_update(p->value, p->grad, s->a, s->b, s->step + 1, &optimizer->adam);
+    } else if (status == KILN_OK) {
+      status = kiln_tensor_adam_update(p->value, g, s->a, s->b, s->step + 1, &optimizer->adam);
       if (status == KILN_OK) {
         s->step++;
       }
     }
+    kiln_tensor_release(widened);
     if (status != KILN_OK)
       return kiln_wrap_error(status, "kiln_nn_optimizer_step: %s of '%s'", optimizer->text, p->name);
   }
@@ -236,4 +244,11 @@ kiln_status_t kiln_nn_optimizer_set_lr(kiln_nn_optimizer_t *optimizer, double lr
   optimizer->adam.lr = lr;
   describe(optimizer);
   return KILN_OK;
+}
+
+size_t kiln_nn__optimizer_params(const kiln_nn_optimizer_t *optimizer, kiln_nn_param_t **out, size_t capacity) {
+  size_t n = 0;
+  for (size_t i = 0; optimizer && i < optimizer->count; i++)
+    if (n < capacity) out[n++] = optimizer->slots[i].param;
+  return optimizer ? optimizer->count : 0;
 }

@@ -44,6 +44,7 @@ kiln_status_t kiln_nn_param_create(const char *name, kiln_tensor_t *value, kiln_
 void kiln_nn_param_free(kiln_nn_param_t *param) {
   if (!param) return;
   kiln_tensor_release(param->value);
+  kiln_tensor_release(param->low);
   kiln_tensor_release(param->grad);
   free(param->name);
   free(param);
@@ -71,7 +72,9 @@ kiln_status_t kiln_nn__param_rename(kiln_nn_param_t *param, const char *name) {
 kiln_status_t kiln_nn__param_add_grad(kiln_nn_param_t *param, kiln_tensor_t *g, bool exclusive) {
   if (!param->grad) {
     param->grad = g;
-    param->grad_exclusive = exclusive && kiln_tensor_is_contiguous(g);
+    /* In place needs kiln_tensor_accumulate, which is f32 only: a 16-bit
+     * gradient of a low-precision step is summed out of place. */
+    param->grad_exclusive = exclusive && kiln_tensor_is_contiguous(g) && kiln_tensor_dtype(g) == KILN_F32;
     return KILN_OK;
   }
   kiln_status_t status;

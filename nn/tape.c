@@ -56,7 +56,7 @@ kiln_status_t kiln_nn_tape_watch(kiln_nn_tape_t *tape, kiln_nn_param_t *param, k
   if (tape) {
     for (size_t i = 0; i < tape->param_count; i++)
       if (tape->params[i] == param) {
-        *out_value = param->value;
+        *out_value = param->low ? param->low : param->value;
         return KILN_OK;
       }
     if (tape->param_count == tape->param_capacity) {
@@ -68,7 +68,9 @@ kiln_status_t kiln_nn_tape_watch(kiln_nn_tape_t *tape, kiln_nn_param_t *param, k
     }
     tape->params[tape->param_count++] = param;
   }
-  *out_value = param->value;
+  /* A model in low precision computes with the step's copy of the value; its
+   * gradient arrives in that dtype and is the parameter's all the same. */
+  *out_value = param->low ? param->low : param->value;
   return KILN_OK;
 }
 
@@ -86,6 +88,7 @@ const char *kiln_nn__tape_op_name(const kiln_nn__entry_t *e) {
   case KILN_NN__T_CONV2D: return "conv2d";
   case KILN_NN__T_MAX_POOL2D: return "max_pool2d";
   case KILN_NN__T_RESHAPE: return "reshape";
+  case KILN_NN__T_CAST: return "cast";
   }
   return "?";
 }
@@ -102,7 +105,7 @@ static kiln_nn__source_t find_source(const kiln_nn_tape_t *tape, const kiln_tens
       return KILN_NN__RESULT;
     }
   for (size_t i = 0; i < tape->param_count; i++)
-    if (tape->params[i]->value == t) {
+    if (tape->params[i]->value == t || (tape->params[i]->low && tape->params[i]->low == t)) {
       *out_index = i;
       return KILN_NN__PARAM;
     }
@@ -402,5 +405,17 @@ kiln_status_t kiln_nn_tape_reshape(kiln_nn_tape_t *tape, kiln_tensor_t *x, int n
   kiln_tensor_t *y = NULL;
   status = kiln_tensor_reshape(x, ndim, shape, &y);
   /* A view of a recorded result is a new tensor, and so a new identity. */
+  return finish(tape, &p, call, status, y, out);
+}
+
+kiln_status_t kiln_nn_tape_cast(kiln_nn_tape_t *tape, kiln_tensor_t *x, kiln_dtype_t dtype, kiln_tensor_t **out) {
+  static const char call[] = "kiln_nn_tape_cast";
+  kiln_status_t status = need(call, x, "x", out);
+  if (status != KILN_OK) return status;
+  pending_t p;
+  pending_begin(&p, tape, KILN_NN__T_CAST, (const kiln_tensor_t *const[]){x}, 1);
+  p.e.sub = (int)kiln_tensor_dtype(x);
+  kiln_tensor_t *y = NULL;
+  status = kiln_tensor_cast(x, dtype, &y);
   return finish(tape, &p, call, status, y, out);
 }

@@ -21,7 +21,8 @@ static kiln_status_t deliver(walk_t *w, int i, kiln_tensor_t *t, bool exclusive)
   kiln_nn__grad_t *slot = &w->tape->grads[in->index];
   if (!slot->t) {
     slot->t = t;
-    slot->exclusive = exclusive && kiln_tensor_is_contiguous(t);
+    /* In place needs kiln_tensor_accumulate, which is f32 only. */
+    slot->exclusive = exclusive && kiln_tensor_is_contiguous(t) && kiln_tensor_dtype(t) == KILN_F32;
     return KILN_OK;
   }
   /* A result used twice: its gradients add up. */
@@ -262,6 +263,38 @@ static kiln_status_t back_reduce(walk_t *w, kiln_tensor_t *g) {
 }
 
 /* Run the backward of w->e with its gradient w->g. */
+/* kiln_tensor_unary_backward, whose kernels are f32: a 16-bit x and dy of a
+ * low-precision model are widened, the derivative taken in f32 and the result
+ * rounded once back to x's dtype (exact for relu, whose gradient is dy or 0). */
+static kiln_status_t unary_backward(kiln_unary_op_t op, const kiln_tensor_t *x, const kiln_tensor_t *dy,
+                                    kiln_tensor_t **out) {
+  const kiln_dtype_t dtype = kiln_tensor_dtype(x);
+  if (dtype != KILN_F16 && dtype != KILN_BF16) return kiln_tensor_unary_backward(op, x, dy, out);
+  kiln_tensor_t *x32 = NULL, *dy32 = NULL, *dx32 = NULL;
+  kiln_status_t status = kiln_tensor_cast(x, KILN_F32, &x32);
+  if (status == KILN_OK) status = kiln_tensor_cast(dy, KILN_F32, &dy32);
+  if (status == KILN_OK) status = kiln_tensor_unary_backward(op, x32, dy32, &dx32);
+  if (status == KILN_OK) status = kiln_tensor_cast(dx32, dtype, out);
+  kiln_tensor_release(x32);
+  kiln_tensor_release(dy32);
+  kiln_tensor_release(dx32);
+  return status;
+}
+
+/* kiln_tensor_conv2d_backward_bias, f32 only: a 16-bit dy is widened, summed
+ * in f32 and the sum rounded once back to dy's dtype. */
+static kiln_status_t conv2d_backward_bias(const kiln_tensor_t *dy, kiln_tensor_t **out) {
+  const kiln_dtype_t dtype = kiln_tensor_dtype(dy);
+  if (dtype != KILN_F16 && dtype != KILN_BF16) return kiln_tensor_conv2d_backward_bias(dy, out);
+  kiln_tensor_t *dy32 = NULL, *db32 = NULL;
+  kiln_status_t status = kiln_tensor_cast(dy, KILN_F32, &dy32);
+  if (status == KILN_OK) status = kiln_tensor_conv2d_backward_bias(dy32, &db32);
+  if (status == KILN_OK) status = kiln_tensor_cast(db32, dtype, out);
+  kiln_tensor_release(dy32);
+  kiln_tensor_release(db32);
+  return status;
+}
+
 static kiln_status_t back_entry(walk_t *w) {
   kiln_nn__entry_t *e = w->e;
   kiln_tensor_t *g = NULL, *dx = NULL;
@@ -276,7 +309,7 @@ static kiln_status_t back_entry(walk_t *w) {
   if (status != KILN_OK) return status;
   switch (e->op) {
   case KILN_NN__T_UNARY:
-    status = kiln_tensor_unary_backward((kiln_unary_op_t)e->sub, e->in[0].saved, g, &dx);
+    status = unary_backward((kiln_unary_op_t)e->sub, e->in[0].saved, g, &dx);
     if (status == KILN_OK) {
       status = deliver(w, 0, dx, true);
     }
@@ -295,7 +328,7 @@ static kiln_status_t back_entry(walk_t *w) {
     return status;
   case KILN_NN__T_CONV2D:
     if (carries(e, 2)) {
-      status = kiln_tensor_conv2d_backward_bias(g, &dx);
+      status = conv2d_backward_bias(g, &dx);
       if (status == KILN_OK) {
         status = deliver(w, 2, dx, true);
       }
@@ -324,6 +357,13 @@ static kiln_status_t back_entry(walk_t *w) {
     /* A view of g: as exclusive as g, once our reference to g is gone. */
     status = kiln_tensor_reshape(g, e->in[0].ndim, e->in[0].shape, &dx);
     if (status == KILN_OK) status = deliver(w, 0, dx, w->g.exclusive);
+    return status;
+  }
+  case KILN_NN__T_CAST: {
+    /* The gradient goes back in the input's dtype (torch.autocast's rule):
+     * an f32 loss gradient rounds once into f16 or bf16 here. */
+    status = kiln_tensor_cast(g, (kiln_dtype_t)e->sub, &dx);
+    if (status == KILN_OK) status = deliver(w, 0, dx, true);
     return status;
   }
   case KILN_NN__T_CROSS_ENTROPY: break;

@@ -60,11 +60,27 @@ static kiln_status_t sums_read(const sums_t *s, double *out_loss, double *out_co
   return status;
 }
 
+/* The model's output as f32 logits: a low-precision model's cast up on the
+ * tape, as torch.autocast runs softmax and cross-entropy in f32. */
+static kiln_status_t forward_f32(kiln_nn_model_t *model, kiln_nn_tape_t *tape, kiln_tensor_t *images,
+                                 kiln_tensor_t **out_logits) {
+  kiln_tensor_t *out = NULL;
+  kiln_status_t status = kiln_nn_model_forward(model, tape, images, &out);
+  if (status != KILN_OK || kiln_tensor_dtype(out) == KILN_F32) {
+    *out_logits = out;
+    return status;
+  }
+  status = kiln_nn_tape_cast(tape, out, KILN_F32, out_logits);
+  kiln_tensor_release(out);
+  return status;
+}
+
 /* One training step on one batch. */
-static kiln_status_t train_step(kiln_nn_model_t *model, kiln_nn_optimizer_t *optimizer, kiln_nn_tape_t *tape,
-                                const kiln_nn_batch_t *batch, sums_t *sums, kiln_buffer_t *losses, size_t step) {
+static kiln_status_t train_step(kiln_nn_model_t *model, kiln_nn_optimizer_t *optimizer, kiln_nn_grad_scaler_t *scaler,
+                                kiln_nn_tape_t *tape, const kiln_nn_batch_t *batch, sums_t *sums,
+                                kiln_buffer_t *losses, size_t step, bool *out_skipped) {
   kiln_tensor_t *logits = NULL, *loss = NULL;
-  kiln_status_t status = kiln_nn_model_forward(model, tape, batch->images, &logits);
+  kiln_status_t status = forward_f32(model, tape, batch->images, &logits);
   if (status == KILN_OK) status = kiln_nn_tape_cross_entropy(tape, logits, batch->labels, &loss);
   if (status == KILN_OK) status = sums_add(sums, logits, batch->labels, loss, 1.0);
   if (status == KILN_OK && losses) {
@@ -73,8 +89,14 @@ static kiln_status_t train_step(kiln_nn_model_t *model, kiln_nn_optimizer_t *opt
     status = kiln_buffer_copy(kiln_device_current_queue(device), kiln_tensor_buffer(loss),
                               kiln_tensor_offset_bytes(loss), losses, step * sizeof(float), sizeof(float), 0, NULL, NULL);
   }
-  if (status == KILN_OK) status = kiln_nn_tape_backward(tape, loss, NULL);
-  if (status == KILN_OK) status = kiln_nn_optimizer_step(optimizer);
+  *out_skipped = false;
+  if (scaler) {
+    if (status == KILN_OK) status = kiln_nn_grad_scaler_backward(scaler, tape, loss);
+    if (status == KILN_OK) status = kiln_nn_grad_scaler_step(scaler, optimizer, out_skipped);
+  } else {
+    if (status == KILN_OK) status = kiln_nn_tape_backward(tape, loss, NULL);
+    if (status == KILN_OK) status = kiln_nn_optimizer_step(optimizer);
+  }
   kiln_nn_optimizer_zero_grad(optimizer);
   kiln_nn_tape_clear(tape);
   kiln_tensor_release(logits);
@@ -153,7 +175,10 @@ kiln_status_t kiln_nn_train_epoch(kiln_nn_model_t *model, kiln_nn_optimizer_t *o
                               kiln_device_selector(device));
       break;
     }
-    status = train_step(model, optimizer, tape, &batch, &sums, st.steps < loss_cap ? losses : NULL, st.steps);
+    bool skipped = false;
+    status = train_step(model, optimizer, o->scaler, tape, &batch, &sums, st.steps < loss_cap ? losses : NULL, st.steps,
+                        &skipped);
+    st.skipped += skipped;
     if (status != KILN_OK) {
       status = kiln_wrap_error(status, "step %zu of epoch %llu", st.steps, (unsigned long long)batch.epoch);
       break;
@@ -209,7 +234,7 @@ kiln_status_t kiln_nn_evaluate(kiln_nn_model_t *model, kiln_nn_loader_t *loader,
     status = kiln_nn_loader_next(loader, &batch);
     if (status != KILN_OK || batch.count == 0) break;
     kiln_tensor_t *logits = NULL, *loss = NULL;
-    status = kiln_nn_model_forward(model, NULL, batch.images, &logits);
+    status = forward_f32(model, NULL, batch.images, &logits);
     if (status == KILN_OK) status = kiln_nn_tape_cross_entropy(NULL, logits, batch.labels, &loss);
     /* Weighted by the batch size: the mean over images, whatever the last batch. */
     if (status == KILN_OK) status = sums_add(&sums, logits, batch.labels, loss, (double)batch.count);

@@ -13,7 +13,8 @@
 #              reported as a misspelling
 #   demo       kiln-demo's --help, the chapter it names, the provider it reports under
 #              each policy (as the debug log shows it), its hints
-#   train      kiln-train's refusals before any training (numbers, --save's folder, --losses),
+#   train      kiln-train's refusals before any training (numbers, --precision, --save's folder, --losses),
+#              --precision bf16 and f16 and the summary of the steps the loss scaler skipped,
 #              a diverged run (--lr 1e6) that fails and leaves the checkpoint alone, Ctrl-C
 #              that saves and exits 130; needs Fashion-MNIST (skipped without it)
 #   all        install, caches, variables (test.sh), and train when build/examples/kiln-train
@@ -213,7 +214,7 @@ test_train() {
   local bad
   for bad in "--seed|" "--seed|99999999999999999999999" "--seed|-1" "--seed|12abc" "--epochs|" "--epochs|3x" \
              "--epochs|99999999999999999999" "--batch|-5" "--limit| 5" "--losses|+3" "--lr|" "--lr|1e400" \
-             "--lr|inf" "--lr|nan" "--lr|0.1x"; do
+             "--lr|inf" "--lr|nan" "--lr|0.1x" "--precision|f64" "--precision|BF16" "--precision|"; do
     rc=0
     out="$("${run[@]}" "${bad%%|*}" "${bad#*|}" 2>&1)" || rc=$?
     [ "$rc" = 2 ] || fail "kiln-train ${bad%%|*} '${bad#*|}' exited $rc, expected 2: $out"
@@ -235,6 +236,17 @@ test_train() {
   [ "$rc" = 2 ] || fail "kiln-train --losses 99999999999999 exited $rc, expected 2"
   case "$out" in *"--losses 99999999999999 is more than the 3 steps of an epoch (300 images in batches of 100)"*) ;;
     *) fail "kiln-train --losses 99999999999999: $out" ;; esac
+
+  # --precision: the summary names it and the steps the loss scaler skipped
+  # (f16 only; the scale starts at 2^16 and nothing overflows in 3 steps).
+  for p in bf16 f16; do
+    rc=0
+    out="$("${run[@]}" --epochs 1 --limit 300 --precision "$p" 2>&1)" || rc=$?
+    [ "$rc" = 0 ] || fail "kiln-train --precision $p exited $rc: $out"
+    case "$out" in *"seed 42, precision $p"*) ;; *) fail "kiln-train --precision $p: no precision in the header: $out" ;; esac
+  done
+  case "$out" in *"precision f16: 0 of 3 steps skipped by the loss scaler, final scale 65536"*) ;;
+    *) fail "kiln-train --precision f16: no scaler summary: $out" ;; esac
 
   # A rate that makes the loss NaN: an error naming the step and the rate, and
   # the good checkpoint is left as it was.

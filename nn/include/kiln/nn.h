@@ -287,7 +287,9 @@ void kiln_nn_param_free(kiln_nn_param_t *param);
 
 /* The name ("1.weight" inside a model, as PyTorch's state_dict names it),
  * the value and the gradient (NULL when none), all borrowed from the
- * parameter: retain a tensor to keep it past the next step. */
+ * parameter: retain a tensor to keep it past the next step. The value is
+ * always f32; the gradient of a bf16 or f16 model's step is of that dtype
+ * (kiln_nn_model_set_precision). */
 const char *kiln_nn_param_name(const kiln_nn_param_t *param);
 kiln_tensor_t *kiln_nn_param_value(const kiln_nn_param_t *param);
 kiln_tensor_t *kiln_nn_param_grad(const kiln_nn_param_t *param);
@@ -411,6 +413,10 @@ kiln_status_t kiln_nn_tape_conv2d(kiln_nn_tape_t *tape, kiln_tensor_t *x, kiln_t
 /* kiln_tensor_max_pool2d (backward: kiln_tensor_max_pool2d_backward). */
 kiln_status_t kiln_nn_tape_max_pool2d(kiln_nn_tape_t *tape, kiln_tensor_t *x, const kiln_pool2d_params_t *params,
                                       kiln_tensor_t **out);
+/* kiln_tensor_cast to `dtype`; the gradient is cast back to x's dtype (an
+ * f32 loss gradient rounds once into the f16 or bf16 of a low-precision
+ * model, as torch.autocast does). */
+kiln_status_t kiln_nn_tape_cast(kiln_nn_tape_t *tape, kiln_tensor_t *x, kiln_dtype_t dtype, kiln_tensor_t **out);
 /* kiln_tensor_reshape (a view when the layout allows); the gradient is
  * reshaped back. */
 kiln_status_t kiln_nn_tape_reshape(kiln_nn_tape_t *tape, kiln_tensor_t *x, int ndim, const int64_t *shape,
@@ -482,6 +488,24 @@ kiln_device_t *kiln_nn_model_device(const kiln_nn_model_t *model);
 /* Run the layers in order; recorded on `tape` when not NULL. */
 kiln_status_t kiln_nn_model_forward(kiln_nn_model_t *model, kiln_nn_tape_t *tape, kiln_tensor_t *x,
                                     kiln_tensor_t **out);
+/* Mixed precision (torch.autocast's scheme, with f32 master weights): at
+ * `precision` bf16 or f16, each forward casts every parameter's f32 value
+ * once into a copy of that dtype (the tape watches the copy) and the input
+ * batch too, so matmul, conv2d, bias adds, ReLU and pooling run in 16 bits
+ * (computed in f32 by kiln's kernels, rounded once per op), and the output
+ * (the logits) comes out in 16 bits; kiln_nn_train_epoch and kiln_nn_evaluate
+ * cast it up (kiln_nn_tape_cast) so softmax, cross-entropy and the loss are
+ * f32. Gradients reach the parameters in the low dtype; the optimizer reads
+ * them into f32 and updates the f32 values and its f32 state. Checkpoints
+ * (kiln_nn_model_save/_load) hold the f32 values whatever the precision, and
+ * a checkpoint loaded into a low-precision model reaches its copies at the
+ * next forward. f16 wants a loss scaler (kiln_nn_grad_scaler_t); bf16 has
+ * f32's range and needs none. Default f32 (no copies). KILN_INVALID_ARGUMENT
+ * for another dtype; KILN_UNSUPPORTED naming the device when it has no
+ * kernels for that dtype. Never blocks. */
+kiln_status_t kiln_nn_model_set_precision(kiln_nn_model_t *model, kiln_dtype_t precision);
+/* KILN_F32, KILN_BF16 or KILN_F16 (KILN_F32 for NULL). */
+kiln_dtype_t kiln_nn_model_precision(const kiln_nn_model_t *model);
 /* Initialise parameter k (in kiln_nn_model_params order) with
  * kiln_nn_param_init_uniform from kiln_nn_seed_derive(seed, k). Enqueued. */
 kiln_status_t kiln_nn_model_reset_parameters(kiln_nn_model_t *model, uint64_t seed);
@@ -509,7 +533,8 @@ kiln_status_t kiln_nn_model_create_preset(const char *name, kiln_device_t *devic
 /* ---- training: optimizers (nn/optim.c) --------------------------------------------
  * An optimizer updates a list of parameters from their gradients, in place, one
  * fused kiln operation per parameter (kiln_tensor_sgd_update,
- * kiln_tensor_adam_update); a parameter without a gradient is left alone, as
+ * kiln_tensor_adam_update; a 16-bit gradient of a low-precision model is cast
+ * to f32 first); a parameter without a gradient is left alone, as
  * in PyTorch. Its state (momentum buffers; Adam's m and v) is allocated on the
  * parameters' device when it is created. Single-owner; one thread at a time;
  * the parameters must outlive it. */
@@ -544,6 +569,61 @@ kiln_status_t kiln_nn_optimizer_set_lr(kiln_nn_optimizer_t *optimizer, double lr
  * `epoch` (from 0) is base_lr * (1 + cos(pi * epoch / epochs)) / 2. */
 double kiln_nn_lr_cosine(double base_lr, uint64_t epoch, uint64_t epochs);
 
+/* ---- training: loss scaling (nn/scaler.c) -------------------------------------------
+ * Dynamic loss scaling for f16 training, as torch.cuda.amp.GradScaler: the
+ * backward pass starts from scale (d(scale * loss)), so small gradients do
+ * not flush to zero in f16; before each update every gradient is read into
+ * f32, multiplied by 1/scale and checked; a step with any infinity or NaN is
+ * skipped (parameters and optimizer state untouched) and the scale multiplied
+ * by backoff_factor; after growth_interval clean steps in a row it is
+ * multiplied by growth_factor. Single-owner; one thread at a time. */
+
+typedef struct kiln_nn_grad_scaler_t kiln_nn_grad_scaler_t;
+
+typedef struct kiln_nn_grad_scaler_options_t {
+  double init_scale;        /* 65536 (2^16) */
+  double growth_factor;     /* 2 */
+  double backoff_factor;    /* 0.5 */
+  uint64_t growth_interval; /* 2000 */
+} kiln_nn_grad_scaler_options_t;
+
+/* Fill with PyTorch's defaults, above. */
+void kiln_nn_grad_scaler_options_initialize(kiln_nn_grad_scaler_options_t *options);
+
+typedef struct kiln_nn_grad_scaler_state_t {
+  double scale;            /* the scale now */
+  uint64_t growth_tracker; /* clean steps since the scale last changed */
+  uint64_t skipped;        /* steps skipped for a non-finite gradient, in all */
+  uint64_t steps;          /* steps through kiln_nn_grad_scaler_step, skipped ones included */
+} kiln_nn_grad_scaler_state_t;
+
+/* A scaler (NULL options: the defaults); the caller owns it.
+ * KILN_INVALID_ARGUMENT naming a bad option (init_scale not a positive finite
+ * f32, growth_factor <= 1, backoff_factor outside (0, 1), growth_interval 0);
+ * KILN_OUT_OF_MEMORY. */
+kiln_status_t kiln_nn_grad_scaler_create(const kiln_nn_grad_scaler_options_t *options,
+                                         kiln_nn_grad_scaler_t **out_scaler);
+void kiln_nn_grad_scaler_free(kiln_nn_grad_scaler_t *scaler);
+/* The state; KILN_INVALID_ARGUMENT for NULL. */
+kiln_status_t kiln_nn_grad_scaler_state(const kiln_nn_grad_scaler_t *scaler, kiln_nn_grad_scaler_state_t *out_state);
+/* The scale now (1 for NULL). */
+double kiln_nn_grad_scaler_scale(const kiln_nn_grad_scaler_t *scaler);
+/* Set the scale (a positive finite f32; KILN_INVALID_ARGUMENT otherwise) and
+ * restart the count of clean steps, as GradScaler.update(new_scale). */
+kiln_status_t kiln_nn_grad_scaler_set_scale(kiln_nn_grad_scaler_t *scaler, double scale);
+/* kiln_nn_tape_backward from `loss` (one element) with upstream gradient
+ * scale: scaler.scale(loss).backward(). Enqueued; does not block. */
+kiln_status_t kiln_nn_grad_scaler_backward(const kiln_nn_grad_scaler_t *scaler, kiln_nn_tape_t *tape,
+                                           kiln_tensor_t *loss);
+/* scaler.step(optimizer) then scaler.update(): each gradient of the
+ * optimizer's parameters is replaced by its f32 value times 1/scale; when all
+ * are finite, kiln_nn_optimizer_step; otherwise nothing is updated and
+ * *out_skipped (may be NULL) is true. Then the scale backs off or grows.
+ * Blocks once, to read whether a gradient overflowed. Errors of the
+ * operations, with the parameter named; the scale is unchanged then. */
+kiln_status_t kiln_nn_grad_scaler_step(kiln_nn_grad_scaler_t *scaler, kiln_nn_optimizer_t *optimizer,
+                                       bool *out_skipped);
+
 /* ---- training: the loop (nn/train.c) -----------------------------------------------
  * One epoch of a classifier: for each batch of the loader, forward with a tape,
  * the cross-entropy loss, backward, an optimizer step, the gradients dropped.
@@ -573,6 +653,9 @@ typedef struct kiln_nn_train_options_t {
    * (KILN_OK, the stats of the steps done). Set it from a signal handler to
    * stop cleanly after the step under way (kiln-train does so on SIGINT). */
   const volatile sig_atomic_t *stop;
+  /* When not NULL: each step's backward and update go through it
+   * (kiln_nn_grad_scaler_backward and _step): for an f16 model. */
+  kiln_nn_grad_scaler_t *scaler;
 } kiln_nn_train_options_t;
 
 /* Zero everything: no progress, the whole epoch, no step losses. */
@@ -586,6 +669,7 @@ typedef struct kiln_nn_epoch_stats_t {
   double accuracy;     /* right answers / images (the running training accuracy) */
   double seconds;      /* wall time, until the last step's results were read */
   double images_per_s;
+  size_t skipped;      /* steps the scaler skipped (a non-finite gradient); 0 without one */
 } kiln_nn_epoch_stats_t;
 
 /* Train `model` for one epoch of `loader` (whose batches must live on the
@@ -599,6 +683,9 @@ typedef struct kiln_nn_epoch_stats_t {
  * them). */
 kiln_status_t kiln_nn_train_epoch(kiln_nn_model_t *model, kiln_nn_optimizer_t *optimizer, kiln_nn_loader_t *loader,
                                   const kiln_nn_train_options_t *options, kiln_nn_epoch_stats_t *out_stats);
+
+/* At a precision other than f32 (kiln_nn_model_set_precision) the model's
+ * logits are cast to f32 on the tape before the loss, and so in evaluation. */
 
 /* The mean loss and the accuracy of `model` over one epoch of `loader` (a
  * loader without shuffle, of any batch size), without a tape. Blocks until
