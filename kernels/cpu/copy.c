@@ -139,6 +139,30 @@ static const cast_row_fn cast_rows[KILN_DTYPE_COUNT_][KILN_DTYPE_COUNT_] = {
 };
 _Static_assert(KILN_DTYPE_COUNT_ == 10, "a new dtype needs its column in KILN_CPU_CAST_FROM_ and its conversions");
 
+/* f32 <-> f16 and bf16, the casts of mixed-precision training, in runs
+ * (convert16.c: F16C and AVX2 where the CPU has them): the same bits as the
+ * rows above, several times faster. */
+static void cast_run_f16_f32(const void *in, int64_t s, void *out, int64_t n) { kiln_cpu_f16_to_f32_n(in, s, out, n); }
+static void cast_run_bf16_f32(const void *in, int64_t s, void *out, int64_t n) {
+  kiln_cpu_bf16_to_f32_n(in, s, out, n);
+}
+static void cast_run_f32_f16(const void *in, int64_t s, void *out, int64_t n) {
+  if (s == 1) kiln_cpu_f32_to_f16_n(in, out, n);
+  else cast_f32_f16(in, s, out, n);
+}
+static void cast_run_f32_bf16(const void *in, int64_t s, void *out, int64_t n) {
+  if (s == 1) kiln_cpu_f32_to_bf16_n(in, out, n);
+  else cast_f32_bf16(in, s, out, n);
+}
+
+static cast_row_fn cast_row_of(kiln_dtype_t from, kiln_dtype_t to) {
+  if (from == KILN_F16 && to == KILN_F32) return cast_run_f16_f32;
+  if (from == KILN_BF16 && to == KILN_F32) return cast_run_bf16_f32;
+  if (from == KILN_F32 && to == KILN_F16) return cast_run_f32_f16;
+  if (from == KILN_F32 && to == KILN_BF16) return cast_run_f32_bf16;
+  return cast_rows[from][to];
+}
+
 typedef struct cast_job_t {
   kiln_cpu_walk_t walk;
   const char *in;
@@ -165,6 +189,6 @@ void kiln_cpu_cast(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, co
   j.out = out;
   j.in_size = kiln_cpu_dtype_size(op->in[0].dtype);
   j.out_size = kiln_cpu_dtype_size(op->out.dtype);
-  j.row = cast_rows[op->in[0].dtype][op->out.dtype];
+  j.row = cast_row_of(op->in[0].dtype, op->out.dtype);
   kiln_cpu_parallel_for(par, j.walk.numel, KILN_CPU_GRAIN_ELEMENTWISE, cast_task, &j);
 }
