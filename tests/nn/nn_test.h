@@ -80,4 +80,36 @@ static inline kiln_device_t *kt_nn_cpu(void) {
   return device;
 }
 
+/* A loader of `batch` images (seed 42) in `layout`; the test fails if it
+ * cannot be made. */
+static inline kiln_nn_loader_t *kt_nn_loader(const kiln_nn_dataset_t *ds, kiln_device_t *device, size_t batch,
+                                             bool shuffle, kiln_nn_layout_t layout) {
+  kiln_nn_loader_options_t o;
+  kiln_nn_loader_options_initialize(&o);
+  o.batch_size = batch;
+  o.seed = 42;
+  o.shuffle = shuffle;
+  o.layout = layout;
+  kiln_nn_loader_t *loader = NULL;
+  KT_OK(kiln_nn_loader_create(ds, device, &o, &loader));
+  return loader;
+}
+
+/* Every parameter of a model (the f32 master weights), concatenated on the
+ * host; the caller frees it. */
+static inline float *kt_nn_params(const kiln_nn_model_t *model, size_t *out_count) {
+  size_t n = 0, total = 0;
+  kiln_nn_param_t *const *params = kiln_nn_model_params(model, &n);
+  for (size_t i = 0; i < n; i++) total += (size_t)kiln_tensor_numel(kiln_nn_param_value(params[i]));
+  float *all = malloc(total * sizeof(float)), *at = all;
+  ck_assert_ptr_nonnull(all);
+  for (size_t i = 0; i < n; i++) {
+    size_t k = (size_t)kiln_tensor_numel(kiln_nn_param_value(params[i]));
+    KT_OK(kiln_tensor_read(kiln_nn_param_value(params[i]), at, k * sizeof(float)));
+    at += k;
+  }
+  *out_count = total;
+  return all;
+}
+
 #endif /* KILN_TESTS_NN_TEST_H */

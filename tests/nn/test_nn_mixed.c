@@ -32,34 +32,6 @@ static kiln_nn_model_t *kt_tiny_model(kiln_device_t *device, kiln_dtype_t precis
   return model;
 }
 
-static kiln_nn_loader_t *kt_loader(const kiln_nn_dataset_t *ds, kiln_device_t *device, size_t batch, bool shuffle) {
-  kiln_nn_loader_options_t o;
-  kiln_nn_loader_options_initialize(&o);
-  o.batch_size = batch;
-  o.seed = 42;
-  o.shuffle = shuffle;
-  o.layout = KILN_NN_FLAT;
-  kiln_nn_loader_t *loader = NULL;
-  KT_OK(kiln_nn_loader_create(ds, device, &o, &loader));
-  return loader;
-}
-
-/* Every parameter of a model, concatenated on the host. */
-static float *kt_params(const kiln_nn_model_t *model, size_t *out_count) {
-  size_t n = 0, total = 0;
-  kiln_nn_param_t *const *params = kiln_nn_model_params(model, &n);
-  for (size_t i = 0; i < n; i++) total += (size_t)kiln_tensor_numel(kiln_nn_param_value(params[i]));
-  float *all = malloc(total * sizeof(float)), *at = all;
-  ck_assert_ptr_nonnull(all);
-  for (size_t i = 0; i < n; i++) {
-    size_t k = (size_t)kiln_tensor_numel(kiln_nn_param_value(params[i]));
-    KT_OK(kiln_tensor_read(kiln_nn_param_value(params[i]), at, k * sizeof(float)));
-    at += k;
-  }
-  *out_count = total;
-  return all;
-}
-
 /* One step by hand, as kiln_nn_train_epoch takes it with a scaler; with
  * `poison` (an f16 infinity or NaN) written into every element of the first
  * parameter's gradient before the scaler looks at it. Returns whether the
@@ -141,7 +113,7 @@ END_TEST
 START_TEST(test_overflow_skips_the_step_and_halves_the_scale) {
   kiln_device_t *cpu = kt_nn_cpu();
   kiln_nn_dataset_t *ds = kt_tiny_data();
-  kiln_nn_loader_t *loader = kt_loader(ds, cpu, 4, true);
+  kiln_nn_loader_t *loader = kt_nn_loader(ds, cpu, 4, true, KILN_NN_FLAT);
   kiln_nn_model_t *model = kt_tiny_model(cpu, KILN_F16);
   kiln_nn_optimizer_t *opt = NULL;
   const kiln_sgd_params_t sgd = {.lr = 0.1, .momentum = 0.9};
@@ -159,19 +131,19 @@ START_TEST(test_overflow_skips_the_step_and_halves_the_scale) {
   ck_assert(!kt_step(model, opt, scaler, loader, 0));
   kt_scaler_is(scaler, 1024, 2, 0, 2);
   size_t count = 0;
-  float *before = kt_params(model, &count), *after = NULL;
+  float *before = kt_nn_params(model, &count), *after = NULL;
   ck_assert(kt_step(model, opt, scaler, loader, INFINITY));
-  after = kt_params(model, &count);
+  after = kt_nn_params(model, &count);
   ck_assert_msg(memcmp(before, after, count * sizeof(float)) == 0, "a skipped step changed the weights");
   kt_scaler_is(scaler, 512, 0, 1, 3);
   free(after);
   ck_assert(kt_step(model, opt, scaler, loader, NAN));
-  after = kt_params(model, &count);
+  after = kt_nn_params(model, &count);
   ck_assert_msg(memcmp(before, after, count * sizeof(float)) == 0, "a step skipped for a NaN changed the weights");
   kt_scaler_is(scaler, 256, 0, 2, 4);
   free(after);
   ck_assert(!kt_step(model, opt, scaler, loader, 0));
-  after = kt_params(model, &count);
+  after = kt_nn_params(model, &count);
   ck_assert_msg(memcmp(before, after, count * sizeof(float)) != 0, "a clean step left the weights as they were");
   kt_scaler_is(scaler, 256, 1, 2, 5);
   ck_assert(!kt_step(model, opt, scaler, loader, 0));
@@ -182,10 +154,10 @@ START_TEST(test_overflow_skips_the_step_and_halves_the_scale) {
    * infinity when it is cast into the model's f16. */
   KT_OK(kiln_nn_grad_scaler_set_scale(scaler, 1e30));
   free(before);
-  before = kt_params(model, &count);
+  before = kt_nn_params(model, &count);
   ck_assert(kt_step(model, opt, scaler, loader, 0));
   free(after);
-  after = kt_params(model, &count);
+  after = kt_nn_params(model, &count);
   ck_assert_msg(memcmp(before, after, count * sizeof(float)) == 0, "an overflowing scale changed the weights");
   kt_scaler_is(scaler, 5e29, 0, 3, 8);
 
@@ -214,7 +186,7 @@ END_TEST
 START_TEST(test_default_growth_after_2000_clean_steps) {
   kiln_device_t *cpu = kt_nn_cpu();
   kiln_nn_dataset_t *ds = kt_tiny_data();
-  kiln_nn_loader_t *loader = kt_loader(ds, cpu, 4, true);
+  kiln_nn_loader_t *loader = kt_nn_loader(ds, cpu, 4, true, KILN_NN_FLAT);
   kiln_nn_model_t *model = kt_tiny_model(cpu, KILN_F16);
   kiln_nn_optimizer_t *opt = NULL;
   const kiln_sgd_params_t sgd = {.lr = 0.01};
@@ -309,7 +281,8 @@ static kt_run_t kt_mlp_run(kiln_dtype_t precision) {
   KT_OK(kiln_nn_optimizer_create_preset("mlp", model, &opt));
   kiln_nn_grad_scaler_t *scaler = NULL;
   if (precision == KILN_F16) KT_OK(kiln_nn_grad_scaler_create(NULL, &scaler));
-  kiln_nn_loader_t *loader = kt_loader(train, cpu, 100, true), *tests = kt_loader(test, cpu, 500, false);
+  kiln_nn_loader_t *loader = kt_nn_loader(train, cpu, 100, true, KILN_NN_FLAT);
+  kiln_nn_loader_t *tests = kt_nn_loader(test, cpu, 500, false, KILN_NN_FLAT);
   kiln_nn_train_options_t to;
   kiln_nn_train_options_initialize(&to);
   to.scaler = scaler;

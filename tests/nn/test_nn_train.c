@@ -16,33 +16,6 @@ static kiln_nn_dataset_t *kt_fashion(kiln_nn_split_t split, size_t limit) {
   return part;
 }
 
-static kiln_nn_loader_t *kt_loader(const kiln_nn_dataset_t *ds, kiln_device_t *device, size_t batch, bool shuffle) {
-  kiln_nn_loader_options_t o;
-  kiln_nn_loader_options_initialize(&o);
-  o.batch_size = batch;
-  o.seed = 42;
-  o.shuffle = shuffle;
-  kiln_nn_loader_t *loader = NULL;
-  KT_OK(kiln_nn_loader_create(ds, device, &o, &loader));
-  return loader;
-}
-
-/* Every parameter of a model, concatenated on the host. */
-static float *kt_params(const kiln_nn_model_t *model, size_t *out_count) {
-  size_t n = 0, total = 0;
-  kiln_nn_param_t *const *params = kiln_nn_model_params(model, &n);
-  for (size_t i = 0; i < n; i++) total += (size_t)kiln_tensor_numel(kiln_nn_param_value(params[i]));
-  float *all = malloc(total * sizeof(float)), *at = all;
-  ck_assert_ptr_nonnull(all);
-  for (size_t i = 0; i < n; i++) {
-    size_t k = (size_t)kiln_tensor_numel(kiln_nn_param_value(params[i]));
-    KT_OK(kiln_tensor_read(kiln_nn_param_value(params[i]), at, k * sizeof(float)));
-    at += k;
-  }
-  *out_count = total;
-  return all;
-}
-
 /* Oclgrind simulates: right, and far too slow to train on. */
 static bool kt_trainable(kiln_device_t *device) { return strstr(kiln_device_name(device), "Oclgrind") == NULL; }
 
@@ -88,7 +61,7 @@ START_TEST(test_same_seed_same_network_on_every_device) {
   kiln_nn_model_t *ref = NULL, *other = NULL;
   KT_OK(kiln_nn_model_create_preset("lenet", cpu, 7, &ref));
   size_t n = 0, m = 0;
-  float *want = kt_params(ref, &n);
+  float *want = kt_nn_params(ref, &n);
   /* PyTorch's bounds: +-1/sqrt(fan_in), for weights and biases alike. */
   size_t count = 0;
   kiln_nn_param_t *const *params = kiln_nn_model_params(ref, &count);
@@ -106,12 +79,12 @@ START_TEST(test_same_seed_same_network_on_every_device) {
     at += k;
   }
   KT_OK(kiln_nn_model_create_preset("lenet", cpu, 8, &other));
-  float *differ = kt_params(other, &m);
+  float *differ = kt_nn_params(other, &m);
   ck_assert(memcmp(want, differ, n * sizeof(float)) != 0);
   /* Reset with the first seed: the first network again. */
   KT_OK(kiln_nn_model_reset_parameters(other, 7));
   free(differ);
-  differ = kt_params(other, &m);
+  differ = kt_nn_params(other, &m);
   ck_assert(memcmp(want, differ, n * sizeof(float)) == 0);
   free(differ);
   kiln_nn_model_free(other);
@@ -122,7 +95,7 @@ START_TEST(test_same_seed_same_network_on_every_device) {
     KT_OK(kiln_device_get(d, &device));
     kiln_nn_model_t *model = NULL;
     KT_OK(kiln_nn_model_create_preset("lenet", device, 7, &model));
-    float *got = kt_params(model, &m);
+    float *got = kt_nn_params(model, &m);
     ck_assert_uint_eq(m, n);
     ck_assert_msg(memcmp(want, got, n * sizeof(float)) == 0, "%s draws another network than cpu:0",
                   kiln_device_name(device));
@@ -144,7 +117,7 @@ START_TEST(test_save_and_load) {
   KT_OK(kiln_nn_model_save(a, path));
   KT_OK(kiln_nn_model_load(b, path));
   size_t n = 0, m = 0;
-  float *va = kt_params(a, &n), *vb = kt_params(b, &m);
+  float *va = kt_nn_params(a, &n), *vb = kt_nn_params(b, &m);
   ck_assert(n == m && memcmp(va, vb, n * sizeof(float)) == 0);
   free(va);
   free(vb);
@@ -198,7 +171,7 @@ START_TEST(test_diverged_training_is_an_error) {
   KT_OK(kiln_nn_model_create_preset("mlp", cpu, 42, &model));
   KT_OK(kiln_nn_optimizer_create_preset("mlp", model, &opt));
   KT_OK(kiln_nn_optimizer_set_lr(opt, 1e6));
-  kiln_nn_loader_t *loader = kt_loader(train, cpu, 100, true);
+  kiln_nn_loader_t *loader = kt_nn_loader(train, cpu, 100, true, KILN_NN_NCHW);
   kiln_nn_epoch_stats_t st;
   KT_FAILS(kiln_nn_train_epoch(model, opt, loader, NULL, &st), KILN_INVALID_ARGUMENT,
            " of epoch 0: training diverged; lower the learning rate (it is 1e+06)");
@@ -223,7 +196,7 @@ START_TEST(test_stop_flag_ends_the_epoch) {
   kiln_nn_optimizer_t *opt = NULL;
   KT_OK(kiln_nn_model_create_preset("mlp", cpu, 42, &model));
   KT_OK(kiln_nn_optimizer_create_preset("mlp", model, &opt));
-  kiln_nn_loader_t *loader = kt_loader(train, cpu, 100, true);
+  kiln_nn_loader_t *loader = kt_nn_loader(train, cpu, 100, true, KILN_NN_NCHW);
   volatile sig_atomic_t stop = 1;
   kiln_nn_train_options_t o;
   kiln_nn_train_options_initialize(&o);
@@ -375,7 +348,7 @@ static void kt_first_losses(const char *preset, kiln_device_t *device, const kil
   kiln_nn_optimizer_t *opt = NULL;
   KT_OK(kiln_nn_model_create_preset(preset, device, 42, &model));
   KT_OK(kiln_nn_optimizer_create_preset(preset, model, &opt));
-  kiln_nn_loader_t *loader = kt_loader(ds, device, 100, true);
+  kiln_nn_loader_t *loader = kt_nn_loader(ds, device, 100, true, KILN_NN_NCHW);
   kiln_nn_train_options_t o;
   kiln_nn_train_options_initialize(&o);
   o.max_steps = n;
@@ -441,7 +414,8 @@ START_TEST(test_training_lowers_the_loss) {
   kiln_nn_optimizer_t *opt = NULL;
   KT_OK(kiln_nn_model_create_preset(preset, cpu, 42, &model));
   KT_OK(kiln_nn_optimizer_create_preset(preset, model, &opt));
-  kiln_nn_loader_t *loader = kt_loader(train, cpu, 100, true), *tests = kt_loader(test, cpu, 500, false);
+  kiln_nn_loader_t *loader = kt_nn_loader(train, cpu, 100, true, KILN_NN_NCHW);
+  kiln_nn_loader_t *tests = kt_nn_loader(test, cpu, 500, false, KILN_NN_NCHW);
   kiln_nn_epoch_stats_t st;
   for (int e = 0; e < epochs; e++) {
     KT_OK(kiln_nn_train_epoch(model, opt, loader, NULL, &st));
@@ -475,7 +449,7 @@ START_TEST(test_whole_epoch_memory_flat) {
   kiln_nn_optimizer_t *opt = NULL;
   KT_OK(kiln_nn_model_create_preset(preset, cpu, 42, &model));
   KT_OK(kiln_nn_optimizer_create_preset(preset, model, &opt));
-  kiln_nn_loader_t *loader = kt_loader(train, cpu, 100, true);
+  kiln_nn_loader_t *loader = kt_nn_loader(train, cpu, 100, true, KILN_NN_NCHW);
   const size_t steps = kiln_nn_loader_batch_count(loader);
   kiln_nn_train_options_t o;
   kiln_nn_train_options_initialize(&o);
