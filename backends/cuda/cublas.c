@@ -130,14 +130,7 @@ static bool fits_int(int64_t v) { return v >= 1 && v <= INT_MAX; }
 /* One float dtype throughout: SGEMM, DGEMM, or GemmEx for f16 and bf16
  * (the native GEMM computes the same dtypes; the rest are refused there). */
 bool kiln_cuda_cublas_takes(const kiln_op_t *op, kiln_dtype_t *out_bad) {
-  const uint32_t floats = 1u << KILN_F32 | 1u << KILN_F64 | 1u << KILN_F16 | 1u << KILN_BF16;
-  if (!kiln_backend_op_dtypes_in(op, floats, floats, out_bad)) return false;
-  for (int i = 0; i < op->n_in; i++)
-    if (op->in[i].dtype != op->out.dtype) {
-      if (out_bad) *out_bad = op->in[i].dtype;
-      return false;
-    }
-  return true;
+  return kiln_cuda_one_float_dtype(op, out_bad);
 }
 
 bool kiln_cuda_cublas_supports(kiln_backend_context_t *ctx, kiln_backend_device_t *device,

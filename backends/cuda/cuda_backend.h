@@ -392,6 +392,19 @@ const char *kiln_cuda_dlerror(void);
  * mapped). */
 bool kiln_cuda_cublas_load(kiln_backend_context_t *ctx, char *out_reason, size_t reason_size);
 void kiln_cuda_cublas_unload(kiln_backend_context_t *ctx);
+/* Whether op's operands and result are one float dtype throughout (f32, f64,
+ * f16 or bf16): what cuBLAS's GEMMs and cuDNN's convolutions take; *out_bad
+ * (when not NULL) the first dtype that is not. */
+static inline bool kiln_cuda_one_float_dtype(const kiln_op_t *op, kiln_dtype_t *out_bad) {
+  const uint32_t floats = 1u << KILN_F32 | 1u << KILN_F64 | 1u << KILN_F16 | 1u << KILN_BF16;
+  if (!kiln_backend_op_dtypes_in(op, floats, floats, out_bad)) return false;
+  for (int i = 0; i < op->n_in; i++)
+    if (op->in[i].dtype != op->out.dtype) {
+      if (out_bad) *out_bad = op->in[i].dtype;
+      return false;
+    }
+  return true;
+}
 /* The cublas row's supports() and routine. */
 /* Whether the cublas row computes op's dtypes (f32, f64, f16, bf16, one
  * throughout), whatever the sizes and whether cuBLAS is loaded; *out_bad

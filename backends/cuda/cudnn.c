@@ -379,16 +379,7 @@ static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
  * the bias, y), the others in f32 (and max_pool2d's i32 indices); false
  * and *out_bad, the first dtype that is not, otherwise. */
 bool kiln_cuda_cudnn_takes(const kiln_op_t *op, kiln_dtype_t *out_bad) {
-  if (op->kind == KILN_OP_CONV2D) {
-    const uint32_t floats = 1u << KILN_F32 | 1u << KILN_F64 | 1u << KILN_F16 | 1u << KILN_BF16;
-    if (!kiln_backend_op_dtypes_in(op, floats, floats, out_bad)) return false;
-    for (int i = 0; i < op->n_in; i++)
-      if (op->in[i].dtype != op->out.dtype) {
-        if (out_bad) *out_bad = op->in[i].dtype;
-        return false;
-      }
-    return true;
-  }
+  if (op->kind == KILN_OP_CONV2D) return kiln_cuda_one_float_dtype(op, out_bad);
   return kiln_backend_op_dtypes_in(op, 1u << KILN_F32 | 1u << KILN_I32, 1u << KILN_F32, out_bad);
 }
 
