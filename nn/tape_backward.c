@@ -262,7 +262,6 @@ static kiln_status_t back_reduce(walk_t *w, kiln_tensor_t *g) {
   return deliver(w, 0, spread, true);
 }
 
-/* Run the backward of w->e with its gradient w->g. */
 /* kiln_tensor_unary_backward, whose kernels are f32: a 16-bit x and dy of a
  * low-precision model are widened, the derivative taken in f32 and the result
  * rounded once back to x's dtype (exact for relu, whose gradient is dy or 0). */
@@ -295,6 +294,7 @@ static kiln_status_t conv2d_backward_bias(const kiln_tensor_t *dy, kiln_tensor_t
   return status;
 }
 
+/* Run the backward of w->e with its gradient w->g. */
 static kiln_status_t back_entry(walk_t *w) {
   kiln_nn__entry_t *e = w->e;
   kiln_tensor_t *g = NULL, *dx = NULL;
