@@ -86,8 +86,16 @@ double bench_row_compare(bench_row_t *row, const char *peer, double peer_value) 
 void bench_row_target_ratio(bench_row_t *row, double min_ratio) {
   if (row->ncmp == 0) return;
   const bench_cmp_t *c = &row->cmp[row->ncmp - 1];
+  const int met = isfinite(c->ratio) ? c->ratio >= min_ratio : -1;
+  if (row->target[0]) {
+    /* A second target on the same row: both must be met. */
+    const size_t used = strlen(row->target);
+    snprintf(row->target + used, sizeof row->target - used, "; >= %gx %s", min_ratio, c->peer);
+    row->met = row->met == 0 || met == 0 ? 0 : row->met == 1 && met == 1 ? 1 : -1;
+    return;
+  }
   snprintf(row->target, sizeof row->target, ">= %gx %s", min_ratio, c->peer);
-  row->met = isfinite(c->ratio) ? c->ratio >= min_ratio : -1;
+  row->met = met;
 }
 
 void bench_row_target_max(bench_row_t *row, double max_value, const char *text) {

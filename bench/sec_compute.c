@@ -397,6 +397,69 @@ static void bench_stream_op(const bench_options_t *opts, const bench_device_t *d
 
 /* ---- section 10 ------------------------------------------------------------------------ */
 
+/* matmul n^3 (2048, 256 with --quick) on cpu:0 in f32, bf16 and f16 (issue
+ * 21), beside PyTorch's bf16 and f16 torch.mm in the same run: bf16 >= 1.0x
+ * torch and >= 1.7x kiln's f32; f16 >= 0.9x kiln's f32. */
+static void bench_half_matmul(const bench_options_t *opts, const bench_device_t *d) {
+  const int S = BENCH_SECTION_HALF;
+  const int n = opts->quick ? 256 : 2048;
+  const double work = 2.0 * n * (double)n * n / 1e9;
+  char tasks[2][32];
+  snprintf(tasks[0], sizeof tasks[0], "matmul_bf16:%d", n);
+  snprintf(tasks[1], sizeof tasks[1], "matmul_f16:%d", n);
+  const char *task_ptrs[2] = {tasks[0], tasks[1]};
+  bench_progress("half: PyTorch peer (torch.mm in bf16 and f16 on the CPU)");
+  bench_torch_result_t torch[2];
+  bench_torch_run(opts, task_ptrs, 2, torch);
+  static const kiln_dtype_t dtypes[] = {KILN_F32, KILN_BF16, KILN_F16};
+  double torch_value[3] = {NAN, NAN, NAN};
+  for (int t = 0; t < 2; t++) {
+    char params[64];
+    snprintf(params, sizeof params, "%d^3 %s", n, t == 0 ? "bf16" : "f16");
+    bench_stats_t rate;
+    if (torch[t].valid) rate = bench_stats_rate(&torch[t].st, work);
+    bench_row_t row = bench_peer_row(S, "matmul", "host", "torch.mm", params, "GFLOPS", torch[t].valid, &rate,
+                                     torch[t].why);
+    if (torch[t].valid && torch[t].info[0]) bench_row_note(&row, "%s", torch[t].info);
+    bench_add(&row);
+    torch_value[t + 1] = torch[t].valid ? rate.median : NAN;
+  }
+  double f32_value = NAN;
+  for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++) {
+    const kiln_dtype_t dt = dtypes[t];
+    char params[64];
+    snprintf(params, sizeof params, "%d^3 %s", n, kiln_dtype_name(dt));
+    bench_op_t op = {.kind = BENCH_OP_MATMUL, .device = d->device};
+    const int64_t shape[2] = {n, n};
+    kiln_status_t st = kiln_tensor_uniform_dtype(d->device, dt, 2, shape, 1, -1, 1, &op.a);
+    if (st == KILN_OK) st = kiln_tensor_uniform_dtype(d->device, dt, 2, shape, 2, -1, 1, &op.b);
+    bench_stats_t sec;
+    int rc = st == KILN_OK ? bench_measure(opts, bench_op_run, &op, &sec)
+                           : bench_kiln_error("kiln_tensor_uniform_dtype", st);
+    bench_op_release(&op);
+    if (rc != 0) {
+      bench_section_error(S, "matmul %s on %s: %s", params, d->info.selector, bench_error());
+      continue;
+    }
+    bench_row_t row = bench_row_make(S, "matmul", d->info.selector, op.provider, params, "GFLOPS", true);
+    row.st = bench_stats_rate(&sec, work);
+    if (dt == KILN_F32) {
+      f32_value = row.st.median;
+    } else {
+      bench_row_compare(&row, "kiln f32", f32_value);
+      bench_row_target_ratio(&row, dt == KILN_BF16 ? 1.7 : 0.9);
+      bench_row_compare(&row, "torch.mm", torch_value[t]);
+      if (dt == KILN_BF16) bench_row_target_ratio(&row, 1.0);
+    }
+    bench_add(&row);
+  }
+  bench_section_note(S, "matmul %d^3 on cpu:0 in f32, bf16 and f16 (operands uniform in [-1, 1], a fresh output "
+                        "each time; GFLOPS count 2n^3): bf16 against kiln's f32 (target >= 1.7x) and PyTorch's "
+                        "bf16 torch.mm (oneDNN; target >= 1.0x); f16 against kiln's f32 (target >= 0.9x). PyTorch "
+                        "1.13 has no f16 matmul on the CPU: its row says so.",
+                     n);
+}
+
 /* add of 2^24 elements (2^22 with --quick) in f32, f16 and bf16 on cpu:0 and
  * on PoCL (issue 20), side by side: bytes per second (three elements' bytes
  * each), the 16-bit rows against the f32 row of the same device in this run
@@ -410,6 +473,7 @@ void bench_section_half(const bench_options_t *opts) {
   for (size_t di = 0; di < ndev; di++) {
     const bench_device_t *d = &devs[di];
     if (!(bench_is_cpu_backend(d) && !strcmp(d->info.selector, "cpu:0")) && !bench_is_pocl(d)) continue;
+    if (bench_is_cpu_backend(d)) bench_half_matmul(opts, d);
     double f32_value = NAN;
     for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++) {
       const kiln_dtype_t dt = dtypes[t];

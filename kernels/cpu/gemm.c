@@ -77,6 +77,16 @@ kiln_cpu_gemm_isa_t kiln_cpu_gemm_isa_best(void) {
   return KILN_CPU_GEMM_ISA_PORTABLE;
 }
 
+bool kiln_cpu_bf16_gemm_available(void) {
+#if defined(KILN_HAVE_AVX512BF16_KERNEL)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 const char *kiln_cpu_gemm_isa_name(kiln_cpu_gemm_isa_t isa) {
   switch (isa) {
     case KILN_CPU_GEMM_ISA_AUTO: return kiln_cpu_gemm_isa_name(kiln_cpu_gemm_isa_best());

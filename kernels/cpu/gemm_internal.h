@@ -42,6 +42,16 @@ void kiln_cpu_gemm_small_avx512(bool trans_a, int64_t m0, int64_t m1, int64_t n0
                                 bool accumulate);
 #endif
 
+/* The bf16 MATMUL on AVX-512 BF16 (gemm_bf16_avx512.c): the f32 tile's
+ * blocking with vdpbf16ps on pairs of k steps, f32 sums, C rounded once.
+ * Call it only where kiln_cpu_bf16_gemm_available(); false when it had no
+ * memory (C is then partly written: run the product another way). */
+#if defined(KILN_HAVE_AVX512BF16_KERNEL)
+bool kiln_cpu_matmul_bf16_avx512(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in);
+#endif
+/* True when this build and CPU have it (AVX-512F, BW and BF16). */
+bool kiln_cpu_bf16_gemm_available(void);
+
 /* The f64 tiles (kernels/cpu/dgemm.c): MR rows by 8 columns (portable,
  * AVX2) or 16 (AVX-512), the f32 tiles' shapes at half the lanes. */
 #define KILN_CPU_DGEMM_MR 6

@@ -1,4 +1,4 @@
-/* kernels/cpu/matmul.c: the MATMUL op in every float dtype: f32 and f64 through kiln's own GEMMs, f16 and bf16 through the f32 one. */
+/* kernels/cpu/matmul.c: the MATMUL op in every float dtype: f32 and f64 through kiln's own GEMMs, bf16 on AVX-512 BF16 where the CPU has it, f16 (and bf16 elsewhere) through the f32 one. */
 #include <stdlib.h>
 
 #include "kernels/cpu/cpu_native.h"
@@ -113,8 +113,13 @@ void kiln_cpu_matmul_via_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, voi
 void kiln_cpu_matmul_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   switch (op->out.dtype) {
   case KILN_F64: kiln_cpu_matmul_f64(par, op, out, in); return;
-  case KILN_F16:
-  case KILN_BF16: kiln_cpu_matmul_via_f32(par, op, out, in, kiln_cpu_matmul_f32); return;
+  case KILN_BF16:
+#if defined(KILN_HAVE_AVX512BF16_KERNEL)
+    if (kiln_cpu_bf16_gemm_available() && kiln_cpu_matmul_bf16_avx512(par, op, out, in)) return;
+#endif
+    kiln_cpu_matmul_via_f32(par, op, out, in, kiln_cpu_matmul_f32);
+    return;
+  case KILN_F16: kiln_cpu_matmul_via_f32(par, op, out, in, kiln_cpu_matmul_f32); return;
   default: kiln_cpu_matmul_f32(par, op, out, in); return;
   }
 }
