@@ -460,6 +460,49 @@ static void bench_half_matmul(const bench_options_t *opts, const bench_device_t 
                      n);
 }
 
+/* conv2d of a ResNet-like layer (N32 C64 K64 56x56 3x3 pad 1; N4 with
+ * --quick) on cpu:0 in f32, bf16 and f16 with a bias: bf16 >= 1.5x kiln's
+ * f32 (issue 21). */
+static void bench_half_conv(const bench_options_t *opts, const bench_device_t *d) {
+  const int S = BENCH_SECTION_HALF;
+  const int64_t n = opts->quick ? 4 : 32, c = 64, k = 64, h = 56, r = 3, pad = 1;
+  const double work = 2.0 * n * k * h * h * c * r * r / 1e9;
+  static const kiln_dtype_t dtypes[] = {KILN_F32, KILN_BF16, KILN_F16};
+  double f32_value = NAN;
+  for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++) {
+    const kiln_dtype_t dt = dtypes[t];
+    char params[64];
+    snprintf(params, sizeof params, "N%lld C64 K64 56x56 3x3 pad1 %s", (long long)n, kiln_dtype_name(dt));
+    bench_op_t op = {.kind = BENCH_OP_CONV2D, .device = d->device};
+    op.conv = kiln_conv2d_params_default();
+    op.conv.padding[0] = op.conv.padding[1] = (int32_t)pad;
+    const int64_t xs[4] = {n, c, h, h}, ws[4] = {k, c, r, r}, bs[1] = {k};
+    kiln_status_t st = kiln_tensor_uniform_dtype(d->device, dt, 4, xs, 3, -1, 1, &op.a);
+    if (st == KILN_OK) st = kiln_tensor_uniform_dtype(d->device, dt, 4, ws, 4, -0.1f, 0.1f, &op.b);
+    if (st == KILN_OK) st = kiln_tensor_uniform_dtype(d->device, dt, 1, bs, 5, -0.1f, 0.1f, &op.bias);
+    bench_stats_t sec;
+    int rc = st == KILN_OK ? bench_measure(opts, bench_op_run, &op, &sec)
+                           : bench_kiln_error("kiln_tensor_uniform_dtype", st);
+    bench_op_release(&op);
+    if (rc != 0) {
+      bench_section_error(S, "conv2d %s on %s: %s", params, d->info.selector, bench_error());
+      continue;
+    }
+    bench_row_t row = bench_row_make(S, "conv2d", d->info.selector, op.provider, params, "GFLOPS", true);
+    row.st = bench_stats_rate(&sec, work);
+    if (dt == KILN_F32) {
+      f32_value = row.st.median;
+    } else {
+      bench_row_compare(&row, "kiln f32", f32_value);
+      if (dt == KILN_BF16) bench_row_target_ratio(&row, 1.5);
+    }
+    bench_add(&row);
+  }
+  bench_section_note(S, "conv2d of a ResNet-like layer with a bias on cpu:0 in f32, bf16 and f16 (GFLOPS count "
+                        "2*N*K*P*Q*C*R*S): bf16 against kiln's f32 in this run (target >= 1.5x); f16 runs through "
+                        "f32 and is reported without a target.");
+}
+
 /* add of 2^24 elements (2^22 with --quick) in f32, f16 and bf16 on cpu:0 and
  * on PoCL (issue 20), side by side: bytes per second (three elements' bytes
  * each), the 16-bit rows against the f32 row of the same device in this run
@@ -473,7 +516,10 @@ void bench_section_half(const bench_options_t *opts) {
   for (size_t di = 0; di < ndev; di++) {
     const bench_device_t *d = &devs[di];
     if (!(bench_is_cpu_backend(d) && !strcmp(d->info.selector, "cpu:0")) && !bench_is_pocl(d)) continue;
-    if (bench_is_cpu_backend(d)) bench_half_matmul(opts, d);
+    if (bench_is_cpu_backend(d)) {
+      bench_half_matmul(opts, d);
+      bench_half_conv(opts, d);
+    }
     double f32_value = NAN;
     for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++) {
       const kiln_dtype_t dt = dtypes[t];

@@ -440,6 +440,63 @@ static void kt_same_bits(const char *what, kiln_tensor_t *got, kiln_tensor_t *wa
   free(b);
 }
 
+/* got and want (bf16) at most one ulp apart, and few of them apart at all. */
+static void kt_close_bf16(const char *what, kiln_tensor_t *got, kiln_tensor_t *want) {
+  const int64_t n = kiln_tensor_numel(got);
+  ck_assert_int_eq(n, kiln_tensor_numel(want));
+  uint16_t *a = malloc(sizeof(uint16_t) * (size_t)n), *b = malloc(sizeof(uint16_t) * (size_t)n);
+  KT_OK(kiln_tensor_read(got, a, sizeof(uint16_t) * (size_t)n));
+  KT_OK(kiln_tensor_read(want, b, sizeof(uint16_t) * (size_t)n));
+  int64_t off = 0;
+  for (int64_t i = 0; i < n; i++) {
+    ck_assert_msg(abs(kt_ord16(a[i]) - kt_ord16(b[i])) <= 1, "%s bf16: element %lld is 0x%04x, expected 0x%04x",
+                  what, (long long)i, a[i], b[i]);
+    off += a[i] != b[i];
+  }
+  ck_assert_msg(off * 100 <= n, "%s bf16: %lld of %lld elements one ulp off", what, (long long)off, (long long)n);
+  free(a);
+  free(b);
+}
+
+/* bf16 conv2d with weights enough for the CPU's bf16 unit (at least 512;
+ * smaller ones run through f32): within one ulp of the f32 op of the
+ * widened operands; padded, strided, dilated, with a bias, and pointwise. */
+START_TEST(test_conv_bf16_unit) {
+  static const struct {
+    int64_t xs[4], ws[4];
+    kiln_conv2d_params_t cp;
+  } cases[] = {
+      {{2, 8, 9, 11}, {9, 8, 3, 3}, {{2, 1}, {1, 2}, {1, 1}}},
+      {{3, 16, 12, 10}, {40, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}}},
+      {{2, 64, 5, 7}, {24, 64, 1, 1}, {{1, 1}, {0, 0}, {1, 1}}},
+  };
+  KT_OK(kiln_set_providers("conv2d=native"));
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const int64_t *xs = cases[c].xs, *ws = cases[c].ws;
+    const int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
+    float *xv = malloc(sizeof(float) * (size_t)nx), *wv = malloc(sizeof(float) * (size_t)nw), bv[64];
+    kt_state = 11 + c;
+    for (int64_t i = 0; i < nx; i++) xv[i] = (float)kt_next(false);
+    for (int64_t i = 0; i < nw; i++) wv[i] = (float)(kt_next(false) * 0.3);
+    for (int64_t i = 0; i < ws[0]; i++) bv[i] = (float)kt_next(false);
+    const int64_t bs[1] = {ws[0]};
+    kiln_tensor_t *x = kt_make(KILN_BF16, xv, 4, xs), *w = kt_make(KILN_BF16, wv, 4, ws);
+    kiln_tensor_t *b = kt_make(KILN_BF16, bv, 1, bs);
+    kiln_tensor_t *x32 = kt_cast(x, KILN_F32), *w32 = kt_cast(w, KILN_F32), *b32 = kt_cast(b, KILN_F32);
+    kiln_tensor_t *y = NULL, *y32 = NULL;
+    KT_OK(kiln_tensor_conv2d(x, w, b, &cases[c].cp, &y));
+    KT_OK(kiln_tensor_conv2d(x32, w32, b32, &cases[c].cp, &y32));
+    kiln_tensor_t *want = kt_cast(y32, KILN_BF16);
+    kt_close_bf16("conv2d", y, want);
+    kiln_tensor_release(want), kiln_tensor_release(y), kiln_tensor_release(y32);
+    kiln_tensor_release(x), kiln_tensor_release(w), kiln_tensor_release(b);
+    kiln_tensor_release(x32), kiln_tensor_release(w32), kiln_tensor_release(b32);
+    free(xv), free(wv);
+  }
+  KT_OK(kiln_set_providers(""));
+}
+END_TEST
+
 /* f16 and bf16: the f32 op (native) of the widened operands, cast back, bit
  * for bit; for conv2d, both gradients, max_pool2d and its gradient. */
 START_TEST(test_conv_pool_f16_bf16) {
@@ -589,6 +646,7 @@ int main(void) {
   tcase_add_test(tc, test_random_dtypes);
   tcase_add_test(tc, test_random_refusals);
   tcase_add_test(tc, test_conv_pool_f16_bf16);
+  tcase_add_test(tc, test_conv_bf16_unit);
   tcase_add_test(tc, test_conv_f64);
   tcase_add_test(tc, test_conv_refusals);
   suite_add_tcase(s, tc);

@@ -33,8 +33,12 @@ void kiln_cpu_conv2d_im2col(const kiln_op_t *op, const float *x, int64_t j0, int
   kiln_cpu_conv2d_im2col_ld(op, x, j0, cols, out_col, cols);
 }
 
-void kiln_cpu_conv2d_im2col_ld(const kiln_op_t *op, const float *x, int64_t j0, int64_t cols, float *out_col,
-                               int64_t ld) {
+/* The panel for elements of `es` bytes (4: f32, 2: f16 and bf16), written
+ * once: inlined with es a constant, each width gets its own copy. */
+static inline __attribute__((always_inline)) void im2col_es(const kiln_op_t *op, const void *x_, int64_t j0,
+                                                            int64_t cols, void *out_, int64_t ld, const size_t es) {
+  const char *x = x_;
+  char *out_col = out_;
   const int64_t h = op->u.conv2d.h, w = op->u.conv2d.w;
   const int64_t r = op->u.conv2d.r, s = op->u.conv2d.s, q = op->u.conv2d.q;
   const int64_t c = op->u.conv2d.c;
@@ -53,14 +57,14 @@ void kiln_cpu_conv2d_im2col_ld(const kiln_op_t *op, const float *x, int64_t j0, 
     for (int64_t ci = 0; ci < c; ci++) {
       for (int64_t ri = 0; ri < r; ri++) {
         const int64_t hh = pp * st0 - pad0 + ri * dil0;
-        float *dst = out_col + (ci * r + ri) * s * ld + jj;
+        char *dst = out_col + ((ci * r + ri) * s * ld + jj) * (int64_t)es;
         if (hh < 0 || hh >= h) {
-          for (int64_t si = 0; si < s; si++) memset(dst + si * ld, 0, sizeof(float) * (size_t)seg);
+          for (int64_t si = 0; si < s; si++) memset(dst + si * ld * (int64_t)es, 0, es * (size_t)seg);
           continue;
         }
-        const float *xrow = x + (ci * h + hh) * w;
+        const char *xrow = x + (ci * h + hh) * w * (int64_t)es;
         for (int64_t si = 0; si < s; si++) {
-          float *d = dst + si * ld;
+          char *d = dst + si * ld * (int64_t)es;
           const int64_t ww0 = qq0 * st1 - pad1 + si * dil1;
           if (st1 == 1) {
             /* Contiguous: zeros, one copy of the valid span, zeros. */
@@ -69,13 +73,16 @@ void kiln_cpu_conv2d_im2col_ld(const kiln_op_t *op, const float *x, int64_t j0, 
             if (lo > seg) lo = seg;
             if (hi > seg) hi = seg;
             if (hi < lo) hi = lo;
-            memset(d, 0, sizeof(float) * (size_t)lo);
-            if (hi > lo) memcpy(d + lo, xrow + ww0 + lo, sizeof(float) * (size_t)(hi - lo));
-            memset(d + hi, 0, sizeof(float) * (size_t)(seg - hi));
+            memset(d, 0, es * (size_t)lo);
+            if (hi > lo) memcpy(d + lo * (int64_t)es, xrow + (ww0 + lo) * (int64_t)es, es * (size_t)(hi - lo));
+            memset(d + hi * (int64_t)es, 0, es * (size_t)(seg - hi));
           } else {
             for (int64_t t = 0; t < seg; t++) {
               const int64_t ww = ww0 + t * st1;
-              d[t] = (ww >= 0 && ww < w) ? xrow[ww] : 0.0f;
+              if (ww >= 0 && ww < w)
+                memcpy(d + t * (int64_t)es, xrow + ww * (int64_t)es, es);
+              else
+                memset(d + t * (int64_t)es, 0, es);
             }
           }
         }
@@ -85,6 +92,11 @@ void kiln_cpu_conv2d_im2col_ld(const kiln_op_t *op, const float *x, int64_t j0, 
     pp++;
     qq0 = 0;
   }
+}
+
+void kiln_cpu_conv2d_im2col_ld(const kiln_op_t *op, const float *x, int64_t j0, int64_t cols, float *out_col,
+                               int64_t ld) {
+  im2col_es(op, x, j0, cols, out_col, ld, sizeof(float));
 }
 
 bool kiln_cpu_conv2d_native_preferred(const kiln_op_t *op) {
@@ -349,12 +361,88 @@ static void conv2d_f64(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out
   free(col);
 }
 
-/* f32 and f64 natively; f16 and bf16 through f32, rounded once. */
+/* ---- bf16 on the CPU's bf16 unit --------------------------------------------------
+ * The f32 lowering with bf16 panels: im2col copies the 16-bit elements as
+ * they are, and kiln_cpu_bgemm_avx512 multiplies W by the panel on AMX or
+ * vdpbf16ps, sums in f32, adds the bias and rounds each output once. Work
+ * items as in conv2d_f32 (an image's panel each), one per task. */
+#if defined(KILN_HAVE_AVX512BF16_KERNEL)
+static void im2col_u16(const kiln_op_t *op, const uint16_t *x, int64_t j0, int64_t cols, uint16_t *col) {
+  im2col_es(op, x, j0, cols, col, cols, sizeof(uint16_t));
+}
+
+typedef struct bconv_plan_t {
+  const kiln_op_t *op;
+  const uint16_t *x, *w, *bias;
+  uint16_t *y;
+  int64_t crs, pq, chunk, chunks;
+  bool pointwise;
+  int failed; /* a task had no memory */
+} bconv_plan_t;
+
+static void bconv_task(void *ctx, int64_t begin, int64_t end, int thread) {
+  (void)thread;
+  bconv_plan_t *cp = ctx;
+  const kiln_op_t *op = cp->op;
+  const int64_t chw = op->u.conv2d.c * op->u.conv2d.h * op->u.conv2d.w, k = op->u.conv2d.k;
+  uint16_t *col = cp->pointwise ? NULL : malloc(sizeof(uint16_t) * (size_t)(cp->crs * cp->chunk));
+  if (!cp->pointwise && !col) {
+    __atomic_store_n(&cp->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  for (int64_t i = begin; i < end; i++) {
+    const int64_t ni = i / cp->chunks, j0 = (i % cp->chunks) * cp->chunk;
+    const int64_t cols = cp->pq - j0 < cp->chunk ? cp->pq - j0 : cp->chunk;
+    const uint16_t *x = cp->x + ni * chw;
+    uint16_t *y = cp->y + ni * k * cp->pq + j0;
+    bool ok;
+    if (cp->pointwise) {
+      ok = kiln_cpu_bgemm_avx512(false, false, k, cols, cp->crs, cp->w, cp->crs, x + j0, cp->pq, y, cp->pq, cp->bias);
+    } else {
+      im2col_u16(op, x, j0, cols, col);
+      ok = kiln_cpu_bgemm_avx512(false, false, k, cols, cp->crs, cp->w, cp->crs, col, cols, y, cp->pq, cp->bias);
+    }
+    if (!ok) __atomic_store_n(&cp->failed, 1, __ATOMIC_RELAXED);
+  }
+  free(col);
+}
+
+/* Weights this small (LeNet's first layer: 6 x 25) leave the bf16 unit's
+ * tiles mostly empty: the f32 kernels run them faster (43 against 64 GFLOPS
+ * for [100,1,28,28] * [6,1,5,5] here). */
+#define KILN_BCONV_MIN_WEIGHTS 512
+
+/* False when memory ran short (the output is then partly written). */
+static bool conv2d_bf16(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
+  bconv_plan_t cp = {
+      .op = op, .x = in[0], .w = in[1], .bias = op->u.conv2d.has_bias ? in[2] : NULL, .y = out,
+      .crs = op->u.conv2d.c * op->u.conv2d.r * op->u.conv2d.s, .pq = op->u.conv2d.p * op->u.conv2d.q,
+      .pointwise = kiln_cpu_conv2d_is_pointwise(op),
+  };
+  const int64_t n = op->u.conv2d.n;
+  if (n <= 0 || op->u.conv2d.k <= 0 || cp.pq <= 0) return true;
+  cp.chunk = cp.pointwise ? cp.pq : kiln_cpu_conv2d_panel_cols(op);
+  cp.chunks = (cp.pq + cp.chunk - 1) / cp.chunk;
+  kiln_cpu_parallel_for(par, n * cp.chunks, 1, bconv_task, &cp);
+  return !cp.failed;
+}
+#endif
+
+/* f32 and f64 natively; bf16 on the CPU's bf16 unit where it has one; f16
+ * (and bf16 elsewhere) through f32, rounded once. */
 void kiln_cpu_conv2d_native(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {
   switch (op->out.dtype) {
   case KILN_F64: conv2d_f64(par, op, out, in); return;
-  case KILN_F16:
-  case KILN_BF16: kiln_cpu_run_via_f32(par, op, out, in, conv2d_f32); return;
+  case KILN_BF16:
+#if defined(KILN_HAVE_AVX512BF16_KERNEL)
+    if (kiln_cpu_bf16_gemm_available() &&
+        op->u.conv2d.k * op->u.conv2d.c * op->u.conv2d.r * op->u.conv2d.s >= KILN_BCONV_MIN_WEIGHTS &&
+        conv2d_bf16(par, op, out, in))
+      return;
+#endif
+    kiln_cpu_run_via_f32(par, op, out, in, conv2d_f32);
+    return;
+  case KILN_F16: kiln_cpu_run_via_f32(par, op, out, in, conv2d_f32); return;
   default: conv2d_f32(par, op, out, in); return;
   }
 }

@@ -48,6 +48,12 @@ void kiln_cpu_gemm_small_avx512(bool trans_a, int64_t m0, int64_t m1, int64_t n0
  * memory (C is then partly written: run the product another way). */
 #if defined(KILN_HAVE_AVX512BF16_KERNEL)
 bool kiln_cpu_matmul_bf16_avx512(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in);
+/* One such product on the calling thread: C (m x n, ldc) = op(A) @ op(B),
+ * plus row_bias[i] (bf16; NULL: none) on row i before the rounding. False
+ * when it had no memory. */
+bool kiln_cpu_bgemm_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                           int64_t lda, const uint16_t *b, int64_t ldb, uint16_t *c, int64_t ldc,
+                           const uint16_t *row_bias);
 #endif
 /* True when this build and CPU have it (AVX-512F, BW and BF16). */
 bool kiln_cpu_bf16_gemm_available(void);
