@@ -1,6 +1,5 @@
 /* kernels/cpu/gemm_bf16_avx512.c: the bf16 MATMUL on AMX (tdpbf16ps) or AVX-512 BF16 (vdpbf16ps), whichever the CPU has: pairs of k steps, f32 sums, C rounded once to bf16. */
 #include <immintrin.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(KILN_HAVE_AMX_KERNEL)
@@ -27,50 +26,6 @@ enum { MR = KILN_CPU_GEMM_MR, NR = 32, KC = 256, MC = 144, NC = 4096 };
 #define KILN_BGEMM_ALIGN 64
 /* gemm.c's figure: below this many multiply-adds per thread a par is not worth waking. */
 #define KILN_BGEMM_MIN_WORK_PER_THREAD ((int64_t)1 << 17)
-
-/* ---- scratch memory kept per thread ------------------------------------------------
- * A block's packed panels and f32 sums (8 MiB and more for a 2048^3 product
- * on two threads) are fresh pages when allocated per product: faulting them
- * in cost 30% of AMX's time here (1,270 against 1,820 GFLOPS). Each thread
- * keeps its block for the next product instead, up to KILN_BGEMM_KEEP bytes,
- * and frees it when the thread ends (a key destructor: kiln's own threads
- * end at kiln_shutdown). */
-#define KILN_BGEMM_KEEP ((size_t)64 << 20)
-
-typedef struct scratch_t {
-  size_t bytes;
-  _Alignas(KILN_BGEMM_ALIGN) unsigned char data[];
-} scratch_t;
-
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static bool scratch_keyed;
-
-static void scratch_init(void) { scratch_keyed = pthread_key_create(&scratch_key, free) == 0; }
-
-/* At least `bytes`, 64-byte aligned; *own: the caller frees it with free()
- * (too large to keep, or no key). NULL without memory. */
-static void *scratch_get(size_t bytes, void **own) {
-  *own = NULL;
-  pthread_once(&scratch_once, scratch_init);
-  if (!scratch_keyed || bytes > KILN_BGEMM_KEEP) {
-    void *mem = aligned_alloc(KILN_BGEMM_ALIGN, (bytes + KILN_BGEMM_ALIGN - 1) / KILN_BGEMM_ALIGN * KILN_BGEMM_ALIGN);
-    *own = mem;
-    return mem;
-  }
-  scratch_t *kept = pthread_getspecific(scratch_key);
-  if (kept && kept->bytes >= bytes) return kept->data;
-  free(kept);
-  (void)pthread_setspecific(scratch_key, NULL);
-  const size_t total = (sizeof(scratch_t) + bytes + KILN_BGEMM_ALIGN - 1) / KILN_BGEMM_ALIGN * KILN_BGEMM_ALIGN;
-  kept = aligned_alloc(KILN_BGEMM_ALIGN, total);
-  if (!kept) return NULL;
-  kept->bytes = bytes;
-  if (pthread_setspecific(scratch_key, kept) != 0) {
-    *own = kept;
-  }
-  return kept->data;
-}
 
 typedef struct bgemm_t {
   bool ta, tb;
@@ -219,7 +174,7 @@ static bool bgemm_block(const bgemm_t *g, int64_t m0, int64_t m1, int64_t n0, in
   const int64_t ldcb = round_up(bn, 16);
   const size_t bytes = sizeof(uint32_t) * (size_t)(words_a + words_b) + sizeof(float) * (size_t)(bm * ldcb);
   void *own;
-  void *mem = scratch_get(bytes, &own);
+  void *mem = kiln_cpu_scratch(KILN_CPU_SCRATCH_BGEMM, bytes, &own);
   if (!mem) return false;
   uint32_t *apack = mem, *bpack = apack + words_a;
   float *cblk = (float *)(bpack + words_b);
@@ -366,7 +321,7 @@ static bool amx_block(const bgemm_t *g, int64_t m0, int64_t m1, int64_t n0, int6
   const int64_t ldcb = round_up(bn, 16);
   const size_t bytes = sizeof(uint32_t) * (size_t)(words_a + words_b) + sizeof(float) * (size_t)(bm * ldcb);
   void *own;
-  void *mem = scratch_get(bytes, &own);
+  void *mem = kiln_cpu_scratch(KILN_CPU_SCRATCH_BGEMM, bytes, &own);
   if (!mem) return false;
   uint32_t *apack = mem, *bpack = apack + words_a;
   float *cblk = (float *)(bpack + words_b);

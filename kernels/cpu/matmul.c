@@ -94,7 +94,8 @@ void kiln_cpu_matmul_via_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, voi
   const int64_t span_a = operand_span(ta ? k : m, ta ? m : k, op->u.matmul.lda, batch, op->u.matmul.stride_a);
   const int64_t span_b = operand_span(tb ? n : k, tb ? k : n, op->u.matmul.ldb, batch, op->u.matmul.stride_b);
   const int64_t span_c = (batch - 1) * op->u.matmul.stride_c + (m - 1) * op->u.matmul.ldc + n;
-  float *wide = malloc(sizeof(float) * (size_t)(span_a + span_b + span_c));
+  void *own;
+  float *wide = kiln_cpu_scratch(KILN_CPU_SCRATCH_WIDEN, sizeof(float) * (size_t)(span_a + span_b + span_c), &own);
   if (!wide) {
     matmul_lowp_direct(op, out, in[0], in[1]);
     return;
@@ -105,7 +106,7 @@ void kiln_cpu_matmul_via_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, voi
   const void *const f32_in[2] = {fa, fb};
   f32_kernel(par, op, fc, f32_in);
   kiln_cpu_narrow_f32(par, op->out.dtype, fc, out, span_c);
-  free(wide);
+  free(own);
 }
 
 /* ---- the op ---------------------------------------------------------------------- */

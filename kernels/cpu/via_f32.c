@@ -54,7 +54,8 @@ bool kiln_cpu_run_via_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, void *
   int64_t count[3] = {0, 0, 0}, total = view_numel(&op->out);
   for (int i = 0; i < op->n_in; i++)
     if (op->in[i].dtype == op->out.dtype) total += count[i] = view_numel(&op->in[i]);
-  float *wide = malloc(sizeof(float) * (size_t)(total > 0 ? total : 1));
+  void *own;
+  float *wide = kiln_cpu_scratch(KILN_CPU_SCRATCH_WIDEN, sizeof(float) * (size_t)(total > 0 ? total : 1), &own);
   if (!wide) {
     /* Out of memory: a result that is plainly not one (NaN everywhere)
      * rather than stale memory. */
@@ -77,6 +78,6 @@ bool kiln_cpu_run_via_f32(const kiln_cpu_par_t *par, const kiln_op_t *op, void *
   }
   f32_kernel(par, &op32, wide, in32);
   kiln_cpu_narrow_f32(par, op->out.dtype, wide, out, view_numel(&op->out));
-  free(wide);
+  free(own);
   return true;
 }
