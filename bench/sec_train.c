@@ -32,6 +32,7 @@ typedef struct train_run_t {
   double rate[TRAIN_MAX_EPOCHS]; /* images per second, training only */
   double loss[TRAIN_MAX_EPOCHS];
   double test[TRAIN_MAX_EPOCHS]; /* test accuracy after the epoch */
+  size_t skipped;                /* steps the loss scaler skipped, in all */
   float first[TRAIN_FIRST];
   char providers[600];
   char info[96]; /* the peer's "torch 1.13.0, 1 thread" */
@@ -46,6 +47,7 @@ typedef struct kiln_job_t {
   kiln_nn_model_t *model;
   kiln_nn_optimizer_t *opt;
   kiln_nn_loader_t *loader, *tests;
+  kiln_nn_grad_scaler_t *scaler; /* f16 only */
   double base_lr;
   int schedule; /* the epochs the rate is annealed over */
 } kiln_job_t;
@@ -99,11 +101,15 @@ static void kiln_job_end(kiln_job_t *job) {
   kiln_nn_loader_free(job->tests);
   kiln_nn_optimizer_free(job->opt);
   kiln_nn_model_free(job->model);
+  kiln_nn_grad_scaler_free(job->scaler);
   memset(job, 0, sizeof *job);
 }
 
+/* precision: KILN_F32, or KILN_BF16 / KILN_F16 for mixed precision (f16 with
+ * a loss scaler at its defaults, PyTorch's GradScaler's). */
 static int kiln_job_start(const char *preset, kiln_device_t *device, const kiln_nn_dataset_t *train,
-                          const kiln_nn_dataset_t *test, int schedule, kiln_job_t *job, train_run_t *run) {
+                          const kiln_nn_dataset_t *test, int schedule, kiln_dtype_t precision, kiln_job_t *job,
+                          train_run_t *run) {
   memset(job, 0, sizeof *job);
   memset(run, 0, sizeof *run);
   job->preset = preset;
@@ -114,6 +120,8 @@ static int kiln_job_start(const char *preset, kiln_device_t *device, const kiln_
   lo.seed = 42;
   kiln_status_t st = warm_up(preset, device, train);
   if (st == KILN_OK) st = kiln_nn_model_create_preset(preset, device, 42, &job->model);
+  if (st == KILN_OK) st = kiln_nn_model_set_precision(job->model, precision);
+  if (st == KILN_OK && precision == KILN_F16) st = kiln_nn_grad_scaler_create(NULL, &job->scaler);
   if (st == KILN_OK) st = kiln_nn_optimizer_create_preset(preset, job->model, &job->opt);
   if (st == KILN_OK) st = kiln_nn_loader_create(train, device, &lo, &job->loader);
   lo.shuffle = false;
@@ -135,6 +143,7 @@ static int kiln_job_epoch(kiln_job_t *job, train_run_t *run) {
   const int e = run->epochs;
   kiln_nn_train_options_t to;
   kiln_nn_train_options_initialize(&to);
+  to.scaler = job->scaler;
   if (e == 0) {
     to.step_losses = run->first;
     to.step_loss_count = TRAIN_FIRST;
@@ -153,6 +162,7 @@ static int kiln_job_epoch(kiln_job_t *job, train_run_t *run) {
   run->rate[e] = es.images_per_s;
   run->loss[e] = es.loss;
   run->test[e] = acc;
+  run->skipped += es.skipped;
   run->epochs = e + 1;
   bench_progress("train %s on %s (%s): epoch %d  loss %.4f  test %.4f  %.0f images/s", job->preset,
                  kiln_device_selector(job->device), kiln_policy_name(kiln_policy()), e + 1, es.loss, acc,
@@ -195,8 +205,9 @@ static bool torch_line(torch_child_t *c, char **line, size_t *cap) {
   return false;
 }
 
-static int torch_start(const char *preset, int epochs, size_t limit, size_t test_limit, torch_child_t *c,
-                       train_run_t *run) {
+/* autocast: NULL, or "bf16" for torch.autocast("cpu", dtype=torch.bfloat16). */
+static int torch_start(const char *preset, int epochs, size_t limit, size_t test_limit, const char *autocast,
+                       torch_child_t *c, train_run_t *run) {
   memset(c, 0, sizeof *c);
   memset(run, 0, sizeof *run);
   c->preset = preset;
@@ -212,7 +223,8 @@ static int torch_start(const char *preset, int epochs, size_t limit, size_t test
   snprintf(e, sizeof e, "%d", epochs);
   snprintf(l, sizeof l, "%zu", limit);
   snprintf(tl, sizeof tl, "%zu", test_limit);
-  const char *argv[] = {python, script, "--serve", "--model", preset, "--epochs", e, "--limit", l, "--test-limit", tl, NULL};
+  const char *argv[] = {python, script, "--serve", "--model", preset, "--epochs", e, "--limit", l, "--test-limit", tl,
+                        "--autocast", autocast ? autocast : "none", NULL};
   int in[2], out[2];
   if (pipe(in) != 0 || pipe(out) != 0) {
     snprintf(run->why, sizeof run->why, "pipe() failed: %s", strerror(errno));
@@ -433,6 +445,98 @@ static void add_rows(model_ctx_t *m, const bench_device_t *d, kiln_policy_t poli
   bench_add(&row);
 }
 
+/* Mixed precision on cpu:0 at the default policy (issue 21): the recipe's
+ * epochs in bf16 and in f16 (with the loss scaler), bf16 alternating with
+ * PyTorch's torch.autocast("cpu", dtype=torch.bfloat16) training of the
+ * same model. Rows: images per second against kiln's f32 run above (target
+ * >= 1.3x for bf16) and against PyTorch's autocast run; test accuracy
+ * against f32's after the same epochs (bf16 within 0.5 points, f16 within
+ * 1, with the steps the scaler skipped). */
+static void train_precision(model_ctx_t *m, const bench_device_t *d, const train_run_t *f32_run, size_t limit,
+                            size_t test_limit) {
+  const int S = BENCH_SECTION_TRAIN;
+  static const kiln_dtype_t precisions[2] = {KILN_BF16, KILN_F16};
+  static train_run_t run, peer;
+  const bool target = !m->opts->quick && f32_run->epochs == m->schedule;
+  for (int pi = 0; pi < 2; pi++) {
+    const kiln_dtype_t precision = precisions[pi];
+    const char *pname = kiln_dtype_name(precision);
+    torch_child_t child;
+    memset(&child, 0, sizeof child);
+    memset(&peer, 0, sizeof peer);
+    if (precision == KILN_BF16) {
+      bench_progress("train %s %s: starting PyTorch with torch.autocast (bf16)", m->preset, pname);
+      torch_start(m->preset, m->schedule, limit, test_limit, "bf16", &child, &peer);
+    } else {
+      snprintf(peer.why, sizeof peer.why, "PyTorch's autocast on the CPU takes bf16 only");
+    }
+    kiln_set_policy(KILN_POLICY_VENDOR);
+    kiln_job_t job;
+    if (kiln_job_start(m->preset, d->device, m->train, m->test, m->schedule, precision, &job, &run) == 0) {
+      for (int e = 0; e < f32_run->epochs && run.ok; e++) {
+        if (e % 2 == 0 && peer.ok) torch_epoch(&child, &peer);
+        kiln_job_epoch(&job, &run);
+        if (e % 2 == 1 && peer.ok) torch_epoch(&child, &peer);
+      }
+      kiln_job_end(&job);
+    }
+    while (peer.ok && peer.epochs < f32_run->epochs) torch_epoch(&child, &peer);
+    if (precision == KILN_BF16) torch_end(&child, &peer);
+
+    char name[64], params[64];
+    snprintf(name, sizeof name, "train %s %s: images/s", m->preset, pname);
+    snprintf(params, sizeof params, "batch 100, %d epochs", f32_run->epochs);
+    if (precision == KILN_BF16) {
+      bench_row_t row = bench_row_make(S, name, "host", "torch.autocast bf16", params, "img/s", true);
+      row.is_peer = true;
+      if (peer.ok) {
+        row.st = epoch_stats(&peer);
+        note_epochs(&row, &peer);
+        bench_row_note(&row, "%s; test accuracy %.2f%%", peer.info, 100 * peer.test[peer.epochs - 1]);
+      } else {
+        row.valid = false;
+        bench_row_note(&row, "%s", peer.why);
+      }
+      bench_add(&row);
+    }
+    bench_row_t row = bench_row_make(S, name, d->info.selector, pname, params, "img/s", true);
+    if (!run.ok) {
+      row.valid = false;
+      bench_row_note(&row, "%s", run.why);
+      bench_section_error(S, "train %s %s on %s: %s", m->preset, pname, d->info.selector, run.why);
+      bench_add(&row);
+      continue;
+    }
+    row.st = epoch_stats(&run);
+    bench_row_compare(&row, "kiln f32", epoch_stats(f32_run).median);
+    if (target && precision == KILN_BF16) bench_row_target_ratio(&row, 1.3);
+    if (peer.ok && peer.epochs >= run.epochs) bench_row_compare(&row, "torch.autocast", epoch_stats(&peer).median);
+    note_epochs(&row, &run);
+    bench_add(&row);
+
+    snprintf(name, sizeof name, "train %s %s: test accuracy", m->preset, pname);
+    row = bench_row_make(S, name, d->info.selector, pname, params, "%", true);
+    row.st.median = row.st.min = row.st.max = row.st.q1 = row.st.q3 = 100 * run.test[run.epochs - 1];
+    row.st.samples = 1;
+    const double f32_acc = 100 * f32_run->test[run.epochs - 1];
+    bench_row_compare(&row, "kiln f32", f32_acc);
+    if (target) {
+      const double within = precision == KILN_BF16 ? 0.5 : 1.0;
+      snprintf(row.target, sizeof row.target, "within %.1f of kiln f32", within);
+      row.met = fabs(row.st.median - f32_acc) <= within;
+    }
+    bench_row_note(&row, "loss of epoch %d %.4f (f32 %.4f)%s", run.epochs, run.loss[run.epochs - 1],
+                   f32_run->loss[run.epochs - 1], precision == KILN_F16 ? "; loss scaler on" : "");
+    if (precision == KILN_F16) bench_row_note(&row, "%zu steps skipped by the loss scaler", run.skipped);
+    bench_add(&row);
+  }
+  bench_section_note(S, "Mixed precision (%s on cpu:0, default policy): bf16 and f16 forward and backward over f32 "
+                        "master weights, f16 with the loss scaler (GradScaler's rules), the same recipe and epochs "
+                        "as the f32 run; bf16's epochs alternate with PyTorch's torch.autocast(\"cpu\", "
+                        "dtype=torch.bfloat16) training (PyTorch's CPU autocast has no f16).",
+                     m->preset);
+}
+
 static void train_model(const bench_options_t *opts, const char *preset, const kiln_nn_dataset_t *train,
                         const kiln_nn_dataset_t *test, size_t limit, size_t test_limit) {
   const int S = BENCH_SECTION_TRAIN;
@@ -454,11 +558,11 @@ static void train_model(const bench_options_t *opts, const char *preset, const k
   static train_run_t run;
   torch_child_t child;
   bench_progress("train %s: starting PyTorch (it probes one thread and all cores first)", preset);
-  torch_start(preset, m.schedule, limit, test_limit, &child, &m.torch);
+  torch_start(preset, m.schedule, limit, test_limit, NULL, &child, &m.torch);
   if (first_cpu) {
     kiln_set_policy(KILN_POLICY_VENDOR);
     kiln_job_t job;
-    if (kiln_job_start(preset, first_cpu->device, train, test, m.schedule, &job, &run) == 0) {
+    if (kiln_job_start(preset, first_cpu->device, train, test, m.schedule, KILN_F32, &job, &run) == 0) {
       for (int e = 0; e < m.schedule && run.ok; e++) {
         /* Who goes first alternates too. */
         if (e % 2 == 0) torch_epoch(&child, &m.torch);
@@ -487,6 +591,11 @@ static void train_model(const bench_options_t *opts, const char *preset, const k
   bench_add(&row);
   /* --quick trains 20 steps: too few to hold a target to. */
   if (first_cpu) add_rows(&m, first_cpu, KILN_POLICY_VENDOR, &run, !opts->quick, true);
+  if (first_cpu && run.ok) {
+    static train_run_t f32_run;
+    f32_run = run;
+    train_precision(&m, first_cpu, &f32_run, limit, test_limit);
+  }
 
   /* Every other device and policy: the first epochs of the same recipe. */
   static const kiln_policy_t policies[3] = {KILN_POLICY_VENDOR, KILN_POLICY_PORTABLE, KILN_POLICY_FASTEST};
@@ -501,7 +610,7 @@ static void train_model(const bench_options_t *opts, const char *preset, const k
       kiln_set_policy(policies[pi]);
       kiln_job_t job;
       const int epochs = epochs_for(opts, false, d);
-      if (kiln_job_start(preset, d->device, train, test, m.schedule, &job, &run) == 0) {
+      if (kiln_job_start(preset, d->device, train, test, m.schedule, KILN_F32, &job, &run) == 0) {
         for (int e = 0; e < epochs && run.ok; e++) kiln_job_epoch(&job, &run);
         kiln_job_end(&job);
       }

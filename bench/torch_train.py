@@ -21,7 +21,9 @@ on a machine whose load changes. With --threads best
 (the default) it first trains a throwaway copy for a few steps on one thread
 and on every usable core and keeps the faster count: PyTorch's OpenMP threads
 cost more than they give on steps this small, so a fixed count would flatter
-or wrong it. Errors come back as {"ok": false, "error"}.
+or wrong it. With --autocast bf16 the forward and the loss run under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision (the
+peer of kiln's bf16 training). Errors come back as {"ok": false, "error"}.
 """
 import argparse
 import gzip
@@ -71,7 +73,15 @@ def make_optimizer(torch, args, model):
     return torch.optim.Adam(model.parameters(), lr=args.lr or 0.002)
 
 
-def steps(torch, model, opt, x, y, batch, order, count):
+def autocast(torch, mode):
+    """torch.autocast on the CPU in bf16, or a context that does nothing."""
+    import contextlib
+    if mode == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def steps(torch, model, opt, x, y, batch, order, count, mode="none"):
     """Train on the first `count` batches of `order`; returns (sum of batch
     losses, correct, images, batches)."""
     loss_fn = torch.nn.functional.cross_entropy
@@ -85,8 +95,9 @@ def steps(torch, model, opt, x, y, batch, order, count):
         idx = order[start:start + batch]
         xb, yb = x[idx], y[idx]
         opt.zero_grad(set_to_none=True)
-        out = model(xb)
-        loss = loss_fn(out, yb)
+        with autocast(torch, mode):
+            out = model(xb)
+            loss = loss_fn(out, yb)
         loss.backward()
         opt.step()
         with torch.no_grad():
@@ -97,9 +108,9 @@ def steps(torch, model, opt, x, y, batch, order, count):
     return float(loss_sum), int(correct), seen, nb
 
 
-def evaluate(torch, model, x, y, batch):
+def evaluate(torch, model, x, y, batch, mode="none"):
     correct = 0
-    with torch.no_grad():
+    with torch.no_grad(), autocast(torch, mode):
         for start in range(0, len(y), batch):
             out = model(x[start:start + batch])
             correct += int((out.argmax(1) == y[start:start + batch]).sum())
@@ -113,10 +124,10 @@ def probe(torch, args, x, y, threads):
     opt = make_optimizer(torch, args, model)
     gen = torch.Generator().manual_seed(1)
     order = torch.randperm(len(y), generator=gen)
-    steps(torch, model, opt, x, y, args.batch, order, 5)
+    steps(torch, model, opt, x, y, args.batch, order, 5, args.autocast)
     count = args.probe_steps
     t0 = time.perf_counter()
-    _, _, seen, _ = steps(torch, model, opt, x, y, args.batch, order[5 * args.batch:], count)
+    _, _, seen, _ = steps(torch, model, opt, x, y, args.batch, order[5 * args.batch:], count, args.autocast)
     return seen / (time.perf_counter() - t0)
 
 
@@ -133,6 +144,8 @@ def main():
     parser.add_argument("--limit", type=int, default=0, help="use the first N training images only")
     parser.add_argument("--test-limit", type=int, default=0, help="use the first N test images only")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--autocast", default="none", choices=["none", "bf16"],
+                        help="bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
     parser.add_argument("--serve", action="store_true",
                         help="after the set-up, train one epoch per line 'epoch' read from stdin (any other line or "
                              "the end of input stops), so a caller can interleave its own epochs")
@@ -163,7 +176,8 @@ def main():
         opt = make_optimizer(torch, args, model)
         gen = torch.Generator().manual_seed(args.seed)
         base_lr = opt.param_groups[0]["lr"]
-        info = "torch %s, %d thread%s" % (torch.__version__, threads, "" if threads == 1 else "s")
+        info = "torch %s, %d thread%s%s" % (torch.__version__, threads, "" if threads == 1 else "s",
+                                            ", autocast bf16" if args.autocast == "bf16" else "")
         if args.serve:
             print(json.dumps({"model": args.model, "ok": True, "ready": True, "threads": threads, "info": info}),
                   flush=True)
@@ -177,9 +191,9 @@ def main():
                     group["lr"] = base_lr * 0.5 * (1 + math.cos(math.pi * epoch / args.epochs))
             order = torch.randperm(len(y), generator=gen)
             t0 = time.perf_counter()
-            loss_sum, correct, seen, nb = steps(torch, model, opt, x, y, args.batch, order, -1)
+            loss_sum, correct, seen, nb = steps(torch, model, opt, x, y, args.batch, order, -1, args.autocast)
             seconds = time.perf_counter() - t0
-            test_acc = evaluate(torch, model, tx, ty, 1000)
+            test_acc = evaluate(torch, model, tx, ty, 1000, args.autocast)
             print(json.dumps({"model": args.model, "ok": True, "epoch": epoch + 1, "loss": loss_sum / nb,
                               "train_acc": correct / seen, "test_acc": test_acc, "seconds": seconds,
                               "images_per_s": seen / seconds, "threads": threads, "info": info}), flush=True)
