@@ -81,9 +81,9 @@ static kiln_status_t gemm_packed_local(kiln_backend_queue_t *queue, size_t *out_
 /* The product of packed panels for `count` batches from `first` (C offset
  * by first * stride_c here); ap_batch and bp_batch are the panels' batch
  * strides, ap_batch 0 when every batch shares one A. */
-static kiln_status_t gemm_packed_compute(kiln_backend_queue_t *queue, const kiln_kop_t *k, cl_mem c, cl_mem pa,
-                                         cl_mem pb, int64_t first, int64_t count, int64_t ap_batch,
-                                         int64_t bp_batch) {
+static kiln_status_t gemm_packed_compute_as(kiln_backend_queue_t *queue, const char *kernel, const kiln_kop_t *k,
+                                            cl_mem c, cl_mem pa, cl_mem pb, int64_t first, int64_t count,
+                                            int64_t ap_batch, int64_t bp_batch) {
   const int64_t mb = (k->plan.gemm.m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM,
                 nb = (k->plan.gemm.n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
   size_t lx = 1, ly = 1;
@@ -99,7 +99,13 @@ static kiln_status_t gemm_packed_compute(kiln_backend_queue_t *queue, const kiln
   gemm_args(args, c, pa, pb, &r);
   const size_t global[3] = {((size_t)nb + lx - 1) / lx * lx, ((size_t)mb + ly - 1) / ly * ly, (size_t)count};
   const size_t local[3] = {lx, ly, 1};
-  return kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, "gemm_packed", 3, global, local, KILN_CL_KOP_ARGS, args);
+  return kiln_cl_launch(queue, KILN_CL_PROGRAM_gemm, kernel, 3, global, local, KILN_CL_KOP_ARGS, args);
+}
+
+static kiln_status_t gemm_packed_compute(kiln_backend_queue_t *queue, const kiln_kop_t *k, cl_mem c, cl_mem pa,
+                                         cl_mem pb, int64_t first, int64_t count, int64_t ap_batch,
+                                         int64_t bp_batch) {
+  return gemm_packed_compute_as(queue, "gemm_packed", k, c, pa, pb, first, count, ap_batch, bp_batch);
 }
 
 /* Scratch bytes one round of packed panels or columns may take. Where
@@ -132,7 +138,14 @@ int64_t kiln_cl_round_of(const kiln_backend_device_t *device, size_t per_batch, 
   return round;
 }
 
-static kiln_status_t gemm_packed(kiln_backend_queue_t *queue, const kiln_kop_t *k, cl_mem c, cl_mem a, cl_mem b) {
+/* The packed product with operands and C stored as `suffix` says: "" f32,
+ * "_f16" or "_bf16" (widened into the f32 panels, C rounded once). */
+static kiln_status_t gemm_packed(kiln_backend_queue_t *queue, const kiln_kop_t *k, cl_mem c, cl_mem a, cl_mem b,
+                                 const char *suffix) {
+  char pack_a[32], pack_b[32], packed[32];
+  snprintf(pack_a, sizeof pack_a, "gemm_pack_a%s", suffix);
+  snprintf(pack_b, sizeof pack_b, "gemm_pack_b%s", suffix);
+  snprintf(packed, sizeof packed, "gemm_packed%s", suffix);
   kiln_backend_device_t *device = queue->device;
   const int64_t batch = k->plan.gemm.batch, depth = k->plan.gemm.k;
   const int64_t stride_a = k->plan.gemm.stride_a, stride_b = k->plan.gemm.stride_b;
@@ -154,11 +167,11 @@ static kiln_status_t gemm_packed(kiln_backend_queue_t *queue, const kiln_kop_t *
       r.plan.gemm.a_off = k->plan.gemm.a_off + first * stride_a;
       r.plan.gemm.b_off = k->plan.gemm.b_off + first * stride_b;
       if (!shared_a || first == 0)
-        status = gemm_pack(queue, "gemm_pack_a", &r, a, pa, mb * KILN_CL_GEMM_RM, shared_a ? 1 : count);
-      if (status == KILN_OK) status = gemm_pack(queue, "gemm_pack_b", &r, b, pb, nb * KILN_CL_GEMM_RN, count);
+        status = gemm_pack(queue, pack_a, &r, a, pa, mb * KILN_CL_GEMM_RM, shared_a ? 1 : count);
+      if (status == KILN_OK) status = gemm_pack(queue, pack_b, &r, b, pb, nb * KILN_CL_GEMM_RN, count);
       if (status != KILN_OK) break;
     }
-    status = gemm_packed_compute(queue, k, c, pa, pb, first, count, shared_a ? 0 : a_elems, b_elems);
+    status = gemm_packed_compute_as(queue, packed, k, c, pa, pb, first, count, shared_a ? 0 : a_elems, b_elems);
   }
   kiln_cl_scratch_release(pa);
   kiln_cl_scratch_release(pb);
@@ -175,7 +188,7 @@ kiln_status_t kiln_cl_gemm_run(kiln_backend_queue_t *queue, const kiln_kop_t *k,
                          "the native OpenCL matmul takes m, n, k below 2^31, got m=%lld n=%lld k=%lld; split the "
                          "product",
                          (long long)m, (long long)n, (long long)depth);
-  return gemm_use_tiled(queue) ? gemm_tiled(queue, k, c, a, b) : gemm_packed(queue, k, c, a, b);
+  return gemm_use_tiled(queue) ? gemm_tiled(queue, k, c, a, b) : gemm_packed(queue, k, c, a, b, "");
 }
 
 /* The gradients of the convolution have f32 kernels only: another dtype is
@@ -246,6 +259,17 @@ kiln_status_t kiln_cl_plan_matmul(kiln_backend_context_t *ctx, kiln_backend_queu
     char kernel[48];
     kiln_status_t status = dtype_kernel(ctx, queue, op, kernel, sizeof kernel);
     if (status != KILN_OK) return status;
+    /* f16 and bf16 on the packed path where f32 takes it (CPUs): the
+     * packers widen into the f32 panels and the product rounds each sum
+     * once as it stores it, the direct kernel's bits (both sum each element
+     * in order of k in f32) at the packed kernel's speed. */
+    if ((op->out.dtype == KILN_F16 || op->out.dtype == KILN_BF16) && !gemm_use_tiled(queue) &&
+        kiln_cl_fits_i32(k.plan.gemm.m + KILN_CL_GEMM_RM) && kiln_cl_fits_i32(k.plan.gemm.n + KILN_CL_GEMM_RN) &&
+        kiln_cl_fits_i32(k.plan.gemm.k)) {
+      if (k.plan.gemm.m == 0 || k.plan.gemm.n == 0 || k.plan.gemm.batch == 0) return KILN_OK;
+      return gemm_packed(queue, &k, kiln_cl_mem_of(&op->out), kiln_cl_mem_of(&op->in[0]), kiln_cl_mem_of(&op->in[1]),
+                         op->out.dtype == KILN_F16 ? "_f16" : "_bf16");
+    }
     return matmul_dtypes(queue, &k, kernel, kiln_cl_mem_of(&op->out), kiln_cl_mem_of(&op->in[0]),
                          kiln_cl_mem_of(&op->in[1]));
   }
