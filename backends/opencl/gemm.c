@@ -205,6 +205,16 @@ static kiln_status_t need_f32(kiln_backend_context_t *ctx, kiln_backend_queue_t 
   return KILN_OK;
 }
 
+/* True when the op and every input are f16, or every one bf16: the
+ * gradients' planners then run through their f32 selves
+ * (kiln_cl_run_via_f32). */
+static bool same_half(const kiln_op_t *op) {
+  if (op->out.dtype != KILN_F16 && op->out.dtype != KILN_BF16) return false;
+  for (int i = 0; i < op->n_in; i++)
+    if (op->in[i].dtype != op->out.dtype) return false;
+  return true;
+}
+
 /* ---- MATMUL and CONV2D in f64, f16 and bf16 ------------------------------------------
  * gemm_dtypes.cl's direct kernels, one source instantiated per dtype
  * (f16/bf16 widened to f32, summed in f32, rounded once to nearest even;
@@ -434,6 +444,7 @@ kiln_status_t kiln_cl_plan_conv2d(kiln_backend_context_t *ctx, kiln_backend_queu
 
 kiln_status_t kiln_cl_plan_conv2d_backward_input(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                                  const kiln_op_entry_t *entry, const kiln_op_t *op) {
+  if (same_half(op)) return kiln_cl_run_via_f32(ctx, queue, entry, op, kiln_cl_plan_conv2d_backward_input);
   if (need_f32(ctx, queue, op) != KILN_OK) return KILN_UNSUPPORTED;
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;
@@ -590,6 +601,7 @@ static kiln_status_t conv_backward_weight_packed(kiln_backend_queue_t *queue, co
 
 kiln_status_t kiln_cl_plan_conv2d_backward_weight(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
                                                   const kiln_op_entry_t *entry, const kiln_op_t *op) {
+  if (same_half(op)) return kiln_cl_run_via_f32(ctx, queue, entry, op, kiln_cl_plan_conv2d_backward_weight);
   if (need_f32(ctx, queue, op) != KILN_OK) return KILN_UNSUPPORTED;
   kiln_backend_device_t *device = queue->device;
   const int64_t n = op->u.conv2d.n, c = op->u.conv2d.c, h = op->u.conv2d.h, w = op->u.conv2d.w;

@@ -160,6 +160,66 @@ kiln_status_t kiln_cl_run_rows(kiln_backend_context_t *ctx, kiln_backend_queue_t
   return kiln_cl_launch_rows_entry(queue, kernel, rows, row_len, KILN_CL_KOP_ARGS, args);
 }
 
+/* ---- f16 and bf16 through an f32 planner --------------------------------------------- */
+
+/* One CAST of `n` contiguous elements from `from` into `to` (views), run as
+ * the CAST row's kernel (cast_<from>_<to>: kiln_tensor_cast's rounding). */
+static kiln_status_t cast_run(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue, const kiln_op_entry_t *entry,
+                              const kiln_view_t *from, const kiln_view_t *to) {
+  kiln_op_t c;
+  memset(&c, 0, sizeof c);
+  c.kind = KILN_OP_CAST;
+  c.n_in = 1;
+  c.flat = true;
+  c.in[0] = *from;
+  c.out = *to;
+  return kiln_cl_run_flat(ctx, queue, entry, &c);
+}
+
+/* `view` (contiguous from its offset) as f32 in scratch `buf`, offset 0. */
+static kiln_view_t f32_view(const kiln_view_t *view, kiln_backend_buffer_t *buf) {
+  kiln_view_t v = *view;
+  v.buffer = buf;
+  v.offset = 0;
+  v.dtype = KILN_F32;
+  int64_t stride = 1;
+  for (int d = v.ndim - 1; d >= 0; d--) {
+    v.strides[d] = stride;
+    stride *= v.shape[d];
+  }
+  return v;
+}
+
+kiln_status_t kiln_cl_run_via_f32(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  const kiln_op_entry_t *entry, const kiln_op_t *op, kiln_cl_planner_fn f32_planner) {
+  const kiln_dtype_t half = op->out.dtype;
+  kiln_backend_buffer_t bufs[1 + KILN_KOP_MAX_IN];
+  memset(bufs, 0, sizeof bufs);
+  kiln_op_t op32 = *op;
+  kiln_status_t status = KILN_OK;
+  /* The inputs of the op's 16-bit dtype widened (exactly); others as they are. */
+  for (int i = 0; i < op->n_in && status == KILN_OK; i++) {
+    if (op->in[i].dtype != half) continue;
+    const int64_t n = kiln_backend_view_numel(&op->in[i]);
+    bufs[1 + i].device = queue->device;
+    bufs[1 + i].size = (size_t)n * sizeof(float);
+    if (n > 0) status = kiln_cl_scratch_create(queue->device, bufs[1 + i].size, &bufs[1 + i].mem);
+    op32.in[i] = f32_view(&op->in[i], &bufs[1 + i]);
+    if (status == KILN_OK && n > 0) status = cast_run(ctx, queue, entry, &op->in[i], &op32.in[i]);
+  }
+  const int64_t n_out = kiln_backend_view_numel(&op->out);
+  bufs[0].device = queue->device;
+  bufs[0].size = (size_t)n_out * sizeof(float);
+  if (status == KILN_OK) status = kiln_cl_scratch_create(queue->device, bufs[0].size, &bufs[0].mem);
+  op32.out = f32_view(&op->out, &bufs[0]);
+  if (status == KILN_OK) status = f32_planner(ctx, queue, entry, &op32);
+  /* One rounding, to nearest even, into the op's output. */
+  if (status == KILN_OK) status = cast_run(ctx, queue, entry, &op32.out, &op->out);
+  /* Released now: OpenCL keeps a buffer until the commands using it end. */
+  for (int i = 0; i <= KILN_KOP_MAX_IN; i++) kiln_cl_scratch_release(bufs[i].mem);
+  return status;
+}
+
 /* ---- planners ------------------------------------------------------------------------ */
 
 /* COPY: the strided walk of a FLAT kind (copy_<T>_<T>). */

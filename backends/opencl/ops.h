@@ -51,6 +51,16 @@ kiln_status_t kiln_cl_run_rows(kiln_backend_context_t *ctx, kiln_backend_queue_t
 KILN_OP_KINDS(KILN_CL_PLAN_DECL_)
 #undef KILN_CL_PLAN_DECL_
 
+/* An op of f16 or bf16 through its f32 planner (the CPU's via_f32 on the
+ * device): each input of the op's dtype cast into f32 scratch, the planner
+ * run on the f32 op, the result cast back (one rounding, to nearest even).
+ * For the kinds whose kernels are f32 only (the convolution's and
+ * max_pool2d's gradients); inputs contiguous from their offsets. */
+typedef kiln_status_t (*kiln_cl_planner_fn)(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                            const kiln_op_entry_t *entry, const kiln_op_t *op);
+kiln_status_t kiln_cl_run_via_f32(kiln_backend_context_t *ctx, kiln_backend_queue_t *queue,
+                                  const kiln_op_entry_t *entry, const kiln_op_t *op, kiln_cl_planner_fn f32_planner);
+
 /* The one helper that turns an op into a kernel's arguments: fills `k`
  * (kiln_backend_kop_fill; OpenCL leaves `addr` 0, buffers being arguments)
  * and args[0..4]: the buffers of out, in[0], in[1], in[2] (NULL past n_in)

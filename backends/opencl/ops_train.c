@@ -1,4 +1,4 @@
-/* backends/opencl/ops_train.c: the planner of max_pool2d_backward (the other training kinds are FLAT or ROWS rows, and the convolutions' gradients are in gemm.c). */
+/* backends/opencl/ops_train.c: the planner of max_pool2d_backward, f16 and bf16 through its f32 kernels (the other training kinds are FLAT or ROWS rows, and the convolutions' gradients are in gemm.c). */
 #include "backends/opencl/ops.h"
 
 /* Two passes: where each window's maximum is (an index per window, in
@@ -10,6 +10,11 @@ kiln_status_t kiln_cl_plan_max_pool2d_backward(kiln_backend_context_t *ctx, kiln
   const int64_t planes = op->u.pooling.n * op->u.pooling.c, h = op->u.pooling.h, w = op->u.pooling.w;
   const int64_t p = op->u.pooling.p, q = op->u.pooling.q;
   kiln_dtype_t bad = KILN_F32;
+  /* f16 and bf16 through the f32 kernels: widened, the gradient summed in
+   * f32, rounded once (cpu:0's rule). */
+  if ((op->out.dtype == KILN_F16 || op->out.dtype == KILN_BF16) && op->in[0].dtype == op->out.dtype &&
+      op->in[1].dtype == op->out.dtype)
+    return kiln_cl_run_via_f32(ctx, queue, entry, op, kiln_cl_plan_max_pool2d_backward);
   if (!kiln_backend_op_dtypes_in(op, 1u << KILN_F32, 1u << KILN_F32, &bad))
     return kiln_cl_error(ctx, KILN_UNSUPPORTED,
                          "the OpenCL backend has no max_pool2d_backward kernel for %s yet (opencl:%zu): cast to f32 "

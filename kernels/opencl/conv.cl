@@ -111,33 +111,40 @@ KILN_CL_KERNEL(bias_nchw_f32) {
 }
 
 /* Padded cells are never candidates; a window wholly in the padding gives
- * -inf; NaN propagates. */
-KILN_CL_KERNEL(max_pool2d_f32_f32) {
-  __global const float *x = KILN_CL_IN(float, 0);
-  __global float *y = KILN_CL_OUT(float);
-  const long planes = op.u.pooling.n * op.u.pooling.c, h = op.u.pooling.h, w = op.u.pooling.w;
-  const long p = op.u.pooling.p, q = op.u.pooling.q;
-  const int kernel_h = op.u.pooling.window[0], kernel_w = op.u.pooling.window[1];
-  const int stride_h = op.u.pooling.stride[0], stride_w = op.u.pooling.stride[1];
-  const int pad_h = op.u.pooling.pad[0], pad_w = op.u.pooling.pad[1];
-  KILN_FOR_EACH(i, planes * p * q) {
-    const long qq = i % q, pp = kiln_udiv(i, q) % p, plane = kiln_udiv(i, p * q);
-    long h0 = pp * stride_h - pad_h, h1 = h0 + kernel_h;
-    long w0 = qq * stride_w - pad_w, w1 = w0 + kernel_w;
-    if (h0 < 0) h0 = 0;
-    if (h1 > h) h1 = h;
-    if (w0 < 0) w0 = 0;
-    if (w1 > w) w1 = w;
-    __global const float *xp = x + plane * h * w;
-    float best = -INFINITY;
-    for (long hh = h0; hh < h1; hh++)
-      for (long ww = w0; ww < w1; ww++) {
-        const float v = xp[hh * w + ww];
-        if (v > best || v != v) best = v;
-      }
-    y[i] = best;
+ * -inf; NaN propagates. Written once per storage type: f16 and bf16 compare
+ * as f32 and store the maximum rounded back (exact: the cpu:0 bits, a NaN
+ * made quiet). */
+#define KILN_CL_MAX_POOL_(d, ST, LOAD, STORE)                                                      \
+  KILN_CL_KERNEL(max_pool2d_##d##_##d) {                                                           \
+    __global const ST *x = KILN_CL_IN(ST, 0);                                                      \
+    __global ST *y = KILN_CL_OUT(ST);                                                              \
+    const long planes = op.u.pooling.n * op.u.pooling.c, h = op.u.pooling.h, w = op.u.pooling.w;  \
+    const long p = op.u.pooling.p, q = op.u.pooling.q;                                             \
+    const int kernel_h = op.u.pooling.window[0], kernel_w = op.u.pooling.window[1];                \
+    const int stride_h = op.u.pooling.stride[0], stride_w = op.u.pooling.stride[1];                \
+    const int pad_h = op.u.pooling.pad[0], pad_w = op.u.pooling.pad[1];                            \
+    KILN_FOR_EACH(i, planes * p * q) {                                                             \
+      const long qq = i % q, pp = kiln_udiv(i, q) % p, plane = kiln_udiv(i, p * q);                \
+      long h0 = pp * stride_h - pad_h, h1 = h0 + kernel_h;                                         \
+      long w0 = qq * stride_w - pad_w, w1 = w0 + kernel_w;                                         \
+      if (h0 < 0) h0 = 0;                                                                          \
+      if (h1 > h) h1 = h;                                                                          \
+      if (w0 < 0) w0 = 0;                                                                          \
+      if (w1 > w) w1 = w;                                                                          \
+      __global const ST *xp = x + plane * h * w;                                                   \
+      float best = -INFINITY;                                                                      \
+      for (long hh = h0; hh < h1; hh++)                                                            \
+        for (long ww = w0; ww < w1; ww++) {                                                        \
+          const float v = LOAD(xp[hh * w + ww]);                                                   \
+          if (v > best || v != v) best = v;                                                        \
+        }                                                                                          \
+      y[i] = STORE(best);                                                                          \
+    }                                                                                              \
   }
-}
+#define KILN_CL_POOL_AS_IS_(x) (x)
+KILN_CL_MAX_POOL_(f32, float, KILN_CL_POOL_AS_IS_, KILN_CL_POOL_AS_IS_)
+KILN_CL_MAX_POOL_(f16, ushort, KILN_CL_TO_F32_f16, KILN_CL_FROM_F32_f16)
+KILN_CL_MAX_POOL_(bf16, ushort, KILN_CL_TO_F32_bf16, KILN_CL_FROM_F32_bf16)
 
 /* ---- the gradients' parts ------------------------------------------------------ */
 

@@ -523,13 +523,27 @@ static kiln_tensor_t *linear_values(kiln_device_t *cpu, kiln_dtype_t dtype, int 
 }
 
 /* A matmul (trans_a, trans_b) or, with `conv`, a conv2d (bias when a third
- * operand is given). */
+ * operand is given); or, by `grad`, one of the training kinds that take f16
+ * and bf16 through f32: conv2d's input gradient (dy, w; `shape` is x's),
+ * its weight gradient (x, dy; `shape` is w's), max_pool2d (x) and its
+ * gradient (x, dy). */
+typedef enum linear_grad_t { LINEAR_NONE, LINEAR_CONV_DX, LINEAR_CONV_DW, LINEAR_POOL, LINEAR_POOL_DX } linear_grad_t;
 typedef struct linear_op_t {
   bool conv, trans_a, trans_b;
   kiln_conv2d_params_t params;
+  linear_grad_t grad;
+  int64_t shape[4];
+  kiln_pool2d_params_t pool;
 } linear_op_t;
 
 static kiln_status_t linear_run(const linear_op_t *o, kiln_tensor_t *const *in, int n_in, kiln_tensor_t **out) {
+  switch (o->grad) {
+  case LINEAR_CONV_DX: return kiln_tensor_conv2d_backward_input(in[0], in[1], o->shape, &o->params, out);
+  case LINEAR_CONV_DW: return kiln_tensor_conv2d_backward_weight(in[0], in[1], o->shape, &o->params, out);
+  case LINEAR_POOL: return kiln_tensor_max_pool2d(in[0], &o->pool, out);
+  case LINEAR_POOL_DX: return kiln_tensor_max_pool2d_backward(in[0], in[1], &o->pool, out);
+  case LINEAR_NONE: break;
+  }
   if (o->conv) return kiln_tensor_conv2d(in[0], in[1], n_in > 2 ? in[2] : NULL, &o->params, out);
   return kiln_tensor_matmul(in[0], in[1], o->trans_a, o->trans_b, out);
 }
@@ -576,7 +590,8 @@ static void linear_check(const char *what, kiln_device_t *cpu, kiln_device_t *de
       kiln_tensor_t *abs_in[3] = {NULL, NULL, NULL}, *mag = NULL;
       for (int i = 0; i < n_in; i++) {
         kiln_tensor_t *wide = NULL;
-        KT_OK(kiln_tensor_cast(in_cpu[i], KILN_F64, &wide));
+        /* The convolution's gradients take no f64: their bound in f32. */
+        KT_OK(kiln_tensor_cast(in_cpu[i], o->grad == LINEAR_NONE ? KILN_F64 : KILN_F32, &wide));
         KT_OK(kiln_tensor_unary(KILN_UNARY_ABS, wide, &abs_in[i]));
         kiln_tensor_release(wide);
       }
@@ -667,6 +682,56 @@ START_TEST(test_matmul_conv2d_every_float_dtype) {
 }
 END_TEST
 
+/* The training kinds whose OpenCL kernels are f32 (conv2d's two gradients,
+ * max_pool2d's gradient) take f16 and bf16 through them, and max_pool2d
+ * has 16-bit kernels: each against cpu:0, bit for bit on exact data and
+ * within the dtype's bound on random data (the max_pool2d pair on exact
+ * data: the sums of its gradient are few and exact there). */
+START_TEST(test_training_kinds_16bit) {
+  kiln_device_t *devices[8], *cpu = cpu_device();
+  const size_t nd = opencl_devices(devices, 8);
+  const kiln_dtype_t dtypes[2] = {KILN_F16, KILN_BF16};
+  const int64_t xs[4] = {2, 3, 9, 8}, ws[4] = {4, 3, 3, 2}, ys[4] = {2, 4, 5, 8};
+  const kiln_pool2d_params_t pool = {{3, 2}, {2, 2}, {1, 0}};
+  const int64_t ps[4] = {2, 3, 5, 4};
+  for (size_t d = 0; d < nd; d++)
+    for (int t = 0; t < 2; t++) {
+      const kiln_dtype_t dt = dtypes[t];
+      for (int exact = 0; exact < 2; exact++) {
+        char what[160];
+        linear_op_t o = {.params = {{2, 1}, {1, 1}, {1, 2}}};
+        /* conv2d x [2,3,9,8] * w [4,3,3,2], stride 2x1, padding 1x1, dilation 1x2: y [2,4,5,8]. */
+        o.grad = LINEAR_CONV_DX;
+        memcpy(o.shape, xs, sizeof xs);
+        kiln_tensor_t *in[2] = {linear_values(cpu, dt, 4, ys, exact, 41), linear_values(cpu, dt, 4, ws, exact, 42)};
+        snprintf(what, sizeof what, "conv2d_backward_input of %s (%s data)", kiln_dtype_name(dt), exact ? "exact" : "random");
+        linear_check(what, cpu, devices[d], &o, in, 2, exact);
+        kiln_tensor_release(in[0]), kiln_tensor_release(in[1]);
+        o.grad = LINEAR_CONV_DW;
+        memcpy(o.shape, ws, sizeof ws);
+        in[0] = linear_values(cpu, dt, 4, xs, exact, 43);
+        in[1] = linear_values(cpu, dt, 4, ys, exact, 44);
+        snprintf(what, sizeof what, "conv2d_backward_weight of %s (%s data)", kiln_dtype_name(dt), exact ? "exact" : "random");
+        linear_check(what, cpu, devices[d], &o, in, 2, exact);
+        kiln_tensor_release(in[0]), kiln_tensor_release(in[1]);
+        if (!exact) continue;
+        o.grad = LINEAR_POOL;
+        o.pool = pool;
+        in[0] = linear_values(cpu, dt, 4, xs, true, 45);
+        in[1] = linear_values(cpu, dt, 4, ps, true, 46);
+        snprintf(what, sizeof what, "max_pool2d of %s", kiln_dtype_name(dt));
+        linear_check(what, cpu, devices[d], &o, in, 1, true);
+        o.grad = LINEAR_POOL_DX;
+        snprintf(what, sizeof what, "max_pool2d_backward of %s", kiln_dtype_name(dt));
+        linear_check(what, cpu, devices[d], &o, in, 2, true);
+        kiln_tensor_release(in[0]), kiln_tensor_release(in[1]);
+      }
+    }
+  release_all(devices, nd);
+  kiln_device_release(cpu);
+}
+END_TEST
+
 /* What each device says it serves. */
 START_TEST(test_dtype_support) {
   kiln_device_t *devices[8];
@@ -731,6 +796,7 @@ int main(void) {
   TCase *linear = tcase_create("linear");
   tcase_set_timeout(linear, 600);
   tcase_add_test(linear, test_matmul_conv2d_every_float_dtype);
+  tcase_add_test(linear, test_training_kinds_16bit);
   suite_add_tcase(suite, linear);
   SRunner *runner = srunner_create(suite);
   srunner_run_all(runner, CK_NORMAL);
