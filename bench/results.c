@@ -27,7 +27,7 @@ static const char *const bench_titles[BENCH_SECTION_COUNT] = {
     "7. GPU peers (cuBLAS, raw CUDA)",
     "8. training (kiln-train's models) side by side with PyTorch",
     "9. kiln from Python beside PyTorch and NumPy (a tiny add, the DLPack round trip, host reads)",
-    "10. f16/bf16 add vs f32 (bytes/s)",
+    "10. low precision: f16/bf16 matmul, conv2d and add vs f32",
 };
 
 const char *bench_section_id(int section) {

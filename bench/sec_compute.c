@@ -1,4 +1,4 @@
-/* bench/sec_compute.c: sections 1, 2 and 10: matmul per device and provider against OpenBLAS, CLBlast and PyTorch; conv2d, add, softmax; add in f16/bf16 against f32. */
+/* bench/sec_compute.c: sections 1, 2 and 10: matmul per device and provider against OpenBLAS, CLBlast and PyTorch; conv2d, add, softmax; matmul, conv2d and add in f16/bf16 against f32 and PyTorch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
