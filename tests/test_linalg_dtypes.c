@@ -229,7 +229,9 @@ START_TEST(test_matmul_f16_bf16) {
   /* Large enough for the thread grid, k blocks, partial tiles and an odd k;
    * each transpose. */
   const kt_shape_t big[] = {{0, 0, 130, 97, 400, false, true}, {0, 0, 70, 301, 517, true, false},
-                            {2, 0, 33, 65, 31, true, true}};
+                            {2, 0, 33, 65, 31, true, true},
+                            /* many small products: one per thread */
+                            {8, 8, 64, 64, 64, false, false}};
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
     for (int integer = 0; integer < 2; integer++) {
       kt_check_lowp(KILN_F16, &big[i], integer);
@@ -459,8 +461,10 @@ static void kt_close_bf16(const char *what, kiln_tensor_t *got, kiln_tensor_t *w
 }
 
 /* bf16 conv2d with weights enough for the CPU's bf16 unit (at least 512;
- * smaller ones run through f32): within one ulp of the f32 op of the
- * widened operands; padded, strided, dilated, with a bias, and pointwise. */
+ * smaller ones run through f32; where the CPU has no unit that pays, all
+ * do): within one ulp of the f32 op of the widened operands; padded,
+ * strided and dilated in both directions, an odd c*r*s, with a bias,
+ * pointwise, and one image cut into panels. */
 START_TEST(test_conv_bf16_unit) {
   static const struct {
     int64_t xs[4], ws[4];
@@ -469,6 +473,10 @@ START_TEST(test_conv_bf16_unit) {
       {{2, 8, 9, 11}, {9, 8, 3, 3}, {{2, 1}, {1, 2}, {1, 1}}},
       {{3, 16, 12, 10}, {40, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}}},
       {{2, 64, 5, 7}, {24, 64, 1, 1}, {{1, 1}, {0, 0}, {1, 1}}},
+      /* an odd c*r*s (27: a half-empty last pair), a column stride and dilation */
+      {{2, 3, 13, 15}, {32, 3, 3, 3}, {{1, 2}, {1, 1}, {2, 2}}},
+      /* one image: its plane cut into panels for the threads */
+      {{1, 16, 30, 30}, {48, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}}},
   };
   KT_OK(kiln_set_providers("conv2d=native"));
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

@@ -64,9 +64,10 @@ static kiln_status_t gemm_pack(kiln_backend_queue_t *queue, const char *kernel, 
 
 /* The work-group of gemm_packed: two column blocks by up to sixteen row blocks
  * (measured best on PoCL), within the kernel's and the device's limits. */
-static kiln_status_t gemm_packed_local(kiln_backend_queue_t *queue, size_t *out_lx, size_t *out_ly) {
+static kiln_status_t gemm_packed_local(kiln_backend_queue_t *queue, const char *kernel, size_t *out_lx,
+                                       size_t *out_ly) {
   size_t limit = 1;
-  kiln_status_t status = kiln_cl_group_limit(queue, KILN_CL_PROGRAM_gemm, "gemm_packed", 32, &limit);
+  kiln_status_t status = kiln_cl_group_limit(queue, KILN_CL_PROGRAM_gemm, kernel, 32, &limit);
   if (status != KILN_OK) return status;
   const size_t lx = limit >= 2 ? 2 : 1;
   size_t ly = limit / lx;
@@ -87,7 +88,7 @@ static kiln_status_t gemm_packed_compute_as(kiln_backend_queue_t *queue, const c
   const int64_t mb = (k->plan.gemm.m + KILN_CL_GEMM_RM - 1) / KILN_CL_GEMM_RM,
                 nb = (k->plan.gemm.n + KILN_CL_GEMM_RN - 1) / KILN_CL_GEMM_RN;
   size_t lx = 1, ly = 1;
-  kiln_status_t status = gemm_packed_local(queue, &lx, &ly);
+  kiln_status_t status = gemm_packed_local(queue, kernel, &lx, &ly);
   if (status != KILN_OK) return status;
   kiln_kop_t r = *k;
   r.plan.gemm.a_off = 0;

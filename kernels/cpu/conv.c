@@ -423,6 +423,18 @@ static bool conv2d_bf16(const kiln_cpu_par_t *par, const kiln_op_t *op, void *ou
   if (n <= 0 || op->u.conv2d.k <= 0 || cp.pq <= 0) return true;
   cp.chunk = cp.pointwise ? cp.pq : kiln_cpu_conv2d_panel_cols(op);
   cp.chunks = (cp.pq + cp.chunk - 1) / cp.chunk;
+  /* Few images: cut each plane finer, down to about two panels per thread,
+   * as long as the panels stay wide enough for the tiles (conv2d_f32's rule). */
+  const int threads = kiln_cpu_par_threads(par);
+  if (threads > 1 && n * cp.chunks < 2 * threads) {
+    const int64_t want = (2 * threads + n - 1) / n;
+    int64_t cols = (cp.pq + want - 1) / want;
+    cols = (cols + 31) / 32 * 32;
+    if (cols >= KILN_CONV_PANEL_MIN_COLS && cols < cp.chunk) {
+      cp.chunk = cols;
+      cp.chunks = (cp.pq + cp.chunk - 1) / cp.chunk;
+    }
+  }
   kiln_cpu_parallel_for(par, n * cp.chunks, 1, bconv_task, &cp);
   return !cp.failed;
 }

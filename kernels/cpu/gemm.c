@@ -81,7 +81,7 @@ bool kiln_cpu_bf16_gemm_available(void) {
 #if defined(KILN_HAVE_AVX512BF16_KERNEL)
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512bf16");
+         __builtin_cpu_supports("avx512bf16") && kiln_cpu_bf16_unit_pays_avx512();
 #else
   return false;
 #endif

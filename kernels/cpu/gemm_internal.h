@@ -55,8 +55,14 @@ bool kiln_cpu_bgemm_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int
                            int64_t lda, const uint16_t *b, int64_t ldb, uint16_t *c, int64_t ldc,
                            const uint16_t *row_bias);
 #endif
-/* True when this build and CPU have it (AVX-512F, BW and BF16). */
+/* True when this build and CPU have it (AVX-512F, BW and BF16) and it is
+ * the faster way there: with AMX, or on AMD (kiln_cpu_bf16_unit_pays_avx512);
+ * elsewhere bf16 runs through the f32 kernels. */
 bool kiln_cpu_bf16_gemm_available(void);
+#if defined(KILN_HAVE_AVX512BF16_KERNEL)
+/* Call only on a CPU with AVX-512F, BW and BF16. */
+bool kiln_cpu_bf16_unit_pays_avx512(void);
+#endif
 
 /* The f64 tiles (kernels/cpu/dgemm.c): MR rows by 8 columns (portable,
  * AVX2) or 16 (AVX-512), the f32 tiles' shapes at half the lanes. */
