@@ -127,15 +127,18 @@ START_TEST(test_trace_run) {
   ck_assert_int_ge(c.counters, 2);
   ck_assert_uint_eq(c.last_in_use, stats.in_use_bytes);
   ck_assert_uint_eq(c.last_pooled, stats.pooled_bytes);
-  /* The device slices of the matmuls, summed, lie between the kernels'
-   * own time (the events the test recorded around each) and the host's time
-   * around each synchronised call, within 10% either way. The host's side
-   * also counts waking the waiting thread, which a loaded machine makes
-   * long: so it bounds from above only. The first matmul (16x32x8) counts
-   * too; it is tiny against the timed ones. */
-  ck_assert_msg(c.matmul_device_us >= 0.90 * events_us && c.matmul_device_us <= 1.10 * wall_us,
+  /* The device slices of the matmuls, summed, lie below the host's time
+   * around each synchronised call (within 10%), and near the span of the
+   * events the test recorded around each. That span also holds the gaps
+   * between an op's kernels (packing, then the product) while the host
+   * enqueues the next, which a loaded machine or a sanitizer lengthens
+   * (CI once read 0.899 of it under ASan, at a bound of 0.9): so it bounds
+   * from below at half, which still catches a slice in the wrong unit, a
+   * missing kernel or none at all. The first matmul (16x32x8) counts too;
+   * it is tiny against the timed ones. */
+  ck_assert_msg(c.matmul_device_us >= 0.5 * events_us && c.matmul_device_us <= 1.10 * wall_us,
                 "matmul device time %.1f us: the kernels' events say %.1f us, the host %.1f us around the "
-                "synchronised calls (over 10%% outside)",
+                "synchronised calls (below half the first or over 1.1x the second)",
                 c.matmul_device_us, events_us, wall_us);
   fprintf(stderr, "matmul: trace %.1f us, events %.1f us, host %.1f us\n", c.matmul_device_us, events_us, wall_us);
   /* The summary: the kinds and a header. */
