@@ -1,4 +1,4 @@
-/* backends/opencl/ops.c: the OpenCL table of operation entries (a native row for every op kind, the clblast row of matmul), the launch helpers, the generic runners of FLAT and ROWS kinds, and the planners of copy, reduce and cross_entropy. */
+/* backends/opencl/ops.c: the OpenCL table of operation entries (a native row for every op kind, the clblast row of matmul), the launch helpers, the generic runners of FLAT and ROWS kinds, f16/bf16 through an f32 planner, and the planners of copy, reduce and cross_entropy. */
 #include <stdio.h>
 #include <string.h>
 
