@@ -452,9 +452,7 @@ static void gemv(const kiln_cpu_par_t *par, const gemm_problem_t *p) {
   }
 }
 
-/* Split `threads` into a tm x tn grid whose largest cell (counted in padded
- * tiles) is smallest; ties go to splitting M, whose slices share nothing. */
-static void choose_grid(int64_t m, int64_t n, int NR, int threads, int *out_tm, int *out_tn) {
+void kiln_cpu_gemm_choose_grid(int64_t m, int64_t n, int NR, int threads, int *out_tm, int *out_tn) {
   const int64_t m_slivers = (m + MR - 1) / MR;
   const int64_t n_slivers = (n + NR - 1) / NR;
   int best_tm = 1, best_tn = threads;
@@ -511,7 +509,7 @@ void kiln_cpu_sgemm_run(const kiln_cpu_par_t *par, kiln_cpu_gemm_isa_t isa, cons
     threads = (int)(work / KILN_GEMM_MIN_WORK_PER_THREAD);
     if (threads < 1) threads = 1;
   }
-  if (threads > 1) choose_grid(m, n, g.nr, threads, &g.tm, &g.tn);
+  if (threads > 1) kiln_cpu_gemm_choose_grid(m, n, g.nr, threads, &g.tm, &g.tn);
   const int cells = g.tm * g.tn;
   if (cells <= 1) {
     gemm_block(&g, 0, m, 0, n, par ? NULL : scratch);

@@ -65,7 +65,9 @@ static void store_c(const bgemm_t *g, float *cblk, int64_t ldcb, int64_t m0, int
 
 /* Rows [i0, i0+mc), k steps [p0, p0+kc) of op(A): MR-row slivers, each kp
  * pairs of MR words; rows past mc are 0. */
-static void pack_a(const bgemm_t *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, uint32_t *restrict out) {
+static void pack_a(const bgemm_t *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t kpp,
+                   uint32_t *restrict out) {
+  (void)kpp; /* the vdpbf16ps tile pads no pairs: kpp == kp */
   const int64_t kp = (kc + 1) / 2, full = kc / 2;
   for (int64_t ir = 0; ir < mc; ir += MR) {
     const int64_t mr = min_i64(MR, mc - ir);
@@ -165,56 +167,6 @@ static void ukernel(int64_t kp, const uint32_t *restrict ap, const uint32_t *res
     _mm512_storeu_ps(row, s[i][0]);
     _mm512_storeu_ps(row + 16, s[i][1]);
   }
-}
-
-/* C[m0:m1, n0:n1] on the calling thread: the f32 sums in a block of their
- * own, rounded into C at the end. False when no memory could be had. */
-static bool bgemm_block(const bgemm_t *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-  if (m1 <= m0 || n1 <= n0) return true;
-  const int64_t bm = m1 - m0, bn = n1 - n0;
-  const int64_t kp_max = (min_i64(KC, g->k) + 1) / 2;
-  const int64_t words_a = round_up(min_i64(MC, round_up(bm, MR)) * kp_max, 16);
-  const int64_t words_b = round_up(min_i64(NC, round_up(bn, NR)) * kp_max, 16);
-  const int64_t ldcb = round_up(bn, 16);
-  const size_t bytes = sizeof(uint32_t) * (size_t)(words_a + words_b) + sizeof(float) * (size_t)(bm * ldcb);
-  void *own;
-  void *mem = kiln_cpu_scratch(KILN_CPU_SCRATCH_BGEMM, bytes, &own);
-  if (!mem) return false;
-  uint32_t *apack = mem, *bpack = apack + words_a;
-  float *cblk = (float *)(bpack + words_b);
-  _Alignas(KILN_BGEMM_ALIGN) float edge[MR * NR];
-
-  for (int64_t jc = n0; jc < n1; jc += NC) {
-    const int64_t nc = min_i64(NC, n1 - jc);
-    for (int64_t pc = 0; pc < g->k; pc += KC) {
-      const int64_t kc = min_i64(KC, g->k - pc), kp = (kc + 1) / 2;
-      const bool accumulate = pc > 0;
-      pack_b(g, jc, nc, pc, kc, bpack, kp);
-      for (int64_t ic = m0; ic < m1; ic += MC) {
-        const int64_t mc = min_i64(MC, m1 - ic);
-        pack_a(g, ic, mc, pc, kc, apack);
-        for (int64_t jr = 0; jr < nc; jr += NR) {
-          const int64_t nr = min_i64(NR, nc - jr);
-          const uint32_t *bp = bpack + jr * kp;
-          for (int64_t ir = 0; ir < mc; ir += MR) {
-            const int64_t mr = min_i64(MR, mc - ir);
-            float *ct = cblk + (ic + ir - m0) * ldcb + (jc + jr - n0);
-            if (mr == MR && nr == NR) {
-              ukernel(kp, apack + ir * kp, bp, ct, ldcb, accumulate);
-              continue;
-            }
-            ukernel(kp, apack + ir * kp, bp, edge, NR, false);
-            for (int64_t i = 0; i < mr; i++)
-              for (int64_t j = 0; j < nr; j++)
-                ct[i * ldcb + j] = accumulate ? ct[i * ldcb + j] + edge[i * NR + j] : edge[i * NR + j];
-          }
-        }
-      }
-    }
-  }
-  store_c(g, cblk, ldcb, m0, bm, n0, bn);
-  free(own);
-  return true;
 }
 
 /* ---- AMX: 32 x 32 blocks of C in four tiles ----------------------------------------
@@ -317,12 +269,30 @@ static void amx_tile(int64_t kpp, const uint32_t *ap, const uint32_t *bp, float 
   _tile_stored(3, c + 16 * ldc + 16, cs);
 }
 
-/* bgemm_block on AMX. */
-static bool amx_block(const bgemm_t *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+#endif
+
+/* ---- the blocked product, for either unit ------------------------------------------ */
+
+/* What the blocking needs of a unit: its tile's rows of C, the rows of A
+ * packed at a time, the pairs of k rounded up to a multiple of pair_pad,
+ * A's packer and the tile (C (ldc) = or += packed A rows by a 32-column
+ * sliver of packed B, kpp pairs). */
+typedef struct bgemm_unit_t {
+  int64_t rows, mc, pair_pad;
+  void (*pack_a)(const bgemm_t *g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t kpp, uint32_t *out);
+  void (*tile)(int64_t kpp, const uint32_t *ap, const uint32_t *bp, float *c, int64_t ldc, bool accumulate);
+} bgemm_unit_t;
+
+static const bgemm_unit_t unit_vdp = {MR, MC, 1, pack_a, ukernel};
+
+/* C[m0:m1, n0:n1] on the calling thread with `u`: the f32 sums in a block of
+ * their own (kept per thread, kiln_cpu_scratch), rounded into C at the end.
+ * False when no memory could be had. */
+static bool run_block(const bgemm_unit_t *u, const bgemm_t *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   if (m1 <= m0 || n1 <= n0) return true;
   const int64_t bm = m1 - m0, bn = n1 - n0;
-  const int64_t kpp_max = round_up((min_i64(KC, g->k) + 1) / 2, AMX_KP);
-  const int64_t words_a = min_i64(AMX_MC, round_up(bm, AMX_M)) * kpp_max;
+  const int64_t kpp_max = round_up((min_i64(KC, g->k) + 1) / 2, u->pair_pad);
+  const int64_t words_a = round_up(min_i64(u->mc, round_up(bm, u->rows)) * kpp_max, 16);
   const int64_t words_b = round_up(min_i64(NC, round_up(bn, NR)) * kpp_max, 16);
   const int64_t ldcb = round_up(bn, 16);
   const size_t bytes = sizeof(uint32_t) * (size_t)(words_a + words_b) + sizeof(float) * (size_t)(bm * ldcb);
@@ -331,33 +301,28 @@ static bool amx_block(const bgemm_t *g, int64_t m0, int64_t m1, int64_t n0, int6
   if (!mem) return false;
   uint32_t *apack = mem, *bpack = apack + words_a;
   float *cblk = (float *)(bpack + words_b);
-  _Alignas(KILN_BGEMM_ALIGN) float edge[AMX_M * NR];
-  amx_config_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
-  _tile_loadconfig(&cfg);
+  _Alignas(KILN_BGEMM_ALIGN) float edge[32 * NR]; /* the tallest tile's */
 
   for (int64_t jc = n0; jc < n1; jc += NC) {
     const int64_t nc = min_i64(NC, n1 - jc);
     for (int64_t pc = 0; pc < g->k; pc += KC) {
-      const int64_t kc = min_i64(KC, g->k - pc), kp = (kc + 1) / 2, kpp = round_up(kp, AMX_KP);
+      const int64_t kc = min_i64(KC, g->k - pc), kpp = round_up((kc + 1) / 2, u->pair_pad);
       const bool accumulate = pc > 0;
       pack_b(g, jc, nc, pc, kc, bpack, kpp);
-      for (int64_t ic = m0; ic < m1; ic += AMX_MC) {
-        const int64_t mc = min_i64(AMX_MC, m1 - ic);
-        amx_pack_a(g, ic, mc, pc, kc, kpp, apack);
+      for (int64_t ic = m0; ic < m1; ic += u->mc) {
+        const int64_t mc = min_i64(u->mc, m1 - ic);
+        u->pack_a(g, ic, mc, pc, kc, kpp, apack);
         for (int64_t jr = 0; jr < nc; jr += NR) {
           const int64_t nr = min_i64(NR, nc - jr);
           const uint32_t *bp = bpack + jr * kpp;
-          for (int64_t ir = 0; ir < mc; ir += AMX_M) {
-            const int64_t mr = min_i64(AMX_M, mc - ir);
+          for (int64_t ir = 0; ir < mc; ir += u->rows) {
+            const int64_t mr = min_i64(u->rows, mc - ir);
             float *ct = cblk + (ic + ir - m0) * ldcb + (jc + jr - n0);
-            if (mr == AMX_M && nr == NR) {
-              amx_tile(kpp, apack + ir * kpp, bp, ct, ldcb, accumulate);
+            if (mr == u->rows && nr == NR) {
+              u->tile(kpp, apack + ir * kpp, bp, ct, ldcb, accumulate);
               continue;
             }
-            amx_tile(kpp, apack + ir * kpp, bp, edge, NR, false);
+            u->tile(kpp, apack + ir * kpp, bp, edge, NR, false);
             for (int64_t i = 0; i < mr; i++)
               for (int64_t j = 0; j < nr; j++)
                 ct[i * ldcb + j] = accumulate ? ct[i * ldcb + j] + edge[i * NR + j] : edge[i * NR + j];
@@ -366,12 +331,10 @@ static bool amx_block(const bgemm_t *g, int64_t m0, int64_t m1, int64_t n0, int6
       }
     }
   }
-  _tile_release();
   store_c(g, cblk, ldcb, m0, bm, n0, bn);
   free(own);
   return true;
 }
-#endif
 
 bool kiln_cpu_bf16_unit_pays_avx512(void) {
 #if defined(KILN_HAVE_AMX_KERNEL)
@@ -386,12 +349,23 @@ bool kiln_cpu_bf16_unit_pays_avx512(void) {
   return __builtin_cpu_is("amd");
 }
 
-/* The block on the best unit the CPU has. */
+/* The block on the best unit the CPU has. AMX's tiles are configured on the
+ * calling thread around it (every tile 16 rows of 64 bytes). */
 static bool block(const bgemm_t *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
 #if defined(KILN_HAVE_AMX_KERNEL)
-  if (amx_ready()) return amx_block(g, m0, m1, n0, n1);
+  if (amx_ready()) {
+    static const bgemm_unit_t unit_amx = {AMX_M, AMX_MC, AMX_KP, amx_pack_a, amx_tile};
+    amx_config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    _tile_loadconfig(&cfg);
+    const bool ok = run_block(&unit_amx, g, m0, m1, n0, n1);
+    _tile_release();
+    return ok;
+  }
 #endif
-  return bgemm_block(g, m0, m1, n0, n1);
+  return run_block(&unit_vdp, g, m0, m1, n0, n1);
 }
 
 typedef struct bgemm_batch_t {
@@ -436,23 +410,6 @@ static void grid_task(void *ctx, int64_t begin, int64_t end, int thread) {
   }
 }
 
-/* gemm.c's grid: the split of `threads` whose largest cell, in padded tiles,
- * is smallest; ties split M. */
-static void choose_grid(int64_t m, int64_t n, int threads, int *tm_out, int *tn_out) {
-  const int64_t ms = (m + MR - 1) / MR, ns = (n + NR - 1) / NR;
-  int best_tm = 1, best_tn = 1;
-  int64_t best = INT64_MAX;
-  for (int tm = threads; tm >= 1; tm--) {
-    if (threads % tm != 0) continue;
-    const int tn = threads / tm;
-    if (tm > ms || tn > ns) continue;
-    const int64_t cost = (ms + tm - 1) / tm * ((ns + tn - 1) / tn);
-    if (cost < best) best = cost, best_tm = tm, best_tn = tn;
-  }
-  *tm_out = best_tm;
-  *tn_out = best_tn;
-}
-
 bool kiln_cpu_bgemm_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                            int64_t lda, const uint16_t *b, int64_t ldb, uint16_t *c, int64_t ldc,
                            const uint16_t *row_bias) {
@@ -489,7 +446,7 @@ bool kiln_cpu_matmul_bf16_avx512(const kiln_cpu_par_t *par, const kiln_op_t *op,
   if (use > 1 && work / use < KILN_BGEMM_MIN_WORK_PER_THREAD) use = (int)(work / KILN_BGEMM_MIN_WORK_PER_THREAD);
   for (int64_t t = 0; t < batch && !bb.failed; t++) {
     bb.g = product(op, bb.a, bb.b, bb.c, t);
-    if (use > 1) choose_grid(m, n, use, &bb.g.tm, &bb.g.tn);
+    if (use > 1) kiln_cpu_gemm_choose_grid(m, n, NR, use, &bb.g.tm, &bb.g.tn);
     if (bb.g.tm * bb.g.tn > 1)
       kiln_cpu_parallel_for(par, bb.g.tm * bb.g.tn, 1, grid_task, &bb);
     else if (!block(&bb.g, 0, m, 0, n))

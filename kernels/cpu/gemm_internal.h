@@ -42,6 +42,11 @@ void kiln_cpu_gemm_small_avx512(bool trans_a, int64_t m0, int64_t m1, int64_t n0
                                 bool accumulate);
 #endif
 
+/* Split `threads` into a tm x tn grid of MR-row by NR-column slivers whose
+ * largest cell (counted in padded tiles) is smallest; ties go to splitting
+ * M, whose slices share nothing. (gemm.c; the bf16 product uses it too.) */
+void kiln_cpu_gemm_choose_grid(int64_t m, int64_t n, int NR, int threads, int *out_tm, int *out_tn);
+
 /* The bf16 MATMUL on AVX-512 BF16 (gemm_bf16_avx512.c): the f32 tile's
  * blocking with vdpbf16ps on pairs of k steps, f32 sums, C rounded once.
  * Call it only where kiln_cpu_bf16_gemm_available(); false when it had no
