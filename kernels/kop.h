@@ -47,8 +47,12 @@ typedef double kiln_f64;
 
 /* Dimensions of a view the kernels walk (the core's KILN_MAX_DIMS, checked). */
 #define KILN_KOP_MAX_DIMS 8
-/* Inputs of an op at most. */
-#define KILN_KOP_MAX_IN 3
+/* Inputs of an op at most (the update kinds' fourth: the 16-bit copy). */
+#define KILN_KOP_MAX_IN 4
+/* The dtype codes (kiln_dtype_t) kernels compare operands' `dtype` with
+ * (runtime/backend.h checks them against the enum). */
+#define KILN_KOP_DT_F16 2
+#define KILN_KOP_DT_BF16 3
 
 /* ---- the op's parameters, as the core resolves them ----------------------- */
 
@@ -113,6 +117,8 @@ typedef union kiln_kop_params_t {
     kiln_f32 beta1, beta2, eps, bias1, bias2;
     kiln_f32 keep1, keep2, step_size, sqrt_bias2;
     kiln_i32 nesterov;
+    kiln_i32 has_buf; /* SGD: in[1] is the momentum buffer */
+    kiln_i32 copy;    /* SGD, ADAM: in[3] (f16 or bf16) gets out's new value, rounded */
     kiln_i32 pad_;
   } update;
 } kiln_kop_params_t;
@@ -189,7 +195,8 @@ typedef struct kiln_kop_t {
   X(u.reduce.inner) X(u.reduce.op) X(u.softmax.cols) X(u.softmax.log) X(u.cross_entropy.c)         \
   X(u.conv2d.q) X(u.conv2d.stride) X(u.conv2d.pad) X(u.conv2d.dil) X(u.conv2d.has_bias)             \
   X(u.pooling.q) X(u.pooling.window) X(u.pooling.pad) X(u.update.alpha) X(u.update.sqrt_bias2)     \
-  X(u.update.nesterov) X(plan) X(plan.gemm.c_off) X(plan.gemm.batch) X(plan.gemm.trans_b)          \
+  X(u.update.nesterov) X(u.update.has_buf) X(u.update.copy) X(in[3].dtype)                        \
+  X(plan) X(plan.gemm.c_off) X(plan.gemm.batch) X(plan.gemm.trans_b)                               \
   X(plan.gemm.c_vec) X(plan.reduce.parts) X(plan.reduce.rows) X(plan.reduce.width)                 \
   X(plan.round.aux_off) X(plan.round.first) X(plan.round.per)
 

@@ -50,7 +50,7 @@ extern "C" {
 /* The major version: bump when a slot or a type that exists changes meaning
  * or layout. Adding a slot at the end of a table, or an op kind at the end of
  * KILN_OP_KINDS, does not bump it. */
-#define KILN_BACKEND_ABI_VERSION 4u
+#define KILN_BACKEND_ABI_VERSION 5u
 
 /* The name of the symbol every plugin exports. */
 #define KILN_BACKEND_ENTRY_SYMBOL "kiln_backend_entry"
@@ -101,7 +101,7 @@ typedef struct kiln_backend_event_t kiln_backend_event_t;
   X(CONV2D_BACKWARD_WEIGHT, conv2d_backward_weight, PLAN)                                          \
   X(MAX_POOL2D_BACKWARD, max_pool2d_backward, PLAN) X(ACCUMULATE, accumulate, FLAT)                \
   X(SGD_UPDATE, sgd_update, FLAT) X(ADAM_UPDATE, adam_update, FLAT) X(WHERE, where, FLAT)             \
-  X(COMPARE, compare, FLAT)
+  X(COMPARE, compare, FLAT) X(UNSCALE, unscale, FLAT)
 typedef enum kiln_op_kind_t {
 #define KILN_OP_KIND_ENUM_(NAME, name, launch) KILN_OP_##NAME,
   KILN_OP_KINDS(KILN_OP_KIND_ENUM_)
@@ -129,8 +129,8 @@ static inline bool kiln_backend_op_is_elementwise(kiln_op_kind_t kind) {
 }
 
 /* The update kinds write into existing tensors: `out` is read and written
- * (and SGD's momentum in[1], Adam's m in[1] and v in[2] too), and every
- * operand is contiguous, so they always come `flat`. */
+ * (and SGD's momentum in[1], Adam's m in[1] and v in[2], and the 16-bit copy
+ * in[3] too), and every operand is contiguous, so they always come `flat`. */
 static inline bool kiln_backend_op_is_update(kiln_op_kind_t kind) {
   return kind == KILN_OP_ACCUMULATE || kind == KILN_OP_SGD_UPDATE || kind == KILN_OP_ADAM_UPDATE;
 }
@@ -176,7 +176,7 @@ typedef struct kiln_op_t {
   int32_t n_in;
   bool flat; /* elementwise kinds: every operand is one contiguous run */
   kiln_view_t out;
-  kiln_view_t in[3];
+  kiln_view_t in[KILN_KOP_MAX_IN];
   /* Each kind's parameters (the union of kernels/kop.h, which GPU kernels
    * read as they are; flags are 0 or 1, op codes the enum's value):
    * FILL: out[i] = value in out's dtype.
@@ -227,9 +227,15 @@ typedef struct kiln_op_t {
    *   never win. MAX_POOL2D_BACKWARD: in[0] x, in[1] dy [n,c,p,q]; out dx
    *   [n,c,h,w]: each window's dy goes to its first maximum in row-major
    *   order (NaN wins, as in the forward), summed where windows overlap.
-   * update, the update kinds (f32, flat; see kiln_backend_op_is_update):
-   *   ACCUMULATE: out += alpha * in[0].
-   *   SGD_UPDATE: in[0] grad, in[1] momentum buffer when n_in is 2:
+   * update, the update kinds (out f32, flat; see kiln_backend_op_is_update):
+   *   ACCUMULATE: out += alpha * in[0] (in[0] f32).
+   *   SGD_UPDATE and ADAM_UPDATE read grad in[0] as f32, f16 or bf16
+   *   (widened exactly; the kernel name carries its dtype), and when
+   *   u.update.copy is 1 they also store out's new value, rounded to
+   *   nearest even, into in[3] (f16 or bf16; n_in is then 4 and an unused
+   *   slot between has a NULL buffer): mixed-precision training's one pass
+   *   per parameter.
+   *   SGD_UPDATE: in[0] grad, in[1] momentum buffer when u.update.has_buf:
    *   g = grad + weight_decay * out; buf = momentum * buf + (1 - dampening)
    *   * g (buf = g when n_in is 1); out -= lr * (nesterov ? g + momentum *
    *   buf : buf).
@@ -241,7 +247,14 @@ typedef struct kiln_op_t {
    *   1 - beta1, keep2 = 1 - beta2, step_size = lr / bias1 and sqrt_bias2 =
    *   sqrt(bias2); kernels use those (out -= step_size * m / (sqrt(v) /
    *   sqrt_bias2 + eps), torch.optim.Adam's order), never 1 - beta of the
-   *   float beta, which is off by up to 1.3e-5 relative at beta2 = 0.999. */
+   *   float beta, which is off by up to 1.3e-5 relative at beta2 = 0.999.
+   * UNSCALE (not an elementwise kind: nothing merged, every operand
+   *   contiguous): in[0] grad (f32, f16 or bf16), out f32 of its shape =
+   *   in[0] * u.update.alpha; in[1] one f32 (the found-inf flag) is set to
+   *   1.0 when any element of in[0] is an infinity or a NaN, and left alone
+   *   otherwise (several work-items may store the 1.0). A loss scaler's
+   *   check and unscale in one pass (torch's
+   *   _amp_foreach_non_finite_check_and_unscale_). */
   kiln_kop_params_t u;
 } kiln_op_t;
 
@@ -605,10 +618,12 @@ static inline int64_t kiln_backend_view_numel(const kiln_view_t *view) {
 
 #ifndef __cplusplus
 _Static_assert(KILN_MAX_DIMS <= KILN_KOP_MAX_DIMS, "kiln_kop_t holds fewer dimensions than a view");
+_Static_assert(KILN_KOP_DT_F16 == (int)KILN_F16 && KILN_KOP_DT_BF16 == (int)KILN_BF16,
+               "kernels/kop.h's dtype codes are kiln_dtype_t's");
 _Static_assert(sizeof(kiln_kop_t) % 8 == 0 && sizeof(kiln_kop_params_t) % 8 == 0,
                "kernels/kop.h's structs must be multiples of 8 bytes, as every dialect pads them alike");
-/* OpenCL guarantees 1024 bytes of kernel arguments: the record and four buffers fit. */
-_Static_assert(sizeof(kiln_kop_t) + 4 * 8 <= 1024, "kiln_kop_t outgrew OpenCL's smallest argument space");
+/* OpenCL guarantees 1024 bytes of kernel arguments: the record and its buffers fit. */
+_Static_assert(sizeof(kiln_kop_t) + (1 + KILN_KOP_MAX_IN) * 8 <= 1024, "kiln_kop_t outgrew OpenCL's smallest argument space");
 #endif
 
 /* The kernel-facing record of `op` (kernels/kop.h): every operand's offset,

@@ -82,10 +82,10 @@ kiln_scalar_t kiln__scalar(double value, kiln_dtype_t dtype) {
  * across the two (broadcast strides of 0 fuse too). The result has at least
  * one dimension; `flat` says everything is one contiguous run. */
 static void merge_dims(kiln_op_t *op) {
-  kiln_view_t *views[4] = {&op->out, &op->in[0], &op->in[1], &op->in[2]};
+  kiln_view_t *views[1 + KILN_KOP_MAX_IN] = {&op->out, &op->in[0], &op->in[1], &op->in[2], &op->in[3]};
   const int n = 1 + op->n_in;
   int64_t shape[KILN_MAX_DIMS];
-  int64_t strides[4][KILN_MAX_DIMS];
+  int64_t strides[1 + KILN_KOP_MAX_IN][KILN_MAX_DIMS];
   int nd = 0;
   for (int d = 0; d < op->out.ndim; d++) {
     const int64_t extent = op->out.shape[d];

@@ -489,17 +489,22 @@ kiln_status_t kiln_tensor_max_pool2d_backward(const kiln_tensor_t *x, const kiln
 
 /* ---- updates in place ------------------------------------------------------------------------ */
 
-/* Every tensor of an update: present, f32, contiguous, one device and shape,
- * and no two sharing memory (the kernels read and write them in one pass). */
-static kiln_status_t check_update(const char *call, int count, const char *const *names,
-                                  const kiln_tensor_t *const *tensors) {
+/* The dtypes of an update's gradient and of a mixed-precision copy. */
+#define KILN_UPDATE_GRAD_DTYPES (KILN__DT(F32) | KILN__DT(F16) | KILN__DT(BF16))
+#define KILN_UPDATE_COPY_DTYPES (KILN__DT(F16) | KILN__DT(BF16))
+
+/* Every tensor of an update: present, contiguous, one device and shape, and
+ * no two sharing memory (the kernels read and write them in one pass); each
+ * of a dtype in its mask (dtypes[i]; NULL: f32 for all). */
+static kiln_status_t check_update_dtypes(const char *call, int count, const char *const *names,
+                                         const kiln_tensor_t *const *tensors, const uint32_t *dtypes) {
   for (int i = 0; i < count; i++) {
     kiln_status_t status = kiln__op_need(call, names[i], tensors[i]);
     if (status != KILN_OK) return status;
   }
   for (int i = 0; i < count; i++) {
     const kiln_tensor_t *t = tensors[i];
-    kiln_status_t status = kiln__op_need_dtype(call, "an update", names[i], t, false);
+    kiln_status_t status = kiln__op_need_dtypes(call, "an update", names[i], t, dtypes ? dtypes[i] : KILN__DT(F32));
     if (status == KILN_OK && i > 0) status = kiln__op_same_device(call, names[0], tensors[0], names[i], t);
     if (status != KILN_OK) return status;
     if (i > 0 && !same_shape(tensors[0], t))
@@ -511,10 +516,10 @@ static kiln_status_t check_update(const char *call, int count, const char *const
                              "%s: %s is a strided view; updates write in place and take contiguous tensors (pass the "
                              "tensor itself, or kiln_tensor_contiguous of it and use that)",
                              call, names[i]);
-    const size_t begin = kiln_tensor_offset_bytes(t), end = begin + (size_t)kiln_tensor_numel(t) * 4;
+    const size_t begin = kiln_tensor_offset_bytes(t), end = begin + (size_t)kiln_tensor_numel(t) * kiln_dtype_size(t->dtype);
     for (int j = 0; j < i; j++) {
       const kiln_tensor_t *u = tensors[j];
-      const size_t ub = kiln_tensor_offset_bytes(u), ue = ub + (size_t)kiln_tensor_numel(u) * 4;
+      const size_t ub = kiln_tensor_offset_bytes(u), ue = ub + (size_t)kiln_tensor_numel(u) * kiln_dtype_size(u->dtype);
       if (u->buffer == t->buffer && begin < ue && ub < end && kiln_tensor_numel(t) > 0)
         return kiln__set_error(KILN_INVALID_ARGUMENT,
                                "%s: %s and %s share memory; an update needs separate tensors for each", call,
@@ -522,6 +527,28 @@ static kiln_status_t check_update(const char *call, int count, const char *const
     }
   }
   return KILN_OK;
+}
+
+static kiln_status_t check_update(const char *call, int count, const char *const *names,
+                                  const kiln_tensor_t *const *tensors) {
+  return check_update_dtypes(call, count, names, tensors, NULL);
+}
+
+/* The operand slots of an SGD or ADAM op: the gradient in[0] of its dtype,
+ * and with a copy, the copy in in[3] (n_in 4), the unused slots between
+ * carrying the gradient's shape and strides without a buffer, so that the
+ * core's merge of dimensions sees every operand alike. */
+static void update_copy_slot(kiln_op_t *op, const kiln_tensor_t *copy, const kiln_tensor_t **inputs) {
+  op->u.update.copy = copy != NULL;
+  if (!copy) return;
+  for (int i = op->n_in; i < 3; i++) {
+    op->in[i] = op->in[0];
+    op->in[i].buffer = NULL;
+    inputs[i] = NULL;
+  }
+  kiln__tensor_view(copy, &op->in[3]);
+  inputs[3] = copy;
+  op->n_in = 4;
 }
 
 /* value within the bounds, and a finite float that keeps its sign (the
@@ -561,7 +588,12 @@ kiln_status_t kiln_tensor_accumulate(kiln_tensor_t *a, double alpha, const kiln_
 
 kiln_status_t kiln_tensor_sgd_update(kiln_tensor_t *param, const kiln_tensor_t *grad, kiln_tensor_t *momentum_buf,
                                      const kiln_sgd_params_t *params) {
-  static const char call[] = "kiln_tensor_sgd_update";
+  return kiln_tensor_sgd_update_mixed(param, grad, momentum_buf, NULL, params);
+}
+
+kiln_status_t kiln_tensor_sgd_update_mixed(kiln_tensor_t *param, const kiln_tensor_t *grad, kiln_tensor_t *momentum_buf,
+                                           kiln_tensor_t *copy, const kiln_sgd_params_t *params) {
+  const char *call = copy ? "kiln_tensor_sgd_update_mixed" : "kiln_tensor_sgd_update";
   if (!params) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: params is NULL; pass the learning rate and the rest", call);
   const kiln_sgd_params_t p = *params;
   kiln_status_t status = need_finite(call, "lr", p.lr, 0, true, INFINITY, true);
@@ -578,9 +610,11 @@ kiln_status_t kiln_tensor_sgd_update(kiln_tensor_t *param, const kiln_tensor_t *
                              "shape (kiln_tensor_zeros)", call, p.momentum);
   if (status != KILN_OK) return status;
   const bool with_buffer = p.momentum > 0;
-  const char *const names[3] = {"param", "grad", "momentum_buf"};
-  const kiln_tensor_t *tensors[3] = {param, grad, momentum_buf};
-  status = check_update(call, with_buffer ? 3 : 2, names, tensors);
+  const char *const names[4] = {"param", "grad", with_buffer ? "momentum_buf" : "copy", "copy"};
+  const kiln_tensor_t *tensors[4] = {param, grad, with_buffer ? momentum_buf : copy, copy};
+  const uint32_t dtypes[4] = {KILN__DT(F32), KILN_UPDATE_GRAD_DTYPES, with_buffer ? KILN__DT(F32) : KILN_UPDATE_COPY_DTYPES,
+                              KILN_UPDATE_COPY_DTYPES};
+  status = check_update_dtypes(call, (with_buffer ? 3 : 2) + (copy != NULL), names, tensors, dtypes);
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_SGD_UPDATE;
@@ -593,15 +627,23 @@ kiln_status_t kiln_tensor_sgd_update(kiln_tensor_t *param, const kiln_tensor_t *
   op.u.update.dampening = p.first_step ? 0.0f : (float)p.dampening;
   op.u.update.weight_decay = (float)p.weight_decay;
   op.u.update.nesterov = p.nesterov;
+  op.u.update.has_buf = with_buffer;
   kiln__tensor_view(grad, &op.in[0]);
   if (with_buffer) kiln__tensor_view(momentum_buf, &op.in[1]);
-  const kiln_tensor_t *inputs[2] = {grad, momentum_buf};
+  const kiln_tensor_t *inputs[4] = {grad, with_buffer ? momentum_buf : NULL, NULL, NULL};
+  update_copy_slot(&op, copy, inputs);
   return kiln__op_enqueue_into(call, &op, param, inputs);
 }
 
 kiln_status_t kiln_tensor_adam_update(kiln_tensor_t *param, const kiln_tensor_t *grad, kiln_tensor_t *m,
                                       kiln_tensor_t *v, int64_t step, const kiln_adam_params_t *params) {
-  static const char call[] = "kiln_tensor_adam_update";
+  return kiln_tensor_adam_update_mixed(param, grad, m, v, NULL, step, params);
+}
+
+kiln_status_t kiln_tensor_adam_update_mixed(kiln_tensor_t *param, const kiln_tensor_t *grad, kiln_tensor_t *m,
+                                            kiln_tensor_t *v, kiln_tensor_t *copy, int64_t step,
+                                            const kiln_adam_params_t *params) {
+  const char *call = copy ? "kiln_tensor_adam_update_mixed" : "kiln_tensor_adam_update";
   if (!params) return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: params is NULL; pass the learning rate and the rest", call);
   const kiln_adam_params_t p = *params;
   kiln_status_t status = need_finite(call, "lr", p.lr, 0, true, INFINITY, true);
@@ -612,9 +654,11 @@ kiln_status_t kiln_tensor_adam_update(kiln_tensor_t *param, const kiln_tensor_t 
   if (status == KILN_OK && step < 1)
     status = kiln__set_error(KILN_INVALID_ARGUMENT, "%s: step = %lld; count updates from 1", call, (long long)step);
   if (status != KILN_OK) return status;
-  const char *const names[4] = {"param", "grad", "m", "v"};
-  const kiln_tensor_t *tensors[4] = {param, grad, m, v};
-  status = check_update(call, 4, names, tensors);
+  const char *const names[5] = {"param", "grad", "m", "v", "copy"};
+  const kiln_tensor_t *tensors[5] = {param, grad, m, v, copy};
+  const uint32_t dtypes[5] = {KILN__DT(F32), KILN_UPDATE_GRAD_DTYPES, KILN__DT(F32), KILN__DT(F32),
+                              KILN_UPDATE_COPY_DTYPES};
+  status = check_update_dtypes(call, copy ? 5 : 4, names, tensors, dtypes);
   if (status != KILN_OK) return status;
   kiln_op_t op;
   op.kind = KILN_OP_ADAM_UPDATE;
@@ -639,6 +683,38 @@ kiln_status_t kiln_tensor_adam_update(kiln_tensor_t *param, const kiln_tensor_t 
   kiln__tensor_view(grad, &op.in[0]);
   kiln__tensor_view(m, &op.in[1]);
   kiln__tensor_view(v, &op.in[2]);
-  const kiln_tensor_t *inputs[3] = {grad, m, v};
+  const kiln_tensor_t *inputs[4] = {grad, m, v, NULL};
+  update_copy_slot(&op, copy, inputs);
   return kiln__op_enqueue_into(call, &op, param, inputs);
+}
+
+kiln_status_t kiln_tensor_unscale(const kiln_tensor_t *grad, double scale, kiln_tensor_t *found_inf,
+                                  kiln_tensor_t **out) {
+  static const char call[] = "kiln_tensor_unscale";
+  kiln_status_t status = kiln__op_need(call, "grad", grad);
+  if (status == KILN_OK) status = kiln__op_need(call, "found_inf", found_inf);
+  if (status == KILN_OK) status = kiln__op_need_out(call, out);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "unscale", "grad", grad, KILN_UPDATE_GRAD_DTYPES);
+  if (status == KILN_OK) status = kiln__op_need_dtype(call, "unscale", "found_inf", found_inf, false);
+  if (status == KILN_OK) status = kiln__op_same_device(call, "grad", grad, "found_inf", found_inf);
+  if (status != KILN_OK) return status;
+  if (kiln_tensor_numel(found_inf) != 1)
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "%s: found_inf has %lld elements; pass one f32 (kiln_tensor_zeros with ndim 0)", call,
+                           (long long)kiln_tensor_numel(found_inf));
+  if (!kiln_tensor_is_contiguous(grad))
+    return kiln__set_error(KILN_INVALID_ARGUMENT,
+                           "%s: grad is a strided view; pass a contiguous tensor (kiln_tensor_contiguous)", call);
+  if ((status = kiln__buffer_check_writable(call, "found_inf", found_inf->buffer)) != KILN_OK) return status;
+  if (!(isfinite(scale) && isfinite((float)scale)))
+    return kiln__set_error(KILN_INVALID_ARGUMENT, "%s: scale = %g; pass a number finite as a float", call, scale);
+  kiln_op_t op;
+  op.kind = KILN_OP_UNSCALE;
+  op.n_in = 2;
+  memset(&op.u.update, 0, sizeof op.u.update);
+  op.u.update.alpha = (float)scale;
+  kiln__tensor_view(grad, &op.in[0]);
+  kiln__tensor_view(found_inf, &op.in[1]);
+  const kiln_tensor_t *inputs[2] = {grad, found_inf};
+  return kiln__op_enqueue(call, grad->buffer->device, &op, KILN_F32, grad->ndim, grad->shape, inputs, out);
 }

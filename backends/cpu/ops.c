@@ -73,5 +73,6 @@ const kiln_op_entry_t kiln_cpu_ops[] = {
     ROW(ADAM_UPDATE, "native", NULL, adam_update),
     ROW(WHERE, "native", NULL, where),
     ROW(COMPARE, "native", NULL, compare),
+    ROW(UNSCALE, "native", NULL, unscale),
     KILN_OP_TABLE_END,
 };

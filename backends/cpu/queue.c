@@ -196,8 +196,8 @@ static void *view_ptr(const kiln_view_t *view) {
 
 static void run_op(kiln_backend_queue_t *q, const cmd_t *c) {
   const kiln_op_t *op = &c->u.op;
-  const void *in[3] = {NULL, NULL, NULL};
-  for (int i = 0; i < op->n_in && i < 3; i++)
+  const void *in[KILN_KOP_MAX_IN] = {NULL, NULL, NULL, NULL};
+  for (int i = 0; i < op->n_in && i < KILN_KOP_MAX_IN; i++)
     if (op->in[i].buffer) in[i] = view_ptr(&op->in[i]);
   c->kernel(&q->device->par, op, view_ptr(&op->out), in);
 }
@@ -559,7 +559,7 @@ kiln_status_t kiln_cpu_op_run(kiln_backend_context_t *ctx, kiln_backend_queue_t 
   /* Copy only the views in use: most ops are small and the ring slot crosses
    * to the worker's core. */
   memcpy(&c->u.op, op, offsetof(kiln_op_t, in));
-  for (int i = 0; i < op->n_in && i < 3; i++) c->u.op.in[i] = op->in[i];
+  for (int i = 0; i < op->n_in && i < KILN_KOP_MAX_IN; i++) c->u.op.in[i] = op->in[i];
   c->u.op.u = op->u;
   publish(q, seq);
   return KILN_OK;

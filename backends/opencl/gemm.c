@@ -29,7 +29,8 @@ static void gemm_args(kiln_cl_arg_t args[KILN_CL_KOP_ARGS], cl_mem out, cl_mem a
   args[1] = KILN_CL_MEM(a);
   args[2] = KILN_CL_MEM(b);
   args[3] = KILN_CL_MEM(NULL);
-  args[4] = KILN_CL_KOP(k);
+  args[4] = KILN_CL_MEM(NULL);
+  args[KILN_CL_KOP_SLOT] = KILN_CL_KOP(k);
 }
 
 static kiln_status_t gemm_tiled(kiln_backend_queue_t *queue, const kiln_kop_t *k, cl_mem c, cl_mem a, cl_mem b) {
@@ -513,7 +514,7 @@ static kiln_status_t conv_sum_parts(kiln_backend_queue_t *queue, const kiln_kop_
   r.plan.round.images = count;
   r.plan.round.first = first;
   const kiln_cl_arg_t args[KILN_CL_KOP_ARGS] = {KILN_CL_MEM(dw), KILN_CL_MEM(parts), KILN_CL_MEM(NULL),
-                                                KILN_CL_MEM(NULL), KILN_CL_KOP(&r)};
+                                                KILN_CL_MEM(NULL), KILN_CL_MEM(NULL), KILN_CL_KOP(&r)};
   return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_conv, "sum_batches_f32",
                              rec->u.conv2d.k * rec->u.conv2d.c * rec->u.conv2d.r * rec->u.conv2d.s, KILN_CL_KOP_ARGS,
                              args);

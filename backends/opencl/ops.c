@@ -107,7 +107,7 @@ kiln_status_t kiln_cl_zero_f32(kiln_backend_queue_t *queue, cl_mem mem, int64_t 
   k.out.offset = offset;
   k.n = count;
   const kiln_cl_arg_t args[KILN_CL_KOP_ARGS] = {KILN_CL_MEM(mem), KILN_CL_MEM(NULL), KILN_CL_MEM(NULL),
-                                                KILN_CL_MEM(NULL), KILN_CL_KOP(&k)};
+                                                KILN_CL_MEM(NULL), KILN_CL_MEM(NULL), KILN_CL_KOP(&k)};
   return kiln_cl_launch_flat(queue, KILN_CL_PROGRAM_copy, "fill_f32", count, KILN_CL_KOP_ARGS, args);
 }
 
@@ -117,7 +117,7 @@ void kiln_cl_kop_args(const kiln_op_t *op, kiln_kop_t *k, kiln_cl_arg_t args[KIL
   kiln_backend_kop_fill(k, op);
   args[0] = KILN_CL_MEM(kiln_cl_mem_of(&op->out));
   for (int i = 0; i < KILN_KOP_MAX_IN; i++) args[1 + i] = KILN_CL_MEM(i < op->n_in ? kiln_cl_mem_of(&op->in[i]) : NULL);
-  args[4] = KILN_CL_KOP(k);
+  args[KILN_CL_KOP_SLOT] = KILN_CL_KOP(k);
 }
 
 /* Elements a work-item takes on a FLAT kernel's contiguous path (op.ndim 0):

@@ -63,10 +63,11 @@ kiln_status_t kiln_cl_run_via_f32(kiln_backend_context_t *ctx, kiln_backend_queu
 
 /* The one helper that turns an op into a kernel's arguments: fills `k`
  * (kiln_backend_kop_fill; OpenCL leaves `addr` 0, buffers being arguments)
- * and args[0..4]: the buffers of out, in[0], in[1], in[2] (NULL past n_in)
- * and the record. A planner then writes k->plan and may put scratch
+ * and args[0..5]: the buffers of out, in[0], in[1], in[2], in[3] (NULL past
+ * n_in) and the record. A planner then writes k->plan and may put scratch
  * buffers in the argument places its kernels read them from. */
-#define KILN_CL_KOP_ARGS 5
+#define KILN_CL_KOP_ARGS (2 + KILN_KOP_MAX_IN)
+#define KILN_CL_KOP_SLOT (1 + KILN_KOP_MAX_IN) /* the record's place */
 void kiln_cl_kop_args(const kiln_op_t *op, kiln_kop_t *k, kiln_cl_arg_t args[KILN_CL_KOP_ARGS]);
 
 /* ---- launches (ops.c) ---------------------------------------------------------------- */

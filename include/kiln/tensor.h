@@ -518,6 +518,27 @@ typedef struct kiln_adam_params_t {
 kiln_status_t kiln_tensor_adam_update(kiln_tensor_t *param, const kiln_tensor_t *grad, kiln_tensor_t *m,
                                       kiln_tensor_t *v, int64_t step, const kiln_adam_params_t *params);
 
+/* Mixed precision: both updates take grad in f32, f16 or bf16 (read exactly
+ * into f32; param, the momentum buffer, m and v stay f32). The _mixed forms
+ * also store param's new value, rounded to nearest even, into `copy` (f16 or
+ * bf16, param's shape): the low-precision weights of the next forward, in
+ * the same pass that reads the gradient and writes param (one kernel per
+ * tensor, no cast after). copy NULL is the plain update. */
+kiln_status_t kiln_tensor_sgd_update_mixed(kiln_tensor_t *param, const kiln_tensor_t *grad, kiln_tensor_t *momentum_buf,
+                                           kiln_tensor_t *copy, const kiln_sgd_params_t *params);
+kiln_status_t kiln_tensor_adam_update_mixed(kiln_tensor_t *param, const kiln_tensor_t *grad, kiln_tensor_t *m,
+                                            kiln_tensor_t *v, kiln_tensor_t *copy, int64_t step,
+                                            const kiln_adam_params_t *params);
+
+/* A loss scaler's check and unscale in one pass over a gradient (torch's
+ * _amp_foreach_non_finite_check_and_unscale_, for one tensor): *out = grad
+ * * scale in f32 (grad f32, f16 or bf16, contiguous), and found_inf (one f32
+ * element on grad's device) set to 1 when any element of grad is an
+ * infinity or a NaN, left as it was otherwise. scale must be finite as a
+ * float (1 / the loss scale). */
+kiln_status_t kiln_tensor_unscale(const kiln_tensor_t *grad, double scale, kiln_tensor_t *found_inf,
+                                  kiln_tensor_t **out);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -237,22 +237,33 @@ __device__ __forceinline__ void kiln_accumulate(const kiln_kop_t &op) {
 }
 KILN_INSTANCE(kiln_accumulate_f32_f32, kiln_accumulate)
 
+/* The 16-bit copy of mixed precision (in[3] when op.u.update.copy): the
+ * updated parameter rounded to nearest even, into f16 or bf16. */
+__device__ __forceinline__ void kiln_update_copy(const kiln_kop_t &op, const int64_t i, const float w) {
+  if (!op.u.update.copy) return;
+  if (op.in[3].dtype == KILN_KOP_DT_BF16)
+    ((kiln_bf16_t *)op.in[3].addr)[i] = kiln_cx<kiln_bf16_t>::out(w);
+  else
+    ((kiln_f16_t *)op.in[3].addr)[i] = kiln_cx<kiln_f16_t>::out(w);
+}
+
 /* SGD_UPDATE: g = grad + weight_decay * param (no term when weight_decay is
  * 0, so an infinite parameter does not make its gradient NaN); with a buffer
- * (in[1], n_in 2), buf = momentum * buf + (1 - dampening) * g, else the
- * step is g; param -= lr * (nesterov ? g + momentum * buf : buf). 1 -
- * dampening is folded in double and rounded once, as the CPU folds it. */
-__device__ __forceinline__ void kiln_sgd_update(const kiln_kop_t &op) {
+ * (in[1], u.update.has_buf), buf = momentum * buf + (1 - dampening) * g,
+ * else the step is g; param -= lr * (nesterov ? g + momentum * buf : buf).
+ * 1 - dampening is folded in double and rounded once, as the CPU folds it.
+ * The gradient TG is f32, f16 or bf16 (widened exactly). */
+template <typename TG> __device__ __forceinline__ void kiln_sgd_update(const kiln_kop_t &op) {
   float *__restrict__ w = (float *)op.out.addr;
-  const float *__restrict__ grad = (const float *)op.in[0].addr;
-  const bool has_buf = op.n_in == 2;
+  const TG *__restrict__ grad = (const TG *)op.in[0].addr;
+  const bool has_buf = op.u.update.has_buf != 0;
   float *__restrict__ buf = has_buf ? (float *)op.in[1].addr : (float *)0;
   const float lr = op.u.update.lr, momentum = op.u.update.momentum, weight_decay = op.u.update.weight_decay;
   const float keep1 = (float)(1.0 - (double)op.u.update.dampening);
   const bool has_wd = weight_decay != 0.0f, nesterov = op.u.update.nesterov;
   KILN_FOR_EACH(i, op.n) {
     const float wi = w[i];
-    float g = grad[i];
+    float g = kiln_cx<TG>::in(grad[i]);
     if (has_wd) g = __fadd_rn(g, __fmul_rn(weight_decay, wi));
     float step = g;
     if (has_buf) {
@@ -260,18 +271,22 @@ __device__ __forceinline__ void kiln_sgd_update(const kiln_kop_t &op) {
       buf[i] = b;
       step = nesterov ? __fadd_rn(g, __fmul_rn(momentum, b)) : b;
     }
-    w[i] = __fsub_rn(wi, __fmul_rn(lr, step));
+    const float nw = __fsub_rn(wi, __fmul_rn(lr, step));
+    w[i] = nw;
+    kiln_update_copy(op, i, nw);
   }
 }
-KILN_INSTANCE(kiln_sgd_update_f32_f32, kiln_sgd_update)
+KILN_INSTANCE(kiln_sgd_update_f32_f32, kiln_sgd_update<float>)
+KILN_INSTANCE(kiln_sgd_update_f16_f32, kiln_sgd_update<kiln_f16_t>)
+KILN_INSTANCE(kiln_sgd_update_bf16_f32, kiln_sgd_update<kiln_bf16_t>)
 
 /* ADAM_UPDATE (m in[1], v in[2]): g as SGD's; m = beta1 m + (1 - beta1) g;
  * v = beta2 v + (1 - beta2) g^2; param -= step_size * (m / (sqrt(v) /
  * sqrt(bias2) + eps)), step_size = lr / bias1: torch.optim.Adam's order, the
  * scalars (1 - beta too) folded once by the core, in double. */
-__device__ __forceinline__ void kiln_adam_update(const kiln_kop_t &op) {
+template <typename TG> __device__ __forceinline__ void kiln_adam_update(const kiln_kop_t &op) {
   float *__restrict__ w = (float *)op.out.addr;
-  const float *__restrict__ grad = (const float *)op.in[0].addr;
+  const TG *__restrict__ grad = (const TG *)op.in[0].addr;
   float *__restrict__ m = (float *)op.in[1].addr;
   float *__restrict__ v = (float *)op.in[2].addr;
   const float beta1 = op.u.update.beta1, beta2 = op.u.update.beta2, keep1 = op.u.update.keep1;
@@ -280,13 +295,36 @@ __device__ __forceinline__ void kiln_adam_update(const kiln_kop_t &op) {
   const bool has_wd = weight_decay != 0.0f;
   KILN_FOR_EACH(i, op.n) {
     const float wi = w[i];
-    float g = grad[i];
+    float g = kiln_cx<TG>::in(grad[i]);
     if (has_wd) g = __fadd_rn(g, __fmul_rn(weight_decay, wi));
     const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(keep1, g));
     const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(keep2, __fmul_rn(g, g)));
     m[i] = mi;
     v[i] = vi;
-    w[i] = __fsub_rn(wi, __fmul_rn(step_size, mi / __fadd_rn(sqrtf(vi) / sqrt_bias2, eps)));
+    const float nw = __fsub_rn(wi, __fmul_rn(step_size, mi / __fadd_rn(sqrtf(vi) / sqrt_bias2, eps)));
+    w[i] = nw;
+    kiln_update_copy(op, i, nw);
   }
 }
-KILN_INSTANCE(kiln_adam_update_f32_f32, kiln_adam_update)
+KILN_INSTANCE(kiln_adam_update_f32_f32, kiln_adam_update<float>)
+KILN_INSTANCE(kiln_adam_update_f16_f32, kiln_adam_update<kiln_f16_t>)
+KILN_INSTANCE(kiln_adam_update_bf16_f32, kiln_adam_update<kiln_bf16_t>)
+
+/* UNSCALE: out = grad * alpha in f32; the flag in[1] (one f32) set to 1.0
+ * when an element of grad is an infinity or a NaN, by an atomic exchange so
+ * that any number of threads may set it. */
+template <typename TG> __device__ __forceinline__ void kiln_unscale(const kiln_kop_t &op) {
+  float *__restrict__ out = (float *)op.out.addr;
+  const TG *__restrict__ grad = (const TG *)op.in[0].addr;
+  const float scale = op.u.update.alpha;
+  bool bad = false;
+  KILN_FOR_EACH(i, op.n) {
+    const float x = kiln_cx<TG>::in(grad[i]);
+    bad = bad || !isfinite(x);
+    out[i] = __fmul_rn(x, scale);
+  }
+  if (bad) atomicExch((float *)op.in[1].addr, 1.0f);
+}
+KILN_INSTANCE(kiln_unscale_f32_f32, kiln_unscale<float>)
+KILN_INSTANCE(kiln_unscale_f16_f32, kiln_unscale<kiln_f16_t>)
+KILN_INSTANCE(kiln_unscale_bf16_f32, kiln_unscale<kiln_bf16_t>)

@@ -31,7 +31,7 @@
  * input: `<name>_<out dtype>`), the name the backend looks up. */
 #define KILN_CL_KERNEL(name)                                                                       \
   __kernel void name(__global void *out_, __global void *in0_, __global void *in1_, __global void *in2_, \
-                     const kiln_kop_t op)
+                     __global void *in3_, const kiln_kop_t op)
 /* The operands as element pointers, their offsets applied. */
 #define KILN_CL_OUT(T) ((__global T *)out_ + op.out.offset)
 #define KILN_CL_IN(T, i) ((__global T *)in##i##_ + op.in[i].offset)

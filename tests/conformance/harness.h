@@ -79,8 +79,8 @@ typedef struct kt_in_t {
 typedef struct kt_row_t kt_row_t;
 typedef struct kt_case_t kt_case_t;
 
-/* Inputs of a case at most (Adam: param, grad, m, v). */
-#define KT_MAX_IN 4
+/* Inputs of a case at most (mixed-precision Adam: param, grad, m, v, copy). */
+#define KT_MAX_IN 5
 typedef struct kt_result_t kt_result_t;
 
 /* One case of a row: its inputs (made on a device by the machinery) and the
