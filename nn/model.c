@@ -116,10 +116,17 @@ kiln_dtype_t kiln_nn_model_precision(const kiln_nn_model_t *model) {
 }
 
 /* The step's low-precision copy of every parameter: cast once from the f32
- * master value, after the update that came before this forward. */
+ * master value, after the update that came before this forward, unless that
+ * update wrote the copy itself (kiln_tensor_*_update_mixed). */
 static kiln_status_t refresh_low(kiln_nn_model_t *model) {
   for (size_t i = 0; i < model->param_count; i++) {
     kiln_nn_param_t *p = model->params[i];
+    /* The step's fused update already rounded the new value into the copy. */
+    if (p->low_current && p->low && kiln_tensor_dtype(p->low) == model->precision) {
+      p->low_current = false;
+      continue;
+    }
+    p->low_current = false;
     kiln_tensor_t *low = NULL;
     kiln_status_t status = kiln_tensor_cast(p->value, model->precision, &low);
     if (status != KILN_OK)
@@ -199,6 +206,8 @@ kiln_status_t kiln_nn_model_load(kiln_nn_model_t *model, const char *path) {
   kiln_status_t status = named(model, &list);
   if (status == KILN_OK) status = kiln_nn_safetensors_load_into(path, list, model->param_count, true);
   free(list);
+  /* New values: the next forward casts them afresh. */
+  for (size_t i = 0; i < model->param_count; i++) model->params[i]->low_current = false;
   return status;
 }
 

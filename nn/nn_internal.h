@@ -81,6 +81,8 @@ struct kiln_nn_param_t {
   char *name;
   kiln_tensor_t *value;  /* f32, contiguous, the same tensor for the parameter's life */
   kiln_tensor_t *low;    /* the value cast to a model's low precision for this step (NULL at f32) */
+  bool low_current;      /* the optimizer's step wrote `low` with the value it left: the next forward
+                          * needs no cast (consumed there) */
   kiln_tensor_t *grad;   /* NULL: zero */
   bool grad_exclusive;   /* grad is referenced by nothing else: it may be accumulated into in place */
 };

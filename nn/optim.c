@@ -189,29 +189,25 @@ kiln_status_t kiln_nn_optimizer_step(kiln_nn_optimizer_t *optimizer) {
     kiln_nn_param_t *p = s->param;
     if (!p->grad) continue;
     kiln_status_t status = KILN_OK;
-    /* A low-precision step's gradient (f16, bf16) is read into f32 first: the
-     * master value and the state stay f32 (the update kernels' dtype). */
-    kiln_tensor_t *g = p->grad, *widened = NULL;
-    if (kiln_tensor_dtype(g) != KILN_F32) {
-      status = kiln_tensor_cast(g, KILN_F32, &widened);
-      g = widened;
-    }
-    if (status == KILN_OK && optimizer->kind == OPT_SGD) {
+    /* A low-precision step: the update reads the 16-bit gradient as it is
+     * and rounds the new f32 master value into the parameter's 16-bit copy
+     * in the same pass (the master value and the state stay f32), so the
+     * next forward casts nothing. */
+    kiln_tensor_t *copy = p->low && kiln_tensor_dtype(p->low) != KILN_F32 ? p->low : NULL;
+    p->low_current = false;
+    if (optimizer->kind == OPT_SGD) {
       /* torch.optim.SGD starts a momentum buffer as the gradient itself,
        * whatever the dampening. */
       kiln_sgd_params_t sgd = optimizer->sgd;
       sgd.first_step = s->step == 0;
-      status = kiln_tensor_sgd_update(p->value, g, s->a, &sgd);
-      if (status == KILN_OK) {
-        s->step++;
-      }
-    } else if (status == KILN_OK) {
-      status = kiln_tensor_adam_update(p->value, g, s->a, s->b, s->step + 1, &optimizer->adam);
-      if (status == KILN_OK) {
-        s->step++;
-      }
+      status = kiln_tensor_sgd_update_mixed(p->value, p->grad, s->a, copy, &sgd);
+    } else {
+      status = kiln_tensor_adam_update_mixed(p->value, p->grad, s->a, s->b, copy, s->step + 1, &optimizer->adam);
     }
-    kiln_tensor_release(widened);
+    if (status == KILN_OK) {
+      s->step++;
+      p->low_current = copy != NULL;
+    }
     if (status != KILN_OK)
       return kiln_wrap_error(status, "kiln_nn_optimizer_step: %s of '%s'", optimizer->text, p->name);
   }

@@ -115,6 +115,7 @@ kiln_status_t kiln_nn_param_init_uniform(kiln_nn_param_t *param, int64_t fan_in,
                           (long long)fan_in, param->name);
   const float bound = (float)(1.0 / sqrt((double)fan_in));
   kiln_tensor_t *v = param->value, *drawn = NULL;
+  param->low_current = false; /* a new value: the next forward casts it afresh */
   kiln_status_t status =
       kiln_tensor_uniform(kiln_tensor_device(v), kiln_tensor_ndim(v), kiln_tensor_shape(v), seed, -bound, bound, &drawn);
   if (status == KILN_OK) {

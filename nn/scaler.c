@@ -86,26 +86,21 @@ kiln_status_t kiln_nn_grad_scaler_backward(const kiln_nn_grad_scaler_t *scaler, 
   return KILN_OK;
 }
 
-/* Every gradient into f32 times 1/scale, replacing the parameter's; and the
- * sum over all of them of (g * 0), which is 0 when every element is finite
- * and NaN when any is an infinity or a NaN, added into `flag`. */
+/* Every gradient into f32 times 1/scale, replacing the parameter's, and
+ * `flag` set to 1 when any element is an infinity or a NaN: one pass per
+ * tensor (kiln_tensor_unscale), as torch's
+ * _amp_foreach_non_finite_check_and_unscale_. */
 static kiln_status_t unscale_one(kiln_nn_param_t *p, double inv_scale, kiln_tensor_t *flag) {
-  kiln_tensor_t *wide = NULL, *unscaled = NULL, *zeros = NULL, *sum = NULL;
-  kiln_status_t status = kiln_tensor_cast(p->grad, KILN_F32, &wide);
-  if (status == KILN_OK) status = kiln_tensor_binary_scalar(KILN_BINARY_MUL, wide, inv_scale, &unscaled);
-  if (status == KILN_OK) status = kiln_tensor_binary_scalar(KILN_BINARY_MUL, unscaled, 0.0, &zeros);
-  if (status == KILN_OK) status = kiln_tensor_sum(zeros, KILN_ALL_AXES, false, &sum);
-  if (status == KILN_OK) status = kiln_tensor_accumulate(flag, 1.0, sum);
+  kiln_tensor_t *dense = NULL, *unscaled = NULL;
+  kiln_status_t status = kiln_tensor_contiguous(p->grad, &dense);
+  if (status == KILN_OK) status = kiln_tensor_unscale(dense, inv_scale, flag, &unscaled);
   if (status == KILN_OK) {
     kiln_tensor_release(p->grad);
     p->grad = unscaled;
     p->grad_exclusive = true;
     unscaled = NULL;
   }
-  kiln_tensor_release(wide);
-  kiln_tensor_release(unscaled);
-  kiln_tensor_release(zeros);
-  kiln_tensor_release(sum);
+  kiln_tensor_release(dense);
   if (status != KILN_OK) return kiln_wrap_error(status, "unscaling the gradient of '%s'", p->name);
   return KILN_OK;
 }
@@ -132,7 +127,7 @@ kiln_status_t kiln_nn_grad_scaler_step(kiln_nn_grad_scaler_t *scaler, kiln_nn_op
      * GradScaler.step's found_inf check. */
     double v = 0;
     status = kiln_tensor_item(flag, &v);
-    found_inf = status == KILN_OK && !isfinite(v);
+    found_inf = status == KILN_OK && v != 0;
   }
   kiln_tensor_release(flag);
   free(params);

@@ -79,6 +79,60 @@ static void kt_scaler_is(const kiln_nn_grad_scaler_t *scaler, double scale, uint
                 (unsigned long long)tracker, (unsigned long long)skipped, (unsigned long long)steps);
 }
 
+/* Every parameter's 16-bit copy holds its f32 value rounded, bit for bit. */
+static void kt_copies_are_current(kiln_nn_model_t *model) {
+  size_t n = 0;
+  kiln_nn_param_t *const *params = kiln_nn_model_params(model, &n);
+  for (size_t i = 0; i < n; i++) {
+    kiln_tensor_t *low = params[i]->low, *want = NULL;
+    ck_assert(low != NULL);
+    KT_OK(kiln_tensor_cast(params[i]->value, kiln_tensor_dtype(low), &want));
+    const size_t bytes = (size_t)kiln_tensor_numel(low) * 2;
+    uint16_t *a = malloc(bytes), *b = malloc(bytes);
+    ck_assert(a && b);
+    KT_OK(kiln_tensor_read(low, a, bytes));
+    KT_OK(kiln_tensor_read(want, b, bytes));
+    ck_assert_msg(memcmp(a, b, bytes) == 0, "the %s copy of '%s' is not its value rounded",
+                  kiln_dtype_name(kiln_tensor_dtype(low)), params[i]->name);
+    free(a);
+    free(b);
+    kiln_tensor_release(want);
+  }
+}
+
+/* The fused update writes the 16-bit copy the next forward uses: after a
+ * step it is current (and the forward casts nothing: the same tensor stays);
+ * a step the scaler skips leaves it, like the weights, as it was. */
+START_TEST(test_the_step_writes_the_16_bit_copy) {
+  kiln_device_t *cpu = kt_nn_cpu();
+  kiln_nn_dataset_t *ds = kt_tiny_data();
+  kiln_nn_loader_t *loader = kt_nn_loader(ds, cpu, 4, true, KILN_NN_FLAT);
+  kiln_nn_model_t *model = kt_tiny_model(cpu, KILN_F16);
+  kiln_nn_optimizer_t *opt = NULL;
+  const kiln_adam_params_t adam = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+  size_t n = 0;
+  kiln_nn_param_t *const *params = kiln_nn_model_params(model, &n);
+  KT_OK(kiln_nn_adam_create(params, n, &adam, &opt));
+  kiln_nn_grad_scaler_t *scaler = NULL;
+  KT_OK(kiln_nn_grad_scaler_create(NULL, &scaler));
+  ck_assert(!kt_step(model, opt, scaler, loader, 0));
+  kiln_tensor_t *low0 = params[0]->low;
+  for (size_t i = 0; i < n; i++) ck_assert_msg(params[i]->low_current, "'%s' has no current copy", params[i]->name);
+  kt_copies_are_current(model);
+  ck_assert(!kt_step(model, opt, scaler, loader, 0));
+  ck_assert_msg(params[0]->low == low0, "the forward made a new copy instead of using the step's");
+  kt_copies_are_current(model);
+  ck_assert(kt_step(model, opt, scaler, loader, INFINITY));
+  ck_assert(!params[0]->low_current);
+  kt_copies_are_current(model);
+  kiln_nn_grad_scaler_free(scaler);
+  kiln_nn_optimizer_free(opt);
+  kiln_nn_model_free(model);
+  kiln_nn_loader_free(loader);
+  kiln_nn_dataset_free(ds);
+}
+END_TEST
+
 /* GradScaler's defaults, and its refusals. */
 START_TEST(test_scaler_defaults_and_refusals) {
   kiln_nn_grad_scaler_options_t o;
@@ -452,6 +506,7 @@ int main(void) {
   tcase_add_test(scaler, test_overflow_skips_the_step_and_halves_the_scale);
   tcase_add_test(scaler, test_default_growth_after_2000_clean_steps);
   tcase_add_test(scaler, test_checkpoint_keeps_f32_masters);
+  tcase_add_test(scaler, test_the_step_writes_the_16_bit_copy);
   suite_add_tcase(s, scaler);
   if (kt_fashion_present()) {
     TCase *train = tcase_create("training");
