@@ -97,9 +97,20 @@ kiln_status_t kiln_cuda_gemm(kiln_backend_queue_t *queue, kiln_kop_t *k) {
   if (status != KILN_OK) return status;
   const char ta = k->plan.gemm.trans_a ? 't' : 'n', tb = k->plan.gemm.trans_b ? 't' : 'n';
   char name[40];
+  const bool half = k->out.dtype == KILN_F16 || k->out.dtype == KILN_BF16;
+  if (half && queue->device->cc_major >= 8) {
+    /* f16 and bf16 on the tensor cores (WMMA, sm_80 and newer): 64x64
+     * tiles of C, four warps a block; the grid as the scalar kernels',
+     * with its own tile. */
+    const int64_t tile = 64, tiles_m = (k->plan.gemm.m + tile - 1) / tile;
+    snprintf(name, sizeof name, "kiln_gemm_wmma_%s", kiln_backend_dtype_name(k->out.dtype));
+    return kiln_cuda_launch_named(queue, name, (unsigned)((k->plan.gemm.n + tile - 1) / tile),
+                                  (unsigned)(tiles_m < 65535 ? tiles_m : 65535),
+                                  (unsigned)(k->plan.gemm.batch < 65535 ? k->plan.gemm.batch : 65535), 128, k);
+  }
   if (k->out.dtype != KILN_F32) {
-    /* f64, f16, bf16: the same kernel over the storage type
-     * (kernels/cuda/gemm.cuh), element loads and stores. */
+    /* f64, and f16 and bf16 below sm_80: the same kernel over the storage
+     * type (kernels/cuda/gemm.cuh), element loads and stores. */
     const char *dt = kiln_backend_dtype_name(k->out.dtype);
     k->plan.gemm.c_vec = 0;
     snprintf(name, sizeof name, "kiln_gemm_%c%c_%s_%s", ta, tb, dt, dt);

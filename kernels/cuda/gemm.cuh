@@ -443,3 +443,106 @@ KILN_GEMM_DT_(f16, kiln_f16_t, 2)
 KILN_GEMM_DT_(bf16, kiln_bf16_t, 2)
 #undef KILN_GEMM_DT_
 #undef KILN_GEMM_DT_KERNEL_
+
+/* ---- f16 and bf16 on the tensor cores (WMMA, sm_80 and newer) -------------------
+ * kiln_gemm_wmma_<f16|bf16>: C = op(A) @ op(B) with the products on the
+ * matrix units (nvcuda::wmma, 16x16x16 fragments, f32 accumulators), the
+ * planner's choice on devices of compute capability 8.0 and newer. A block
+ * of KILN_WMMA_THREADS (four warps) computes a 64x64 tile of C, each warp a
+ * 32x32 quarter (2x2 fragments); k advances 16 at a time. The tiles of A
+ * (64x16) and B (16x64) are staged in shared memory as their 16-bit storage,
+ * every transpose and edge resolved there (zeros past m, n and k), so the
+ * fragments always load row-major from aligned rows. The f32 sums go
+ * through shared memory once at the end and are rounded once, to nearest
+ * even, into C: f32 accumulation as the scalar kernels, in the matrix
+ * units' order of the sums. Grid: x over n's tiles, y over m's (looping past
+ * 65535), z over the batch (likewise). Below sm_80 the body is empty: the
+ * planner never launches it there. */
+#define KILN_WMMA_THREADS 128
+#define KILN_WMMA_TILE 64
+#define KILN_WMMA_AK 24 /* A's shared row: 16 k, padded (a multiple of 8, rows 32-byte aligned every 16) */
+#define KILN_WMMA_BN 72 /* B's shared row: 64 n, padded */
+#define KILN_WMMA_CN 68 /* the f32 results' shared row */
+
+template <typename T, typename H>
+__device__ __forceinline__ void kiln_gemm_wmma_body(const kiln_kop_t &op) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  (void)op;
+#else
+  namespace wmma = nvcuda::wmma;
+  const auto &p = op.plan.gemm;
+  __shared__ __align__(32) kiln_u16 As[KILN_WMMA_TILE * KILN_WMMA_AK];
+  __shared__ __align__(32) kiln_u16 Bs[16 * KILN_WMMA_BN];
+  __shared__ __align__(32) float Cs[KILN_WMMA_TILE * KILN_WMMA_CN];
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const int wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+  const int64_t M = p.m, N = p.n, K = p.k;
+  const int tiles_m = (int)((M + KILN_WMMA_TILE - 1) / KILN_WMMA_TILE);
+  const int64_t col0 = (int64_t)blockIdx.x * KILN_WMMA_TILE;
+  for (int batch = blockIdx.z; batch < (int)p.batch; batch += gridDim.z) {
+    const T *__restrict__ a = (const T *)p.a + (int64_t)batch * p.stride_a;
+    const T *__restrict__ b = (const T *)p.b + (int64_t)batch * p.stride_b;
+    T *__restrict__ c = (T *)p.c + (int64_t)batch * p.stride_c;
+    for (int tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
+      const int64_t row0 = (int64_t)tm * KILN_WMMA_TILE;
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+      for (int64_t l0 = 0; l0 < K; l0 += 16) {
+        __syncthreads(); /* the last step's fragments are loaded */
+        /* 1024 elements of each tile, 8 a thread, zeros outside. */
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+          const int idx = tid + e * KILN_WMMA_THREADS;
+          const int r = idx >> 4, kk = idx & 15; /* A: 64 rows of 16 */
+          const int64_t i = row0 + r, l = l0 + kk;
+          kiln_u16 v = 0;
+          if (i < M && l < K) v = kiln_raw(p.trans_a ? a[l * p.lda + i] : a[i * p.lda + l]);
+          As[r * KILN_WMMA_AK + kk] = v;
+          const int kb = idx >> 6, cc = idx & 63; /* B: 16 rows of 64 */
+          const int64_t lb = l0 + kb, j = col0 + cc;
+          kiln_u16 w = 0;
+          if (lb < K && j < N) w = kiln_raw(p.trans_b ? b[j * p.ldb + lb] : b[lb * p.ldb + j]);
+          Bs[kb * KILN_WMMA_BN + cc] = w;
+        }
+        __syncthreads();
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, H, wmma::row_major> fa[2];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::row_major> fb[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+          wmma::load_matrix_sync(fa[i], reinterpret_cast<const H *>(&As[(wm + i * 16) * KILN_WMMA_AK]), KILN_WMMA_AK);
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+          wmma::load_matrix_sync(fb[j], reinterpret_cast<const H *>(&Bs[wn + j * 16]), KILN_WMMA_BN);
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+          for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+          wmma::store_matrix_sync(&Cs[(wm + i * 16) * KILN_WMMA_CN + wn + j * 16], acc[i][j], KILN_WMMA_CN,
+                                  wmma::mem_row_major);
+      __syncthreads();
+      /* 4096 results, 32 a thread, each rounded once into C. */
+      for (int e = tid; e < KILN_WMMA_TILE * KILN_WMMA_TILE; e += KILN_WMMA_THREADS) {
+        const int r = e >> 6, cc = e & 63;
+        const int64_t i = row0 + r, j = col0 + cc;
+        if (i < M && j < N) c[i * p.ldc + j] = kiln_cx<T>::out(Cs[r * KILN_WMMA_CN + cc]);
+      }
+      __syncthreads(); /* Cs is read before the next tile stores into it */
+    }
+  }
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(KILN_WMMA_THREADS) kiln_gemm_wmma_f16(const kiln_kop_t op) {
+  kiln_gemm_wmma_body<kiln_f16_t, __half>(op);
+}
+extern "C" __global__ void __launch_bounds__(KILN_WMMA_THREADS) kiln_gemm_wmma_bf16(const kiln_kop_t op) {
+  kiln_gemm_wmma_body<kiln_bf16_t, __nv_bfloat16>(op);
+}

@@ -21,6 +21,14 @@
 #include "kop.h"
 #include "launch.h"
 
+/* The matrix units' API (gemm.cuh's WMMA kernels); the test driver's shim
+ * provides its own. */
+#ifndef KILN_FAKECUDA_CUDA_SHIM_H
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+#endif
+
 /* ---- the shared op table and Philox ---------------------------------------- */
 
 /* The math of kernels/ops.def, for float and double. */

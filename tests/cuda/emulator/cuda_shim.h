@@ -276,4 +276,109 @@ inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b)
   return (unsigned long long)(((unsigned __int128)a * b) >> 64);
 }
 
+/* ---- the matrix units: nvcuda::wmma, 16x16x16 fragments ----------------------------
+ * __half and __nv_bfloat16 are their 16 bits. A fragment here holds its
+ * whole tile in every lane (the GPU spreads it over the warp in an order it
+ * does not document, which no kernel may rely on), so each lane multiplies
+ * on its own, summing over k in order in f32 (fmaf). The calls are warp
+ * collectives, as on the GPU: every lane of the warp must reach each one
+ * (the __syncwarp of the full mask says so when one does not), pointers must
+ * be 32-byte aligned and ldm a multiple of 16 bytes, or the launch fails. */
+struct __half {
+  uint16_t bits_;
+};
+struct __nv_bfloat16 {
+  uint16_t bits_;
+};
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+inline float fakecuda_wmma_in_(float x) { return x; }
+inline float fakecuda_wmma_in_(__nv_bfloat16 x) { return __uint_as_float((unsigned)x.bits_ << 16); }
+inline float fakecuda_wmma_in_(__half x) {
+  const unsigned sign = (unsigned)(x.bits_ & 0x8000u) << 16, exp = (x.bits_ >> 10) & 0x1fu;
+  unsigned frac = x.bits_ & 0x3ffu;
+  if (exp == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (frac << 13));
+  if (exp == 0) {
+    if (frac == 0) return __uint_as_float(sign);
+    int e = -14;
+    while (!(frac & 0x400u)) {
+      frac <<= 1;
+      e--;
+    }
+    return __uint_as_float(sign | ((unsigned)(e + 127) << 23) | ((frac & 0x3ffu) << 13));
+  }
+  return __uint_as_float(sign | ((exp + 112u) << 23) | (frac << 13));
+}
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+  static constexpr int rows = std::is_same<Use, matrix_b>::value ? K : M;
+  static constexpr int cols = std::is_same<Use, matrix_a>::value ? K : N;
+  static constexpr int num_elements = rows * cols;
+  float x[rows * cols];
+};
+
+inline void fakecuda_wmma_check_(const void *ptr, unsigned ldm, size_t element, const char *call) {
+  if (reinterpret_cast<uintptr_t>(ptr) % 32 != 0 || (ldm * element) % 16 != 0) {
+    char message[200];
+    snprintf(message, sizeof message, "%s at %p with ldm %u: the pointer must be 32-byte aligned and ldm a multiple "
+             "of 16 bytes", call, ptr, ldm);
+    fakecuda__fault(FAKECUDA_ERROR_MISALIGNED_ADDRESS, message);
+  }
+  __syncwarp(0xffffffffu);
+}
+inline bool fakecuda_wmma_lane0_(void) {
+  const unsigned linear = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  return linear % 32u == 0u;
+}
+
+template <typename Use, int M, int N, int K, typename T, typename Layout>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, Layout> &f, const T *p, unsigned ldm) {
+  typedef fragment<Use, M, N, K, T, Layout> F;
+  fakecuda_wmma_check_(p, ldm, sizeof(T), "wmma::load_matrix_sync");
+  const bool col = std::is_same<Layout, col_major>::value;
+  for (int r = 0; r < F::rows; r++)
+    for (int c = 0; c < F::cols; c++) f.x[r * F::cols + c] = fakecuda_wmma_in_(col ? p[c * ldm + r] : p[r * ldm + c]);
+}
+template <int M, int N, int K>
+inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm, layout_t layout) {
+  fakecuda_wmma_check_(p, ldm, sizeof(float), "wmma::load_matrix_sync");
+  for (int r = 0; r < M; r++)
+    for (int c = 0; c < N; c++) f.x[r * N + c] = layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+}
+template <int M, int N, int K>
+inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t layout) {
+  fakecuda_wmma_check_(p, ldm, sizeof(float), "wmma::store_matrix_sync");
+  /* Every lane holds the same tile: one writes it. */
+  if (fakecuda_wmma_lane0_())
+    for (int r = 0; r < M; r++)
+      for (int c = 0; c < N; c++) (layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[r * N + c];
+  __syncwarp(0xffffffffu);
+}
+template <typename Use, int M, int N, int K, typename T, typename Layout>
+inline void fill_fragment(fragment<Use, M, N, K, T, Layout> &f, float v) {
+  for (int i = 0; i < fragment<Use, M, N, K, T, Layout>::num_elements; i++) f.x[i] = v;
+}
+template <int M, int N, int K, typename T, typename LA, typename LB>
+inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const fragment<matrix_a, M, N, K, T, LA> &a,
+                     const fragment<matrix_b, M, N, K, T, LB> &b, const fragment<accumulator, M, N, K, float> &c) {
+  __syncwarp(0xffffffffu);
+  float out[M * N];
+  for (int r = 0; r < M; r++)
+    for (int col = 0; col < N; col++) {
+      float acc = c.x[r * N + col];
+      for (int k = 0; k < K; k++) acc = fmaf(a.x[r * K + k], b.x[k * N + col], acc);
+      out[r * N + col] = acc;
+    }
+  memcpy(d.x, out, sizeof out);
+}
+} /* namespace wmma */
+} /* namespace nvcuda */
+
 #endif /* KILN_FAKECUDA_CUDA_SHIM_H */
