@@ -460,11 +460,13 @@ static void kt_close_bf16(const char *what, kiln_tensor_t *got, kiln_tensor_t *w
   free(b);
 }
 
-/* bf16 conv2d with weights enough for the CPU's bf16 unit (at least 512;
+/* bf16 conv2d and its two gradients with weights enough for the CPU's bf16
+ * unit (at least 512, and for the gradients at least 32 output channels;
  * smaller ones run through f32; where the CPU has no unit that pays, all
- * do): within one ulp of the f32 op of the widened operands; padded,
- * strided and dilated in both directions, an odd c*r*s, with a bias,
- * pointwise, and one image cut into panels. */
+ * do): within one ulp of the f32 ops of the widened
+ * operands; padded, strided and dilated in both directions, an odd c*r*s,
+ * with a bias, pointwise, one image cut into panels, and more images than
+ * dW's shares of the sum. */
 START_TEST(test_conv_bf16_unit) {
   static const struct {
     int64_t xs[4], ws[4];
@@ -477,8 +479,10 @@ START_TEST(test_conv_bf16_unit) {
       {{2, 3, 13, 15}, {32, 3, 3, 3}, {{1, 2}, {1, 1}, {2, 2}}},
       /* one image: its plane cut into panels for the threads */
       {{1, 16, 30, 30}, {48, 16, 3, 3}, {{1, 1}, {1, 1}, {1, 1}}},
+      /* more images than dW's 8 shares */
+      {{11, 8, 6, 7}, {40, 8, 3, 3}, {{1, 1}, {1, 1}, {1, 1}}},
   };
-  KT_OK(kiln_set_providers("conv2d=native"));
+  KT_OK(kiln_set_providers("conv2d=native,conv2d_backward_input=native,conv2d_backward_weight=native"));
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const int64_t *xs = cases[c].xs, *ws = cases[c].ws;
     const int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
@@ -496,7 +500,26 @@ START_TEST(test_conv_bf16_unit) {
     KT_OK(kiln_tensor_conv2d(x32, w32, b32, &cases[c].cp, &y32));
     kiln_tensor_t *want = kt_cast(y32, KILN_BF16);
     kt_close_bf16("conv2d", y, want);
-    kiln_tensor_release(want), kiln_tensor_release(y), kiln_tensor_release(y32);
+    kiln_tensor_release(want);
+    /* The gradients, from a dy of y's shape. */
+    const int64_t ny = kiln_tensor_numel(y);
+    float *dyv = malloc(sizeof(float) * (size_t)ny);
+    for (int64_t i = 0; i < ny; i++) dyv[i] = (float)kt_next(false);
+    kiln_tensor_t *dy = kt_make(KILN_BF16, dyv, 4, kiln_tensor_shape(y)), *dy32 = kt_cast(dy, KILN_F32);
+    kiln_tensor_t *g = NULL, *g32 = NULL;
+    KT_OK(kiln_tensor_conv2d_backward_input(dy, w, xs, &cases[c].cp, &g));
+    KT_OK(kiln_tensor_conv2d_backward_input(dy32, w32, xs, &cases[c].cp, &g32));
+    want = kt_cast(g32, KILN_BF16);
+    kt_close_bf16("conv2d_backward_input", g, want);
+    kiln_tensor_release(want), kiln_tensor_release(g), kiln_tensor_release(g32);
+    KT_OK(kiln_tensor_conv2d_backward_weight(x, dy, ws, &cases[c].cp, &g));
+    KT_OK(kiln_tensor_conv2d_backward_weight(x32, dy32, ws, &cases[c].cp, &g32));
+    want = kt_cast(g32, KILN_BF16);
+    kt_close_bf16("conv2d_backward_weight", g, want);
+    kiln_tensor_release(want), kiln_tensor_release(g), kiln_tensor_release(g32);
+    kiln_tensor_release(dy), kiln_tensor_release(dy32);
+    free(dyv);
+    kiln_tensor_release(y), kiln_tensor_release(y32);
     kiln_tensor_release(x), kiln_tensor_release(w), kiln_tensor_release(b);
     kiln_tensor_release(x32), kiln_tensor_release(w32), kiln_tensor_release(b32);
     free(xv), free(wv);

@@ -367,8 +367,13 @@ static void conv2d_f64(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out
  * vdpbf16ps, sums in f32, adds the bias and rounds each output once. Work
  * items as in conv2d_f32 (an image's panel each), one per task. */
 #if defined(KILN_HAVE_AVX512BF16_KERNEL)
+void kiln_cpu_conv2d_im2col_u16(const kiln_op_t *op, const uint16_t *x, int64_t j0, int64_t cols, uint16_t *out_col,
+                                int64_t ld) {
+  im2col_es(op, x, j0, cols, out_col, ld, sizeof(uint16_t));
+}
+
 static void im2col_u16(const kiln_op_t *op, const uint16_t *x, int64_t j0, int64_t cols, uint16_t *col) {
-  im2col_es(op, x, j0, cols, col, cols, sizeof(uint16_t));
+  kiln_cpu_conv2d_im2col_u16(op, x, j0, cols, col, cols);
 }
 
 typedef struct bconv_plan_t {
@@ -406,11 +411,6 @@ static void bconv_task(void *ctx, int64_t begin, int64_t end, int thread) {
   }
   free(col);
 }
-
-/* Weights this small (LeNet's first layer: 6 x 25) leave the bf16 unit's
- * tiles mostly empty: the f32 kernels run them faster (43 against 64 GFLOPS
- * for [100,1,28,28] * [6,1,5,5] here). */
-#define KILN_BCONV_MIN_WEIGHTS 512
 
 /* False when memory ran short (the output is then partly written). */
 static bool conv2d_bf16(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in) {

@@ -41,6 +41,8 @@ typedef struct bgemm_t {
   uint16_t *c;
   int64_t ldc;
   const uint16_t *bias; /* NULL, or one bf16 per row of C, added before the rounding */
+  float *cf;            /* instead of c: C in f32 (ldc), the sums stored (or added: cf_add) unrounded */
+  bool cf_add;
   int tm, tn;           /* thread grid */
 } bgemm_t;
 
@@ -55,6 +57,14 @@ static inline uint32_t pair(uint16_t first, uint16_t second) { return (uint32_t)
 static void store_c(const bgemm_t *g, float *cblk, int64_t ldcb, int64_t m0, int64_t bm, int64_t n0, int64_t bn) {
   for (int64_t i = 0; i < bm; i++) {
     float *row = cblk + i * ldcb;
+    if (g->cf) {
+      float *restrict dst = g->cf + (m0 + i) * g->ldc + n0;
+      if (g->cf_add)
+        for (int64_t j = 0; j < bn; j++) dst[j] += row[j];
+      else
+        memcpy(dst, row, sizeof(float) * (size_t)bn);
+      continue;
+    }
     if (g->bias) {
       const float bv = kiln_dc_bf16_to_f32(g->bias[m0 + i]);
       for (int64_t j = 0; j < bn; j++) row[j] += bv;
@@ -421,6 +431,19 @@ bool kiln_cpu_bgemm_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int
       for (int64_t j = 0; j < n; j++) c[i * ldc + j] = row_bias ? row_bias[i] : 0;
     return true;
   }
+  return block(&g, 0, m, 0, n);
+}
+
+bool kiln_cpu_bgemm_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                               int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc, bool accumulate) {
+  if (m <= 0 || n <= 0) return true;
+  if (k <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; i++) memset(c + i * ldc, 0, sizeof(float) * (size_t)n);
+    return true;
+  }
+  const bgemm_t g = {.ta = trans_a, .tb = trans_b, .m = m, .n = n, .k = k, .a = a, .lda = lda, .b = b, .ldb = ldb,
+                     .cf = c, .cf_add = accumulate, .ldc = ldc, .tm = 1, .tn = 1};
   return block(&g, 0, m, 0, n);
 }
 

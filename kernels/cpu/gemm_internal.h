@@ -59,6 +59,18 @@ bool kiln_cpu_matmul_bf16_avx512(const kiln_cpu_par_t *par, const kiln_op_t *op,
 bool kiln_cpu_bgemm_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t *a,
                            int64_t lda, const uint16_t *b, int64_t ldb, uint16_t *c, int64_t ldc,
                            const uint16_t *row_bias);
+/* The same product with C in f32, unrounded: stored, or added to C when
+ * `accumulate` (the convolutions' gradients sum over images in f32). */
+bool kiln_cpu_bgemm_f32_avx512(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const uint16_t *a,
+                               int64_t lda, const uint16_t *b, int64_t ldb, float *c, int64_t ldc, bool accumulate);
+/* Weights this small (LeNet's first layer: 6 x 25) leave the bf16 unit's
+ * tiles mostly empty: below it, bf16 convolutions and their gradients run
+ * through the f32 kernels, which are faster there (64 GFLOPS against the
+ * unit's 43 for [100,1,28,28] * [6,1,5,5] on AMX). */
+#define KILN_BCONV_MIN_WEIGHTS 512
+/* conv.c's im2col panel of 16-bit elements (rows `ld` elements apart). */
+void kiln_cpu_conv2d_im2col_u16(const kiln_op_t *op, const uint16_t *x, int64_t j0, int64_t cols, uint16_t *out_col,
+                                int64_t ld);
 #endif
 /* True when this build and CPU have it (AVX-512F, BW and BF16) and it is
  * the faster way there: with AMX, or on AMD (kiln_cpu_bf16_unit_pays_avx512);
