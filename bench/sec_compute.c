@@ -460,9 +460,57 @@ static void bench_half_matmul(const bench_options_t *opts, const bench_device_t 
                      n);
 }
 
+/* conv2d's two gradients at the same shape in f32, bf16 and f16: the
+ * 16-bit rows against f32's of this run, without a target. */
+static void bench_half_conv_grads(const bench_options_t *opts, const bench_device_t *d, int64_t n, int64_t c,
+                                  int64_t k, int64_t h, int64_t r, int64_t pad, double work) {
+  const int S = BENCH_SECTION_HALF;
+  static const kiln_dtype_t dtypes[] = {KILN_F32, KILN_BF16, KILN_F16};
+  for (int weight = 0; weight < 2; weight++) {
+    const char *name = weight ? "conv2d_backward_weight" : "conv2d_backward_input";
+    double f32_value = NAN;
+    for (size_t t = 0; t < sizeof dtypes / sizeof dtypes[0]; t++) {
+      const kiln_dtype_t dt = dtypes[t];
+      char params[64];
+      snprintf(params, sizeof params, "N%lld C%lld K%lld %lldx%lld %lldx%lld pad%lld %s", (long long)n, (long long)c,
+               (long long)k, (long long)h, (long long)h, (long long)r, (long long)r, (long long)pad,
+               kiln_dtype_name(dt));
+      bench_op_t op = {.kind = weight ? BENCH_OP_CONV2D_BWD_WEIGHT : BENCH_OP_CONV2D_BWD_INPUT, .device = d->device};
+      op.conv = kiln_conv2d_params_default();
+      op.conv.padding[0] = op.conv.padding[1] = (int32_t)pad;
+      const int64_t xs[4] = {n, c, h, h}, ws[4] = {k, c, r, r}, ys[4] = {n, k, h + 2 * pad - r + 1, h + 2 * pad - r + 1};
+      kiln_status_t st;
+      if (weight) {
+        memcpy(op.shape, ws, sizeof ws);
+        st = kiln_tensor_uniform_dtype(d->device, dt, 4, xs, 3, -1, 1, &op.a);
+        if (st == KILN_OK) st = kiln_tensor_uniform_dtype(d->device, dt, 4, ys, 4, -1, 1, &op.b);
+      } else {
+        memcpy(op.shape, xs, sizeof xs);
+        st = kiln_tensor_uniform_dtype(d->device, dt, 4, ys, 4, -1, 1, &op.a);
+        if (st == KILN_OK) st = kiln_tensor_uniform_dtype(d->device, dt, 4, ws, 5, -0.1f, 0.1f, &op.b);
+      }
+      bench_stats_t sec;
+      int rc = st == KILN_OK ? bench_measure(opts, bench_op_run, &op, &sec)
+                             : bench_kiln_error("kiln_tensor_uniform_dtype", st);
+      bench_op_release(&op);
+      if (rc != 0) {
+        bench_section_error(S, "%s %s on %s: %s", name, params, d->info.selector, bench_error());
+        continue;
+      }
+      bench_row_t row = bench_row_make(S, name, d->info.selector, op.provider, params, "GFLOPS", true);
+      row.st = bench_stats_rate(&sec, work);
+      if (dt == KILN_F32)
+        f32_value = row.st.median;
+      else
+        bench_row_compare(&row, "kiln f32", f32_value);
+      bench_add(&row);
+    }
+  }
+}
+
 /* conv2d of a ResNet-like layer (N32 C64 K64 56x56 3x3 pad 1; N4 with
  * --quick) on cpu:0 in f32, bf16 and f16 with a bias: bf16 >= 1.5x kiln's
- * f32 (issue 21). */
+ * f32 (issue 21); and its gradients. */
 static void bench_half_conv(const bench_options_t *opts, const bench_device_t *d) {
   const int S = BENCH_SECTION_HALF;
   const int64_t n = opts->quick ? 4 : 32, c = 64, k = 64, h = 56, r = 3, pad = 1;
@@ -498,9 +546,11 @@ static void bench_half_conv(const bench_options_t *opts, const bench_device_t *d
     }
     bench_add(&row);
   }
+  bench_half_conv_grads(opts, d, n, c, k, h, r, pad, work);
   bench_section_note(S, "conv2d of a ResNet-like layer with a bias on cpu:0 in f32, bf16 and f16 (GFLOPS count "
                         "2*N*K*P*Q*C*R*S): bf16 against kiln's f32 in this run (target >= 1.5x); f16 runs through "
-                        "f32 and is reported without a target.");
+                        "f32 and is reported without a target. Its two gradients at the same shape (the same "
+                        "GFLOPS count), each dtype against f32's, without a target.");
 }
 
 /* add of 2^24 elements (2^22 with --quick) in f32, f16 and bf16 on cpu:0 and
