@@ -636,12 +636,12 @@ static PyObject *kp_fn_max_pool2d_backward(PyObject *self, PyObject *args, PyObj
 
 static PyObject *kp_fn_sgd_update(PyObject *self, PyObject *args, PyObject *kwargs) {
   static char *names[] = {"param", "grad", "momentum_buffer", "lr", "momentum", "dampening", "weight_decay", "nesterov",
-                          "first_step", NULL};
-  PyObject *param, *grad, *buf = Py_None;
+                          "first_step", "copy", NULL};
+  PyObject *param, *grad, *buf = Py_None, *copy = Py_None;
   kiln_sgd_params_t p = {.lr = NAN};
   int nesterov = 0, first_step = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$ddddpp:sgd_update", names, &param, &grad, &buf, &p.lr,
-                                   &p.momentum, &p.dampening, &p.weight_decay, &nesterov, &first_step))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|$ddddppO:sgd_update", names, &param, &grad, &buf, &p.lr,
+                                   &p.momentum, &p.dampening, &p.weight_decay, &nesterov, &first_step, &copy))
     return NULL;
   if (isnan(p.lr)) return PyErr_Format(PyExc_TypeError, "sgd_update() needs lr=");
   p.nesterov = nesterov != 0;
@@ -649,26 +649,40 @@ static PyObject *kp_fn_sgd_update(PyObject *self, PyObject *args, PyObject *kwar
   kiln_tensor_t *tp = kp_tensor_arg(param, "param"), *tg = tp ? kp_tensor_arg(grad, "grad") : NULL, *tb = NULL;
   if (!tg) return NULL;
   if (buf != Py_None && !(tb = kp_tensor_arg(buf, "momentum_buffer"))) return NULL;
-  kiln_status_t status = kiln_tensor_sgd_update(tp, tg, tb, &p);
+  kiln_tensor_t *tc = NULL;
+  if (copy != Py_None && !(tc = kp_tensor_arg(copy, "copy"))) return NULL;
+  kiln_status_t status = kiln_tensor_sgd_update_mixed(tp, tg, tb, tc, &p);
   if (status != KILN_OK) return kp_raise(status);
   Py_RETURN_NONE;
 }
 
 static PyObject *kp_fn_adam_update(PyObject *self, PyObject *args, PyObject *kwargs) {
-  static char *names[] = {"param", "grad", "m", "v", "step", "lr", "beta1", "beta2", "eps", "weight_decay", NULL};
-  PyObject *param, *grad, *m, *v;
+  static char *names[] = {"param", "grad", "m", "v", "step", "lr", "beta1", "beta2", "eps", "weight_decay", "copy", NULL};
+  PyObject *param, *grad, *m, *v, *copy = Py_None;
   long long step;
   kiln_adam_params_t p = {.lr = NAN, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOL|$ddddd:adam_update", names, &param, &grad, &m, &v, &step,
-                                   &p.lr, &p.beta1, &p.beta2, &p.eps, &p.weight_decay))
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOL|$dddddO:adam_update", names, &param, &grad, &m, &v, &step,
+                                   &p.lr, &p.beta1, &p.beta2, &p.eps, &p.weight_decay, &copy))
     return NULL;
   if (isnan(p.lr)) return PyErr_Format(PyExc_TypeError, "adam_update() needs lr=");
   kiln_tensor_t *tp = kp_tensor_arg(param, "param"), *tg = tp ? kp_tensor_arg(grad, "grad") : NULL;
   kiln_tensor_t *tm = tg ? kp_tensor_arg(m, "m") : NULL, *tv = tm ? kp_tensor_arg(v, "v") : NULL;
   if (!tv) return NULL;
-  kiln_status_t status = kiln_tensor_adam_update(tp, tg, tm, tv, (int64_t)step, &p);
+  kiln_tensor_t *tc = NULL;
+  if (copy != Py_None && !(tc = kp_tensor_arg(copy, "copy"))) return NULL;
+  kiln_status_t status = kiln_tensor_adam_update_mixed(tp, tg, tm, tv, tc, (int64_t)step, &p);
   if (status != KILN_OK) return kp_raise(status);
   Py_RETURN_NONE;
+}
+
+static PyObject *kp_fn_unscale(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"grad", "scale", "found_inf", NULL};
+  PyObject *grad, *found;
+  double scale;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OdO:unscale", names, &grad, &scale, &found)) return NULL;
+  kiln_tensor_t *tg = kp_tensor_arg(grad, "grad"), *tf = tg ? kp_tensor_arg(found, "found_inf") : NULL, *out = NULL;
+  if (!tf) return NULL;
+  return kp_result(kiln_tensor_unscale(tg, scale, tf, &out), &out);
 }
 
 /* ---- the table -------------------------------------------------------------------------------------------- */
@@ -749,10 +763,16 @@ PyMethodDef kp_ops_methods[] = {
      "max_pool2d_backward(x, dy, kernel_size, stride=None, padding=0)\n--\n\nmax_pool2d's gradient for x."},
     {"sgd_update", KP_KW(kp_fn_sgd_update),
      "sgd_update(param, grad, momentum_buffer, *, lr, momentum=0, dampening=0, weight_decay=0, nesterov=False, "
-     "first_step=False)\n--\n\nOne fused SGD step in place, as torch.optim.SGD (momentum_buffer None when momentum "
-     "is 0; first_step: the buffer's first update, buf = g whatever the dampening, as torch does)."},
+     "first_step=False, copy=None)\n--\n\nOne fused SGD step in place, as torch.optim.SGD (momentum_buffer None "
+     "when momentum is 0; first_step: the buffer's first update, buf = g whatever the dampening, as torch does). grad "
+     "may be float32, float16 or bfloat16; copy (float16 or bfloat16, param's shape) receives the new param rounded, "
+     "in the same pass (mixed precision)."},
     {"adam_update", KP_KW(kp_fn_adam_update),
-     "adam_update(param, grad, m, v, step, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0)\n--\n\n"
-     "One fused Adam step in place, as torch.optim.Adam (step counts from 1)."},
+     "adam_update(param, grad, m, v, step, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0, copy=None)"
+     "\n--\n\nOne fused Adam step in place, as torch.optim.Adam (step counts from 1); grad and copy as "
+     "sgd_update's."},
+    {"unscale", KP_KW(kp_fn_unscale),
+     "unscale(grad, scale, found_inf)\n--\n\ngrad * scale in float32, and found_inf (one float32 element) set to "
+     "1 when grad holds an inf or a NaN, in one pass: a loss scaler's check and unscale."},
     {NULL, NULL, 0, NULL},
 };

@@ -177,6 +177,37 @@ def test_updates_in_place_match_pytorch():
     np.testing.assert_allclose(host(kp), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_mixed_precision_updates_and_unscale():
+    # A bfloat16 gradient read as float32, and the new weights rounded into a
+    # bfloat16 copy in the same step: the copy is the weights' cast, bit for bit.
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    p0 = rng.standard_normal(10).astype(np.float32)
+    g = rng.standard_normal(10).astype(np.float32)
+    g16 = kiln.tensor(g).to(dtype=kiln.bfloat16)
+    ref = torch.from_numpy(p0.copy()).requires_grad_()
+    opt = torch.optim.Adam([ref], lr=0.01)
+    kp, m, v = kiln.tensor(p0), kiln.zeros(10), kiln.zeros(10)
+    copy = kiln.zeros(10, dtype=kiln.bfloat16)
+    for step in range(1, 4):
+        ref.grad = torch.from_numpy(host(g16.to(dtype=kiln.float32)))
+        opt.step()
+        kiln.adam_update(kp, g16, m, v, step, lr=0.01, copy=copy)
+    np.testing.assert_allclose(host(kp), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert host(copy.to(dtype=kiln.float32)).tolist() == host(kp.to(dtype=kiln.bfloat16).to(dtype=kiln.float32)).tolist()
+    with pytest.raises(kiln.Error, match="copy"):
+        kiln.sgd_update(kp, g16, None, lr=0.1, copy=kiln.zeros(10))
+
+    found = kiln.zeros(())
+    out = kiln.unscale(g16, 0.5, found)
+    assert out.dtype == kiln.float32
+    assert host(out).tolist() == (host(g16.to(dtype=kiln.float32)) * 0.5).tolist()
+    assert host(found).item() == 0.0
+    bad = np.array([1.0, np.inf, 2.0], dtype=np.float32)
+    kiln.unscale(kiln.tensor(bad).to(dtype=kiln.float16), 1.0, found)
+    assert host(found).item() == 1.0
+
+
 def test_operations_run_on_every_device(all_devices):
     a, b = rand(8, 8), rand(8, 8)
     for d in all_devices:
