@@ -51,8 +51,10 @@ typedef double kiln_f64;
 #define KILN_KOP_MAX_IN 4
 /* The dtype codes (kiln_dtype_t) kernels compare operands' `dtype` with
  * (runtime/backend.h checks them against the enum). */
+#define KILN_KOP_DT_I32 1
 #define KILN_KOP_DT_F16 2
 #define KILN_KOP_DT_BF16 3
+#define KILN_KOP_DT_I64 5
 
 /* ---- the op's parameters, as the core resolves them ----------------------- */
 
@@ -121,6 +123,10 @@ typedef union kiln_kop_params_t {
     kiln_i32 copy;    /* SGD, ADAM: in[3] (f16 or bf16) gets out's new value, rounded */
     kiln_i32 pad_;
   } update;
+  struct {
+    kiln_scalar_t alpha;           /* INDEX_ADD's factor, in the dtype (kiln_scalar_t's rule) */
+    kiln_i64 outer, len, inner, m; /* x [outer, len, inner]; the index's m entries */
+  } index;
 } kiln_kop_params_t;
 
 /* ---- the record -------------------------------------------------------------- */
@@ -195,7 +201,8 @@ typedef struct kiln_kop_t {
   X(u.reduce.inner) X(u.reduce.op) X(u.softmax.cols) X(u.softmax.log) X(u.cross_entropy.c)         \
   X(u.conv2d.q) X(u.conv2d.stride) X(u.conv2d.pad) X(u.conv2d.dil) X(u.conv2d.has_bias)             \
   X(u.pooling.q) X(u.pooling.window) X(u.pooling.pad) X(u.update.alpha) X(u.update.sqrt_bias2)     \
-  X(u.update.nesterov) X(u.update.has_buf) X(u.update.copy) X(in[3].dtype)                        \
+  X(u.update.nesterov) X(u.update.has_buf) X(u.update.copy) X(in[3].dtype) X(u.index.alpha.bits)  \
+  X(u.index.outer) X(u.index.m)                                                                     \
   X(plan) X(plan.gemm.c_off) X(plan.gemm.batch) X(plan.gemm.trans_b)                               \
   X(plan.gemm.c_vec) X(plan.reduce.parts) X(plan.reduce.rows) X(plan.reduce.width)                 \
   X(plan.round.aux_off) X(plan.round.first) X(plan.round.per)

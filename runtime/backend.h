@@ -101,7 +101,8 @@ typedef struct kiln_backend_event_t kiln_backend_event_t;
   X(CONV2D_BACKWARD_WEIGHT, conv2d_backward_weight, PLAN)                                          \
   X(MAX_POOL2D_BACKWARD, max_pool2d_backward, PLAN) X(ACCUMULATE, accumulate, FLAT)                \
   X(SGD_UPDATE, sgd_update, FLAT) X(ADAM_UPDATE, adam_update, FLAT) X(WHERE, where, FLAT)             \
-  X(COMPARE, compare, FLAT) X(UNSCALE, unscale, FLAT)
+  X(COMPARE, compare, FLAT) X(UNSCALE, unscale, FLAT) X(GATHER, gather, FLAT)                       \
+  X(INDEX_ADD, index_add, FLAT)
 typedef enum kiln_op_kind_t {
 #define KILN_OP_KIND_ENUM_(NAME, name, launch) KILN_OP_##NAME,
   KILN_OP_KINDS(KILN_OP_KIND_ENUM_)
@@ -254,7 +255,22 @@ typedef struct kiln_op_t {
    *   1.0 when any element of in[0] is an infinity or a NaN, and left alone
    *   otherwise (several work-items may store the 1.0). A loss scaler's
    *   check and unscale in one pass (torch's
-   *   _amp_foreach_non_finite_check_and_unscale_). */
+   *   _amp_foreach_non_finite_check_and_unscale_).
+   * index (GATHER, INDEX_ADD; not elementwise: every operand contiguous):
+   *   x viewed as [outer, len, inner] along the indexed axis, in[1] the
+   *   index (i32 or i64, m entries; a negative entry counts from the end, as
+   *   in NumPy), in[2] the report (i32 [2], filled with -1 by the core): an
+   *   entry outside [-len, len) stores its position and value there (one
+   *   such entry, by an atomic compare-and-swap of the position from -1, then
+   *   its value) and contributes nothing. GATHER: in[0] x; out [outer, m,
+   *   inner] = x[o, index[j], i] (zero where the entry is outside; any
+   *   dtype: a copy of the element). INDEX_ADD: out is x, updated in place
+   *   (read and written); in[0] src [outer, m, inner] of x's dtype: x[o,
+   *   index[j], i] += alpha * src[o, j, i], the entries of one (o, i) added
+   *   in order of j by one work-item, so repeated indices accumulate and the
+   *   sums are the same on every backend (float dtypes computed as the
+   *   dtype's formulas, f16/bf16 in f32 rounded once per add; integers
+   *   wrapping). */
   kiln_kop_params_t u;
 } kiln_op_t;
 
@@ -618,7 +634,8 @@ static inline int64_t kiln_backend_view_numel(const kiln_view_t *view) {
 
 #ifndef __cplusplus
 _Static_assert(KILN_MAX_DIMS <= KILN_KOP_MAX_DIMS, "kiln_kop_t holds fewer dimensions than a view");
-_Static_assert(KILN_KOP_DT_F16 == (int)KILN_F16 && KILN_KOP_DT_BF16 == (int)KILN_BF16,
+_Static_assert(KILN_KOP_DT_F16 == (int)KILN_F16 && KILN_KOP_DT_BF16 == (int)KILN_BF16 &&
+                   KILN_KOP_DT_I32 == (int)KILN_I32 && KILN_KOP_DT_I64 == (int)KILN_I64,
                "kernels/kop.h's dtype codes are kiln_dtype_t's");
 _Static_assert(sizeof(kiln_kop_t) % 8 == 0 && sizeof(kiln_kop_params_t) % 8 == 0,
                "kernels/kop.h's structs must be multiples of 8 bytes, as every dialect pads them alike");

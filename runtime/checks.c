@@ -11,11 +11,12 @@ struct kiln__check_t {
   kiln_tensor_t *report;
   const char *call; /* static storage */
   const char *what; /* "label": static storage */
-  int64_t limit;    /* valid values are [0, limit) */
+  int64_t low, limit; /* valid values are [low, limit) */
+  char rule[200];     /* the message's end */
 };
 
 kiln_status_t kiln__check_add(kiln_queue_t *queue, kiln_tensor_t *report, const char *call, const char *what,
-                              int64_t limit) {
+                              int64_t low, int64_t limit, const char *rule) {
   kiln__check_t *check = malloc(sizeof *check);
   if (!check)
     return kiln__set_error(KILN_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes to record the check of its %ss; free "
@@ -24,7 +25,9 @@ kiln_status_t kiln__check_add(kiln_queue_t *queue, kiln_tensor_t *report, const 
   check->report = report;
   check->call = call;
   check->what = what;
+  check->low = low;
   check->limit = limit;
+  snprintf(check->rule, sizeof check->rule, "%s", rule);
   check->next = atomic_load_explicit(&queue->checks, memory_order_relaxed);
   while (!atomic_compare_exchange_weak_explicit(&queue->checks, &check->next, check, memory_order_release,
                                                 memory_order_relaxed)) {
@@ -66,11 +69,9 @@ kiln_status_t kiln__checks_run(kiln_queue_t *queue) {
       if (status != KILN_OK) {
         first = kiln__wrap_error(status, "reading the %s check of %s", check->what, check->call);
       } else if (found[0] >= 0) {
-        first = kiln__set_error(KILN_INDEX_OUT_OF_RANGE,
-                                "%s: %s %d at position %d is outside [0, %lld); every %s must name one of the %lld "
-                                "classes (the op's result is NaN)",
-                                check->call, check->what, found[1], found[0], (long long)check->limit, check->what,
-                                (long long)check->limit);
+        first = kiln__set_error(KILN_INDEX_OUT_OF_RANGE, "%s: %s %d at position %d is outside [%lld, %lld); %s",
+                                check->call, check->what, found[1], found[0], (long long)check->low,
+                                (long long)check->limit, check->rule);
       }
     }
     check_free(check);

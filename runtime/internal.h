@@ -428,11 +428,12 @@ void kiln__queue_forget_thread(void);
 
 /* ---- checks.c: what only the device can check, reported at the next synchronisation ---- */
 
-/* Remember that an op just enqueued on `queue` writes `report` (i32 [2]: the
- * first position whose `what` is outside [0, limit), or -1, and the value
- * there). `report` is retained; `call` and `what` are static strings. */
+/* Remember that an op just enqueued on `queue` writes `report` (i32 [2]: a
+ * position whose `what` is outside [low, limit), or -1, and the value
+ * there). `report` is retained; `call` and `what` are static strings; `rule`
+ * (copied) ends the message: what the values must be and what the op did. */
 kiln_status_t kiln__check_add(kiln_queue_t *queue, kiln_tensor_t *report, const char *call, const char *what,
-                              int64_t limit);
+                              int64_t low, int64_t limit, const char *rule);
 /* Read every pending check of `queue` (the work before them is complete:
  * called after a finish or a blocking read) and drop them.
  * KILN_INDEX_OUT_OF_RANGE naming the first fault, oldest op first. */

@@ -775,7 +775,10 @@ kiln_status_t kiln_tensor_cross_entropy(const kiln_tensor_t *logits, const kiln_
     const kiln_tensor_t *inputs[3] = {dl, db, report};
     status = kiln__op_enqueue(call, device, &op, KILN_F32, 0, NULL, inputs, out);
     if (status == KILN_OK) {
-      status = kiln__check_add(queue, report, call, "label", logits->shape[1]);
+      char rule[160];
+      snprintf(rule, sizeof rule, "every label must name one of the %lld classes (the op's result is NaN)",
+               (long long)logits->shape[1]);
+      status = kiln__check_add(queue, report, call, "label", 0, logits->shape[1], rule);
       if (status != KILN_OK) {
         kiln_tensor_release(*out);
         *out = NULL;

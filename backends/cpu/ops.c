@@ -74,5 +74,7 @@ const kiln_op_entry_t kiln_cpu_ops[] = {
     ROW(WHERE, "native", NULL, where),
     ROW(COMPARE, "native", NULL, compare),
     ROW(UNSCALE, "native", NULL, unscale),
+    ROW(GATHER, "native", NULL, gather),
+    ROW(INDEX_ADD, "native", NULL, index_add),
     KILN_OP_TABLE_END,
 };

@@ -44,7 +44,7 @@
  * first matmul builds `gemm`, not the elementwise table. The build generates
  * kiln_cl_source_<name>[] and kiln_cl_source_<name>_size (text, NUL-terminated)
  * for each. */
-#define KILN_CL_PROGRAMS(X) X(copy) X(elementwise) X(select) X(reduce) X(nn) X(gemm) X(gemm_dtypes) X(conv) X(random) X(update)
+#define KILN_CL_PROGRAMS(X) X(copy) X(elementwise) X(select) X(reduce) X(nn) X(gemm) X(gemm_dtypes) X(conv) X(random) X(update) X(index)
 
 typedef enum kiln_cl_program_t {
 #define KILN_CL_PROGRAM_ENUM_(name) KILN_CL_PROGRAM_##name,

@@ -530,6 +530,26 @@ kiln_status_t kiln_tensor_adam_update_mixed(kiln_tensor_t *param, const kiln_ten
                                             kiln_tensor_t *v, kiln_tensor_t *copy, int64_t step,
                                             const kiln_adam_params_t *params);
 
+/* ---- indexing by a tensor of indices ---------------------------------------------
+ * index: a 1-D i32 or i64 tensor on x's device; an entry counts from the end
+ * when negative (as NumPy's and PyTorch's advanced indexing); one outside
+ * [-len, len) is reported at the queue's next synchronisation as
+ * KILN_INDEX_OUT_OF_RANGE naming it (the device checks it, as CUDA's device
+ * asserts), and reads as zeros / adds nothing meanwhile. */
+
+/* The slices of x along `axis` at the indices: *out has x's shape with
+ * len(index) along axis, out[..., j, ...] = x[..., index[j], ...]
+ * (torch.index_select, numpy.take with an axis). Any dtype. */
+kiln_status_t kiln_tensor_index_select(const kiln_tensor_t *x, int axis, const kiln_tensor_t *index,
+                                       kiln_tensor_t **out);
+/* In place: x[..., index[j], ...] += alpha * src[..., j, ...], repeated
+ * indices accumulating in order of j (torch.Tensor.index_add_; the gradient
+ * of index_select). src has x's dtype and shape but len(index) along axis;
+ * x is contiguous; f32, f64, f16, bf16 (computed as their adds are), i32
+ * and i64 (wrapping; alpha whole). The same sums on every backend. */
+kiln_status_t kiln_tensor_index_add(kiln_tensor_t *x, int axis, const kiln_tensor_t *index, const kiln_tensor_t *src,
+                                    double alpha);
+
 /* A loss scaler's check and unscale in one pass over a gradient (torch's
  * _amp_foreach_non_finite_check_and_unscale_, for one tensor): *out = grad
  * * scale in f32 (grad f32, f16 or bf16, contiguous), and found_inf (one f32

@@ -51,7 +51,7 @@ typedef void (*kiln_cpu_kernel_fn)(const kiln_cpu_par_t *par, const kiln_op_t *o
   X(cross_entropy) X(matmul_native) X(conv2d_native) X(max_pool2d_native) X(matmul_blas) X(conv2d_blas)      \
   X(unary_backward) X(softmax_backward) X(cross_entropy_backward) X(conv2d_backward_input_native)            \
   X(conv2d_backward_weight_native) X(max_pool2d_backward_native) X(accumulate) X(sgd_update) X(adam_update)   \
-  X(conv2d_backward_input_blas) X(conv2d_backward_weight_blas) X(where) X(compare) X(unscale)
+  X(conv2d_backward_input_blas) X(conv2d_backward_weight_blas) X(where) X(compare) X(unscale) X(gather) X(index_add)
 #define KILN_CPU_KERNEL_DECL_(name) \
   void kiln_cpu_##name(const kiln_cpu_par_t *par, const kiln_op_t *op, void *out, const void *const *in);
 KILN_CPU_KERNELS(KILN_CPU_KERNEL_DECL_)

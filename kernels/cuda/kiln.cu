@@ -921,4 +921,5 @@ __device__ __forceinline__ void kiln_max_pool2d(const kiln_kop_t &op) {
 KILN_INSTANCE(kiln_max_pool2d_f32_f32, kiln_max_pool2d)
 
 #include "train.cuh"
+#include "index.cuh"
 #include "gemm.cuh"

@@ -619,6 +619,8 @@ void kt_result_alloc(kt_result_t *out, kiln_dtype_t dtype, int ndim, const int64
   out->ndim = ndim;
   for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
   out->numel = kt_numel(ndim, shape);
-  out->data = calloc((size_t)(out->numel > 0 ? out->numel : 1), 4);
+  /* At least 4 bytes an element (the f32 and i32 rows write that), 8 for f64 and i64. */
+  const size_t es = kiln_dtype_size(dtype) > 4 ? kiln_dtype_size(dtype) : 4;
+  out->data = calloc((size_t)(out->numel > 0 ? out->numel : 1), es);
   ck_assert_ptr_nonnull(out->data);
 }

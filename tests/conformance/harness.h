@@ -109,6 +109,7 @@ struct kt_case_t {
   int steps;
   int64_t step0;
   bool with_buffer;
+  kiln_dtype_t index_dtype; /* index_select, index_add: the index's (i32 or i64) */
   char label[640];
 };
 
@@ -214,7 +215,7 @@ typedef struct kt_group_t {
 } kt_group_t;
 
 extern const kt_group_t kt_group_creation, kt_group_movement, kt_group_elementwise, kt_group_linalg, kt_group_nn,
-    kt_group_gradients, kt_group_updates;
+    kt_group_gradients, kt_group_updates, kt_group_indexing;
 
 /* The runs main.c's coverage test looks for (a row per unary and binary op). */
 kt_run_fn kt_run_unary, kt_run_binary, kt_run_binary_scalar, kt_run_unary_backward;

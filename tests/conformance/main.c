@@ -30,7 +30,7 @@
 /* The groups, in the order their Check test cases run. */
 static const kt_group_t *const kt_groups[] = {
     &kt_group_creation, &kt_group_movement, &kt_group_elementwise, &kt_group_linalg,
-    &kt_group_nn,       &kt_group_gradients, &kt_group_updates,
+    &kt_group_nn,       &kt_group_gradients, &kt_group_updates, &kt_group_indexing,
 };
 
 /* Every row of every group, in that order: a test's loop index is its row. */
