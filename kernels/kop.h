@@ -126,6 +126,8 @@ typedef union kiln_kop_params_t {
   struct {
     kiln_scalar_t alpha;           /* INDEX_ADD's factor, in the dtype (kiln_scalar_t's rule) */
     kiln_i64 outer, len, inner, m; /* x [outer, len, inner]; the index's m entries */
+    kiln_i32 copy;                 /* INDEX_ADD: store src's element instead of adding (index_copy) */
+    kiln_i32 pad_;
   } index;
 } kiln_kop_params_t;
 
@@ -202,7 +204,7 @@ typedef struct kiln_kop_t {
   X(u.conv2d.q) X(u.conv2d.stride) X(u.conv2d.pad) X(u.conv2d.dil) X(u.conv2d.has_bias)             \
   X(u.pooling.q) X(u.pooling.window) X(u.pooling.pad) X(u.update.alpha) X(u.update.sqrt_bias2)     \
   X(u.update.nesterov) X(u.update.has_buf) X(u.update.copy) X(in[3].dtype) X(u.index.alpha.bits)  \
-  X(u.index.outer) X(u.index.m)                                                                     \
+  X(u.index.outer) X(u.index.copy)                                                                  \
   X(plan) X(plan.gemm.c_off) X(plan.gemm.batch) X(plan.gemm.trans_b)                               \
   X(plan.gemm.c_vec) X(plan.reduce.parts) X(plan.reduce.rows) X(plan.reduce.width)                 \
   X(plan.round.aux_off) X(plan.round.first) X(plan.round.per)

@@ -270,7 +270,8 @@ typedef struct kiln_op_t {
    *   in order of j by one work-item, so repeated indices accumulate and the
    *   sums are the same on every backend (float dtypes computed as the
    *   dtype's formulas, f16/bf16 in f32 rounded once per add; integers
-   *   wrapping). */
+   *   wrapping). With u.index.copy, x[o, index[j], i] = src[o, j, i]
+   *   instead (index_copy): the last of repeated entries wins. */
   kiln_kop_params_t u;
 } kiln_op_t;
 

@@ -96,15 +96,16 @@ kiln_status_t kiln_tensor_index_select(const kiln_tensor_t *x, int axis, const k
   return status;
 }
 
-kiln_status_t kiln_tensor_index_add(kiln_tensor_t *x, int axis, const kiln_tensor_t *index, const kiln_tensor_t *src,
-                                    double alpha) {
-  static const char call[] = "kiln_tensor_index_add";
+/* INDEX_ADD: x[..., index[j], ...] += alpha * src[..., j, ...], or with
+ * `copy` = src[..., j, ...]. */
+static kiln_status_t index_update(const char *call, kiln_tensor_t *x, int axis, const kiln_tensor_t *index,
+                                  const kiln_tensor_t *src, double alpha, bool copy) {
   kiln_op_t op;
   int ax = 0;
   kiln_status_t status = index_common(call, x, axis, index, &ax, &op.u);
   if (status == KILN_OK) status = kiln__op_need(call, "src", src);
   if (status == KILN_OK) status = kiln__op_same_device(call, "x", x, "src", src);
-  if (status == KILN_OK) status = kiln__op_need_dtypes(call, "index_add", "x", x, KILN__DT_INDEX_ADD);
+  if (status == KILN_OK) status = kiln__op_need_dtypes(call, copy ? "index_copy" : "index_add", "x", x, KILN__DT_INDEX_ADD);
   if (status != KILN_OK) return status;
   if (src->dtype != x->dtype)
     return kiln__set_error(KILN_DTYPE_MISMATCH, "%s: x is %s and src %s; pass src of x's dtype (kiln_tensor_cast)",
@@ -142,15 +143,27 @@ kiln_status_t kiln_tensor_index_add(kiln_tensor_t *x, int axis, const kiln_tenso
     op.kind = KILN_OP_INDEX_ADD;
     op.n_in = 3;
     op.u.index.alpha = kiln__scalar(alpha, x->dtype);
+    op.u.index.copy = copy;
     kiln__tensor_view(ds, &op.in[0]);
     kiln__tensor_view(di, &op.in[1]);
     kiln__tensor_view(report, &op.in[2]);
     const kiln_tensor_t *inputs[3] = {ds, di, report};
     status = kiln__op_enqueue_into(call, &op, x, inputs);
-    if (status == KILN_OK) status = report_check(call, queue, report, op.u.index.len, "its slice of src was not added");
+    if (status == KILN_OK)
+      status = report_check(call, queue, report, op.u.index.len,
+                            copy ? "its slice of src was not stored" : "its slice of src was not added");
   }
   kiln_tensor_release(ds);
   kiln_tensor_release(di);
   kiln_tensor_release(report);
   return status;
+}
+
+kiln_status_t kiln_tensor_index_add(kiln_tensor_t *x, int axis, const kiln_tensor_t *index, const kiln_tensor_t *src,
+                                    double alpha) {
+  return index_update("kiln_tensor_index_add", x, axis, index, src, alpha, false);
+}
+
+kiln_status_t kiln_tensor_index_copy(kiln_tensor_t *x, int axis, const kiln_tensor_t *index, const kiln_tensor_t *src) {
+  return index_update("kiln_tensor_index_copy", x, axis, index, src, 1.0, true);
 }

@@ -549,6 +549,10 @@ kiln_status_t kiln_tensor_index_select(const kiln_tensor_t *x, int axis, const k
  * and i64 (wrapping; alpha whole). The same sums on every backend. */
 kiln_status_t kiln_tensor_index_add(kiln_tensor_t *x, int axis, const kiln_tensor_t *index, const kiln_tensor_t *src,
                                     double alpha);
+/* In place: x[..., index[j], ...] = src[..., j, ...] (torch.Tensor.index_copy_;
+ * what x[idx] = v is in Python): the last of repeated indices wins, on every
+ * backend. src and x as index_add's. */
+kiln_status_t kiln_tensor_index_copy(kiln_tensor_t *x, int axis, const kiln_tensor_t *index, const kiln_tensor_t *src);
 
 /* A loss scaler's check and unscale in one pass over a gradient (torch's
  * _amp_foreach_non_finite_check_and_unscale_, for one tensor): *out = grad

@@ -89,6 +89,11 @@ static void index_add_task(void *ctx, int64_t begin, int64_t end, int thread) {
     for (int64_t j = 0; j < m; j++) {
       const int64_t k = row_of(op, jb->index, jb->i64, j, report);
       if (k < 0) continue;
+      if (op->u.index.copy) {
+        memcpy(jb->dst + (size_t)((o * len + k) * inner + i0) * jb->es,
+               jb->src + (size_t)((o * m + j) * inner + i0) * jb->es, (size_t)(i1 - i0) * jb->es);
+        continue;
+      }
       switch (op->out.dtype) {
       case KILN_F32: {
         const float a = alpha.f32;

@@ -82,7 +82,8 @@ template <typename T> __device__ __forceinline__ void kiln_index_add(const kiln_
       const int64_t k = kiln_index_row(op, j, i == 0 ? report : (int *)0);
       if (k < 0) continue;
       const int64_t at = (o * len + k) * inner + i;
-      x[at] = kiln_index_add_op<T>::f(x[at], op.u.index.alpha, src[(o * m + j) * inner + i]);
+      x[at] = op.u.index.copy ? src[(o * m + j) * inner + i]
+                              : kiln_index_add_op<T>::f(x[at], op.u.index.alpha, src[(o * m + j) * inner + i]);
     }
   }
 }

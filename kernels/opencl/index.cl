@@ -55,6 +55,10 @@ KILN_CL_DTYPES(KILN_GATHER_KERNEL_)
         const long k = kiln_index_row(idx32, idx64, j, len, i == 0 ? report : 0);                  \
         if (k < 0) continue;                                                                       \
         const long at = (o * len + k) * inner + i;                                                 \
+        if (op.u.index.copy) {                                                                     \
+          x[at] = src[(o * m + j) * inner + i];                                                    \
+          continue;                                                                                \
+        }                                                                                          \
         const CT a = LOAD(x[at]), s = LOAD(src[(o * m + j) * inner + i]);                          \
         x[at] = STORE(ADD(a, alpha, s));                                                           \
       }                                                                                            \

@@ -126,8 +126,12 @@ static void kt_build_index_add(const kt_row_t *row) {
       c.scalar = k % 3 == 0 ? 1.0 : kiln_dtype_class(dtypes[d]) == KILN_DTYPE_CLASS_FLOAT ? -2.5 : -2.0;
       char a[160];
       kt_in_text(&c.in[0], a, sizeof a);
-      snprintf(c.label, sizeof c.label, "index_add into %s, axis %d, %d %s indices, alpha %g", a, c.axis, c.steps,
-               kiln_dtype_name(c.index_dtype), c.scalar);
+      if (row->sub)
+        snprintf(c.label, sizeof c.label, "index_copy into %s, axis %d, %d %s indices", a, c.axis, c.steps,
+                 kiln_dtype_name(c.index_dtype));
+      else
+        snprintf(c.label, sizeof c.label, "index_add into %s, axis %d, %d %s indices, alpha %g", a, c.axis, c.steps,
+                 kiln_dtype_name(c.index_dtype), c.scalar);
       kt_check(&c);
     }
   /* src of another shape. */
@@ -150,13 +154,16 @@ KT_RUN(kt_run_index_add) {
   kt_split(&c->in[0], axis, &outer, &len, &inner);
   kiln_tensor_t *index = NULL;
   kiln_status_t status = kt_index_tensor(c, dev, len, -1, &index);
-  if (status == KILN_OK) status = kiln_tensor_index_add(in[0], c->axis, index, in[1], c->scalar);
+  if (status == KILN_OK)
+    status = c->row->sub ? kiln_tensor_index_copy(in[0], c->axis, index, in[1])
+                         : kiln_tensor_index_add(in[0], c->axis, index, in[1], c->scalar);
   kiln_tensor_release(index);
   if (status == KILN_OK) *out = kiln_tensor_retain(in[0]);
   return status;
 }
 
-/* The adds in order of the index, each as the dtype computes it. */
+/* The adds in order of the index, each as the dtype computes it (row sub
+ * 1: index_copy's stores, in the same order). */
 static void kt_expect_index_add(const kt_case_t *c, const kt_result_t *in, kt_result_t *out) {
   int64_t outer, len, inner;
   const int axis = c->axis < 0 ? c->axis + c->in[0].ndim : c->axis;
@@ -171,6 +178,11 @@ static void kt_expect_index_add(const kt_case_t *c, const kt_result_t *in, kt_re
       k = k < 0 ? k + len : k;
       for (int64_t i = 0; i < inner; i++) {
         const int64_t at = (o * len + k) * inner + i, from = (o * c->steps + j) * inner + i;
+        if (c->row->sub) { /* index_copy: the last entry wins */
+          const size_t es = kiln_dtype_size(dt);
+          memcpy((char *)out->data + (size_t)at * es, (const char *)in[1].data + (size_t)from * es, es);
+          continue;
+        }
         switch (dt) {
         case KILN_F32: {
           float *x = out->data;
@@ -255,6 +267,8 @@ static const kt_row_t kt_rows[] = {
      .tol = kt_tol_exact, .expect = kt_expect_index_select},
     {.name = "index_add", .op = "index_add", .build = kt_build_index_add, .run = kt_run_index_add,
      .tol = kt_tol_exact, .expect = kt_expect_index_add},
+    {.name = "index_copy", .op = "index_add", .build = kt_build_index_add, .run = kt_run_index_add,
+     .tol = kt_tol_exact, .expect = kt_expect_index_add, .sub = 1},
 };
 
 static void kt_add_tests(TCase *tc) { tcase_add_test(tc, test_index_out_of_range_is_reported); }
