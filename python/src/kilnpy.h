@@ -175,6 +175,8 @@ int kp_value_fits(double v, kiln_dtype_t dtype, const char *call, const char *wh
 
 /* Basic indexing and assignment through views (indexing.c). */
 extern PyMappingMethods kp_tensor_mapping;
+/* index_select, index_add_, index_copy_, index_put_ (indexing.c), added to the tensor type with the rest. */
+extern PyMethodDef kp_tensor_index_methods[];
 
 /* ---- DLPack (dlpack.c) ------------------------------------------------------------------- */
 

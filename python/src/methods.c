@@ -884,12 +884,14 @@ int kp_module_init_methods(PyObject *module) {
   kp_minmax_type = PyStructSequence_NewType(&kp_minmax_desc);
   if (!kp_minmax_type) return -1;
   PyObject *dict = kp_tensor_type.tp_dict;
-  for (PyMethodDef *def = kp_tensor_torch_methods; def->ml_name; def++) {
-    PyObject *descr = PyDescr_NewMethod(&kp_tensor_type, def);
-    int rc = descr ? PyDict_SetItemString(dict, def->ml_name, descr) : -1;
-    Py_XDECREF(descr);
-    if (rc < 0) return -1;
-  }
+  PyMethodDef *const tables[] = {kp_tensor_torch_methods, kp_tensor_index_methods};
+  for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
+    for (PyMethodDef *def = tables[t]; def->ml_name; def++) {
+      PyObject *descr = PyDescr_NewMethod(&kp_tensor_type, def);
+      int rc = descr ? PyDict_SetItemString(dict, def->ml_name, descr) : -1;
+      Py_XDECREF(descr);
+      if (rc < 0) return -1;
+    }
   PyType_Modified(&kp_tensor_type);
   return PyModule_AddFunctions(module, kp_torch_functions);
 }
