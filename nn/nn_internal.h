@@ -114,6 +114,7 @@ typedef enum kiln_nn__tape_op_t {
   KILN_NN__T_MAX_POOL2D,
   KILN_NN__T_RESHAPE,
   KILN_NN__T_CAST,
+  KILN_NN__T_INDEX_SELECT,
 } kiln_nn__tape_op_t;
 
 /* Where an input of a recorded op came from. */
@@ -135,7 +136,7 @@ typedef struct kiln_nn__entry_t {
   kiln_nn__tape_op_t op;
   int sub;              /* the unary or binary op; softmax: 1 for log_softmax; cast: the input's dtype */
   bool flag_a, flag_b;  /* matmul: trans_a, trans_b; sum/mean: keepdim */
-  int axis;             /* sum/mean */
+  int axis;             /* sum/mean; index_select */
   double scalar;        /* binary_scalar */
   kiln_tensor_t *out;   /* retained: the result's identity, and its value where the backward needs it */
   int n_in;

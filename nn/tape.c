@@ -89,6 +89,7 @@ const char *kiln_nn__tape_op_name(const kiln_nn__entry_t *e) {
   case KILN_NN__T_MAX_POOL2D: return "max_pool2d";
   case KILN_NN__T_RESHAPE: return "reshape";
   case KILN_NN__T_CAST: return "cast";
+  case KILN_NN__T_INDEX_SELECT: return "index_select";
   }
   return "?";
 }
@@ -405,6 +406,22 @@ kiln_status_t kiln_nn_tape_reshape(kiln_nn_tape_t *tape, kiln_tensor_t *x, int n
   kiln_tensor_t *y = NULL;
   status = kiln_tensor_reshape(x, ndim, shape, &y);
   /* A view of a recorded result is a new tensor, and so a new identity. */
+  return finish(tape, &p, call, status, y, out);
+}
+
+kiln_status_t kiln_nn_tape_index_select(kiln_nn_tape_t *tape, kiln_tensor_t *x, int axis, const kiln_tensor_t *index,
+                                        kiln_tensor_t **out) {
+  static const char call[] = "kiln_nn_tape_index_select";
+  kiln_status_t status = need(call, x, "x", out);
+  if (status != KILN_OK) return status;
+  if (!index) return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: index is NULL", call);
+  pending_t p;
+  /* index is a constant: the gradient goes to x alone. */
+  pending_begin(&p, tape, KILN_NN__T_INDEX_SELECT, (const kiln_tensor_t *const[]){x}, 1);
+  p.e.axis = axis;
+  kiln_tensor_t *y = NULL;
+  status = kiln_tensor_index_select(x, axis, index, &y);
+  if (status == KILN_OK) save(&p, 0, index); /* the backward's scatter (slot 0 holds the index, not x) */
   return finish(tape, &p, call, status, y, out);
 }
 

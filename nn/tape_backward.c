@@ -366,6 +366,16 @@ static kiln_status_t back_entry(walk_t *w) {
     if (status == KILN_OK) status = deliver(w, 0, dx, true);
     return status;
   }
+  case KILN_NN__T_INDEX_SELECT: {
+    /* dx: zeros of x's shape, dy's slices added at the indices (repeated
+     * ones adding up): kiln_tensor_index_add, in x's dtype. */
+    const kiln_nn__input_t *in = &e->in[0];
+    status = kiln_tensor_zeros(kiln_tensor_device(g), kiln_tensor_dtype(g), in->ndim, in->shape, &dx);
+    if (status == KILN_OK) status = kiln_tensor_index_add(dx, e->axis, in->saved, g, 1.0);
+    if (status == KILN_OK) status = deliver(w, 0, dx, true);
+    else kiln_tensor_release(dx);
+    return status;
+  }
   case KILN_NN__T_CROSS_ENTROPY: break;
   }
   return KILN_OK;

@@ -475,6 +475,16 @@ static PyObject *kp_tape_reshape(kp_tape_t *t, PyObject *const *args, Py_ssize_t
   return kp_result(kiln_nn_tape_reshape(t->tape, tx, ndim, shape, &out), &out);
 }
 
+static PyObject *kp_tape_index_select(kp_tape_t *t, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"x", "dim", "index", NULL};
+  PyObject *x, *index;
+  int dim;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OiO:index_select", names, &x, &dim, &index)) return NULL;
+  kiln_tensor_t *tx = kp_tensor_arg(x, "x"), *ti = tx ? kp_tensor_arg(index, "index") : NULL, *out = NULL;
+  if (!ti) return NULL;
+  return kp_result(kiln_nn_tape_index_select(t->tape, tx, dim, ti, &out), &out);
+}
+
 #define KP_TAPE_KW(fn) (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS
 #define KP_TAPE_FAST(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL
 
@@ -505,6 +515,9 @@ static PyMethodDef kp_tape_methods[] = {
     {"max_pool2d", KP_TAPE_KW(kp_tape_max_pool2d),
      "max_pool2d(x, kernel_size, stride=None, padding=0)\n--\n\nRecorded max pooling."},
     {"reshape", KP_TAPE_FAST(kp_tape_reshape), "reshape(x, shape)\n--\n\nRecorded reshape (a view)."},
+    {"index_select", KP_TAPE_KW(kp_tape_index_select),
+     "index_select(x, dim, index)\n--\n\nRecorded x.index_select(dim, index) (index an int32/int64 tensor, a "
+     "constant): the gradient adds dy's slices at the indices, repeated ones adding up (an embedding's)."},
     {"__enter__", (PyCFunction)kp_tape_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)kp_tape_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

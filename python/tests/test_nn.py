@@ -120,6 +120,26 @@ def test_tape_gradients_match_pytorch():
     assert len(t2) == 0
 
 
+def test_tape_index_select_is_an_embedding_lookup():
+    # An embedding table read at token ids (one repeated): its gradient is
+    # PyTorch's, the repeated row getting both slices.
+    torch = pytest.importorskip("torch")
+    table0 = rng.standard_normal((6, 4)).astype(np.float32)
+    ids = np.array([3, 1, 3, 5], np.int64)
+    labels = np.array([0, 3, 2, 1], np.int32)
+    table = nn.Parameter(kiln.tensor(table0), "embedding")
+    tape = nn.Tape()
+    rows = tape.index_select(tape.watch(table), 0, kiln.tensor(ids))
+    loss = tape.cross_entropy(rows, kiln.tensor(labels))
+    tape.backward(loss)
+    tt = torch.tensor(table0, requires_grad=True)
+    tl = torch.nn.functional.cross_entropy(torch.nn.functional.embedding(torch.from_numpy(ids), tt),
+                                           torch.from_numpy(labels).long())
+    tl.backward()
+    assert abs(loss.item() - tl.item()) < 1e-5
+    np.testing.assert_allclose(host(table.grad), tt.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
 def test_tape_without_gradients_records_nothing():
     tape = nn.Tape()
     y = tape.add(kiln.ones(3), kiln.ones(3))

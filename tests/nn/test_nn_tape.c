@@ -148,6 +148,23 @@ static kiln_status_t b_reshape(kiln_nn_tape_t *t, kiln_tensor_t **v, kiln_tensor
   return kiln_nn_tape_reshape(t, v[0], 2, (int64_t[]){3, 4}, out);
 }
 
+/* index_select with a repeated and a negative index: the gradient adds
+ * both repeats' slices into one row (kiln_tensor_index_add). */
+static kiln_status_t b_index_select(kiln_nn_tape_t *t, kiln_tensor_t **v, kiln_tensor_t **out, int axis) {
+  const int64_t entries[5] = {2, 0, -1, 2, 1}, n = 5;
+  kiln_tensor_t *index = NULL;
+  kiln_status_t s = kiln_tensor_from_host(kt_dev(), KILN_I64, 1, &n, entries, &index);
+  if (s == KILN_OK) s = kiln_nn_tape_index_select(t, v[0], axis, index, out);
+  kiln_tensor_release(index);
+  return s;
+}
+static kiln_status_t b_index_select0(kiln_nn_tape_t *t, kiln_tensor_t **v, kiln_tensor_t **out) {
+  return b_index_select(t, v, out, 0);
+}
+static kiln_status_t b_index_select1(kiln_nn_tape_t *t, kiln_tensor_t **v, kiln_tensor_t **out) {
+  return b_index_select(t, v, out, 1);
+}
+
 /* exp(x * x + x): one result used twice by one op, and again by another. */
 static kiln_status_t b_reuse(kiln_nn_tape_t *t, kiln_tensor_t **v, kiln_tensor_t **out) {
   kiln_tensor_t *sq = NULL, *sum = NULL;
@@ -246,6 +263,8 @@ static const kt_case_t kt_cases[] = {
     {"max_pool2d 2x2", b_pool2, 1, {KT_D(1, 2, 4, 4)}},
     {"max_pool2d 3x3 stride 2 pad 1", b_pool3_overlap, 1, {KT_D(1, 1, 5, 5)}},
     {"reshape", b_reshape, 1, {KT_U(2, 6)}},
+    {"index_select axis 0, repeats", b_index_select0, 1, {KT_U(4, 3)}},
+    {"index_select axis 1, repeats", b_index_select1, 1, {KT_U(2, 3, 2)}},
     {"a result used twice", b_reuse, 1, {KT_R(-0.5f, 0.5f, 3, 4)}},
     {"a parameter used twice", b_param_twice, 2, {KT_R(-0.5f, 0.5f, 3, 3), KT_R(-0.5f, 0.5f, 3, 3)}},
     {"linear, tanh, linear, cross-entropy", b_mlp, 3, {KT_U(4, 6), KT_U(4), KT_U(3, 4)}},

@@ -417,6 +417,11 @@ kiln_status_t kiln_nn_tape_max_pool2d(kiln_nn_tape_t *tape, kiln_tensor_t *x, co
  * f32 loss gradient rounds once into the f16 or bf16 of a low-precision
  * model, as torch.autocast does). */
 kiln_status_t kiln_nn_tape_cast(kiln_nn_tape_t *tape, kiln_tensor_t *x, kiln_dtype_t dtype, kiln_tensor_t **out);
+/* kiln_tensor_index_select (index a constant); the gradient is dy's slices
+ * added into zeros of x's shape at the indices (kiln_tensor_index_add,
+ * repeated indices adding up): an embedding lookup's. */
+kiln_status_t kiln_nn_tape_index_select(kiln_nn_tape_t *tape, kiln_tensor_t *x, int axis, const kiln_tensor_t *index,
+                                        kiln_tensor_t **out);
 /* kiln_tensor_reshape (a view when the layout allows); the gradient is
  * reshaped back. */
 kiln_status_t kiln_nn_tape_reshape(kiln_nn_tape_t *tape, kiln_tensor_t *x, int ndim, const int64_t *shape,
