@@ -113,11 +113,25 @@ kiln_status_t kiln_nn_max_pool2d_create(const kiln_pool2d_params_t *params, kiln
   return KILN_OK;
 }
 
+kiln_status_t kiln_nn_activation_create(kiln_unary_op_t op, kiln_nn_layer_t **out_layer) {
+  static const char *const names[KILN_UNARY_COUNT_] = {
+#define NAME_(NAME, name) #name,
+      KILN_UNARY_OPS(NAME_)
+#undef NAME_
+  };
+  if (!out_layer) return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_activation_create: out_layer is NULL");
+  if ((unsigned)op >= KILN_UNARY_COUNT_)
+    return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_activation_create: op %d is not a kiln_unary_op_t", (int)op);
+  kiln_status_t status = layer_new(KILN_NN__ACTIVATION, out_layer);
+  if (status != KILN_OK) return status;
+  (*out_layer)->activation = op;
+  snprintf((*out_layer)->text, sizeof (*out_layer)->text, "%s", names[op]);
+  return KILN_OK;
+}
+
 kiln_status_t kiln_nn_relu_create(kiln_nn_layer_t **out_layer) {
   if (!out_layer) return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_relu_create: out_layer is NULL");
-  kiln_status_t status = layer_new(KILN_NN__RELU, out_layer);
-  if (status == KILN_OK) snprintf((*out_layer)->text, sizeof (*out_layer)->text, "relu");
-  return status;
+  return kiln_nn_activation_create(KILN_UNARY_RELU, out_layer);
 }
 
 kiln_status_t kiln_nn_flatten_create(kiln_nn_layer_t **out_layer) {
@@ -125,6 +139,11 @@ kiln_status_t kiln_nn_flatten_create(kiln_nn_layer_t **out_layer) {
   kiln_status_t status = layer_new(KILN_NN__FLATTEN, out_layer);
   if (status == KILN_OK) snprintf((*out_layer)->text, sizeof (*out_layer)->text, "flatten");
   return status;
+}
+
+kiln_status_t kiln_nn_layer_to(kiln_nn_layer_t *layer, kiln_device_t *device) {
+  if (!layer) return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_layer_to: layer is NULL");
+  return kiln_nn__params_to(layer->params, layer->param_count, device, "kiln_nn_layer_to");
 }
 
 void kiln_nn_layer_free(kiln_nn_layer_t *layer) {
@@ -164,7 +183,7 @@ kiln_status_t kiln_nn_layer_forward(kiln_nn_layer_t *layer, kiln_nn_tape_t *tape
   case KILN_NN__LINEAR: status = kiln_nn_tape_linear(tape, x, w, b, out); break;
   case KILN_NN__CONV2D: status = kiln_nn_tape_conv2d(tape, x, w, b, &layer->conv, out); break;
   case KILN_NN__MAX_POOL2D: status = kiln_nn_tape_max_pool2d(tape, x, &layer->pool, out); break;
-  case KILN_NN__RELU: status = kiln_nn_tape_unary(tape, KILN_UNARY_RELU, x, out); break;
+  case KILN_NN__ACTIVATION: status = kiln_nn_tape_unary(tape, layer->activation, x, out); break;
   case KILN_NN__FLATTEN: {
     const int64_t *shape = kiln_tensor_shape(x);
     int64_t flat[2] = {kiln_tensor_ndim(x) > 0 ? shape[0] : 1, -1};

@@ -90,6 +90,18 @@ kiln_nn_param_t *const *kiln_nn_model_params(const kiln_nn_model_t *model, size_
   return model ? model->params : NULL;
 }
 
+kiln_status_t kiln_nn_model_to(kiln_nn_model_t *model, kiln_device_t *device) {
+  if (!model) return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_model_to: model is NULL");
+  if (device && model->precision != KILN_F32 &&
+      kiln_device_dtype_support(device, model->precision) == KILN_DTYPE_UNSUPPORTED)
+    return kiln_set_error(KILN_UNSUPPORTED, "kiln_nn_model_to: %s has no %s kernels for this model's precision; set "
+                          "it to f32 first (kiln_nn_model_set_precision)", kiln_device_name(device),
+                          kiln_dtype_name(model->precision));
+  kiln_status_t status = kiln_nn__params_to(model->params, model->param_count, device, "kiln_nn_model_to");
+  if (status == KILN_OK && model->param_count) model->device = device;
+  return status;
+}
+
 kiln_device_t *kiln_nn_model_device(const kiln_nn_model_t *model) { return model ? model->device : NULL; }
 
 kiln_status_t kiln_nn_model_set_precision(kiln_nn_model_t *model, kiln_dtype_t precision) {
@@ -222,15 +234,15 @@ typedef struct preset_layer_t {
 static const preset_layer_t preset_mlp[] = {
     {KILN_NN__FLATTEN, 0, 0, 0, 0},
     {KILN_NN__LINEAR, 784, 1000, 0, 0},
-    {KILN_NN__RELU, 0, 0, 0, 0},
+    {KILN_NN__ACTIVATION, 0, 0, 0, 0},
     {KILN_NN__LINEAR, 1000, 10, 0, 0},
 };
 
 static const preset_layer_t preset_lenet[] = {
-    {KILN_NN__CONV2D, 1, 6, 5, 2},     {KILN_NN__RELU, 0, 0, 0, 0},    {KILN_NN__MAX_POOL2D, 0, 0, 2, 0},
-    {KILN_NN__CONV2D, 6, 16, 5, 0},    {KILN_NN__RELU, 0, 0, 0, 0},    {KILN_NN__MAX_POOL2D, 0, 0, 2, 0},
-    {KILN_NN__FLATTEN, 0, 0, 0, 0},    {KILN_NN__LINEAR, 400, 120, 0, 0}, {KILN_NN__RELU, 0, 0, 0, 0},
-    {KILN_NN__LINEAR, 120, 84, 0, 0},  {KILN_NN__RELU, 0, 0, 0, 0},    {KILN_NN__LINEAR, 84, 10, 0, 0},
+    {KILN_NN__CONV2D, 1, 6, 5, 2},     {KILN_NN__ACTIVATION, 0, 0, 0, 0},    {KILN_NN__MAX_POOL2D, 0, 0, 2, 0},
+    {KILN_NN__CONV2D, 6, 16, 5, 0},    {KILN_NN__ACTIVATION, 0, 0, 0, 0},    {KILN_NN__MAX_POOL2D, 0, 0, 2, 0},
+    {KILN_NN__FLATTEN, 0, 0, 0, 0},    {KILN_NN__LINEAR, 400, 120, 0, 0}, {KILN_NN__ACTIVATION, 0, 0, 0, 0},
+    {KILN_NN__LINEAR, 120, 84, 0, 0},  {KILN_NN__ACTIVATION, 0, 0, 0, 0},    {KILN_NN__LINEAR, 84, 10, 0, 0},
 };
 
 static kiln_status_t preset_layer(kiln_device_t *device, const preset_layer_t *p, kiln_nn_layer_t **out) {
@@ -245,7 +257,7 @@ static kiln_status_t preset_layer(kiln_device_t *device, const preset_layer_t *p
     kiln_pool2d_params_t q = {{(int32_t)p->k, (int32_t)p->k}, {0, 0}, {0, 0}};
     return kiln_nn_max_pool2d_create(&q, out);
   }
-  case KILN_NN__RELU: return kiln_nn_relu_create(out);
+  case KILN_NN__ACTIVATION: return kiln_nn_relu_create(out); /* the presets' activation */
   case KILN_NN__FLATTEN: return kiln_nn_flatten_create(out);
   }
   return kiln_set_error(KILN_INTERNAL, "preset layer kind %d", (int)p->kind);

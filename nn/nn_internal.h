@@ -183,7 +183,7 @@ typedef enum kiln_nn__layer_kind_t {
   KILN_NN__LINEAR,
   KILN_NN__CONV2D,
   KILN_NN__MAX_POOL2D,
-  KILN_NN__RELU,
+  KILN_NN__ACTIVATION,
   KILN_NN__FLATTEN,
 } kiln_nn__layer_kind_t;
 
@@ -195,7 +195,13 @@ struct kiln_nn_layer_t {
   int64_t fan_in;               /* inputs per output: the initialisation's bound */
   kiln_conv2d_params_t conv;
   kiln_pool2d_params_t pool;
+  kiln_unary_op_t activation;   /* KILN_NN__ACTIVATION's op */
 };
+
+/* Move the values of `count` parameters to `device` (kiln_nn_param_to for
+ * each, all or none): `call` names the public function in messages. */
+kiln_status_t kiln_nn__params_to(kiln_nn_param_t *const *params, size_t count, kiln_device_t *device,
+                                 const char *call);
 
 /* Draw the layer's weight and bias again (kiln_nn_param_init_uniform). */
 kiln_status_t kiln_nn__layer_reset(kiln_nn_layer_t *layer, uint64_t seed_weight, uint64_t seed_bias);

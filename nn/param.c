@@ -61,6 +61,45 @@ void kiln_nn_param_zero_grad(kiln_nn_param_t *param) {
   param->grad_exclusive = false;
 }
 
+kiln_status_t kiln_nn__params_to(kiln_nn_param_t *const *params, size_t count, kiln_device_t *device,
+                                 const char *call) {
+  if (!device) return kiln_set_error(KILN_INVALID_ARGUMENT, "%s: device is NULL", call);
+  enum { BATCH = 64 };
+  /* Every value is copied first, so a failure leaves all of them where they were. */
+  kiln_tensor_t *stack[BATCH], **moved = count <= BATCH ? stack : calloc(count, sizeof *moved);
+  if (!moved) return kiln_set_error(KILN_OUT_OF_MEMORY, "%s: cannot allocate %zu pointers", call, count);
+  kiln_status_t status = KILN_OK;
+  size_t done = 0;
+  while (done < count && status == KILN_OK) {
+    status = kiln_tensor_to(params[done]->value, device, &moved[done]);
+    if (status == KILN_OK) done++;
+  }
+  for (size_t i = 0; i < done; i++) {
+    if (status != KILN_OK) {
+      kiln_tensor_release(moved[i]);
+      continue;
+    }
+    kiln_nn_param_t *p = params[i];
+    if (moved[i] == p->value) {
+      kiln_tensor_release(moved[i]);
+      continue;
+    }
+    kiln_tensor_release(p->value);
+    p->value = moved[i];
+    kiln_tensor_release(p->low);
+    p->low = NULL;
+    p->low_current = false;
+    kiln_nn_param_zero_grad(p);
+  }
+  if (moved != stack) free(moved);
+  return status;
+}
+
+kiln_status_t kiln_nn_param_to(kiln_nn_param_t *param, kiln_device_t *device) {
+  if (!param) return kiln_set_error(KILN_INVALID_ARGUMENT, "kiln_nn_param_to: param is NULL");
+  return kiln_nn__params_to(&param, 1, device, "kiln_nn_param_to");
+}
+
 kiln_status_t kiln_nn__param_rename(kiln_nn_param_t *param, const char *name) {
   char *copy = copy_name(name);
   if (!copy) return kiln_set_error(KILN_OUT_OF_MEMORY, "cannot allocate the parameter name '%s'", name);

@@ -113,6 +113,11 @@ static kiln_nn__source_t find_source(const kiln_nn_tape_t *tape, const kiln_tens
   return KILN_NN__CONSTANT;
 }
 
+bool kiln_nn_tape_carries(const kiln_nn_tape_t *tape, const kiln_tensor_t *t) {
+  size_t index;
+  return tape && find_source(tape, t, &index) != KILN_NN__CONSTANT;
+}
+
 /* An entry being built: its inputs resolved; `needed` false when none of
  * them carries a gradient, in which case nothing is recorded. */
 typedef struct pending_t {

@@ -107,6 +107,81 @@ START_TEST(test_same_seed_same_network_on_every_device) {
 }
 END_TEST
 
+/* model.to(device) as PyTorch's: every value copied there, bit for bit, the
+ * gradients dropped; the model runs there; a layer moves on its own too. */
+START_TEST(test_models_and_layers_move_between_devices) {
+  kiln_device_t *cpu = kt_nn_cpu();
+  kiln_nn_model_t *model = NULL;
+  KT_OK(kiln_nn_model_create_preset("lenet", cpu, 3, &model));
+  size_t n = 0, m = 0, count = 0, devices = 0;
+  float *want = kt_nn_params(model, &n);
+  kiln_nn_param_t *const *params = kiln_nn_model_params(model, &count);
+  /* A gradient to drop, from a backward pass (and what the tape says carries one). */
+  kiln_nn_tape_t *tape = NULL;
+  kiln_tensor_t *v = NULL, *sum = NULL, *other = NULL;
+  KT_OK(kiln_nn_tape_create(&tape));
+  KT_OK(kiln_nn_tape_watch(tape, params[1], &v));
+  KT_OK(kiln_nn_tape_sum(tape, v, KILN_ALL_AXES, false, &sum));
+  KT_OK(kiln_tensor_ones(cpu, KILN_F32, 1, (int64_t[]){6}, &other));
+  ck_assert(kiln_nn_tape_carries(tape, v) && kiln_nn_tape_carries(tape, sum));
+  ck_assert(!kiln_nn_tape_carries(tape, other) && !kiln_nn_tape_carries(tape, NULL) &&
+            !kiln_nn_tape_carries(NULL, sum));
+  KT_OK(kiln_nn_tape_backward(tape, sum, NULL));
+  ck_assert(!kiln_nn_tape_carries(tape, sum));
+  ck_assert_ptr_nonnull(kiln_nn_param_grad(params[1]));
+  kiln_tensor_release(sum);
+  kiln_tensor_release(other);
+  kiln_nn_tape_free(tape);
+  KT_OK(kiln_device_count(&devices));
+  for (size_t d = 0; d < devices; d++) {
+    kiln_device_t *device = NULL;
+    KT_OK(kiln_device_get(d, &device));
+    KT_OK(kiln_nn_model_to(model, device));
+    ck_assert_ptr_eq(kiln_nn_model_device(model), device);
+    for (size_t i = 0; i < count; i++) ck_assert_ptr_eq(kiln_tensor_device(kiln_nn_param_value(params[i])), device);
+    /* Already there (device 0 is cpu:0), nothing happens; moved, the gradient is gone. */
+    ck_assert(d == 0 && device == cpu ? kiln_nn_param_grad(params[1]) != NULL : kiln_nn_param_grad(params[1]) == NULL);
+    float *got = kt_nn_params(model, &m);
+    ck_assert_msg(m == n && memcmp(want, got, n * sizeof(float)) == 0, "the values changed moving to %s",
+                  kiln_device_name(device));
+    free(got);
+    kiln_tensor_t *x = NULL, *y = NULL;
+    KT_OK(kiln_tensor_zeros(device, KILN_F32, 4, (int64_t[]){2, 1, 28, 28}, &x));
+    KT_OK(kiln_nn_model_forward(model, NULL, x, &y));
+    ck_assert_ptr_eq(kiln_tensor_device(y), device);
+    kiln_tensor_release(x);
+    kiln_tensor_release(y);
+  }
+  KT_FAILS(kiln_nn_model_to(model, NULL), KILN_INVALID_ARGUMENT, "device is NULL");
+  KT_FAILS(kiln_nn_model_to(NULL, cpu), KILN_INVALID_ARGUMENT, "model is NULL");
+  kiln_nn_layer_t *layer = NULL;
+  KT_OK(kiln_nn_linear_create(cpu, 3, 2, true, 1, &layer));
+  KT_OK(kiln_nn_layer_to(layer, cpu)); /* already there: nothing happens */
+  kiln_tensor_t *before = kiln_nn_param_value(kiln_nn_layer_param(layer, 0));
+  KT_OK(kiln_nn_layer_to(layer, cpu));
+  ck_assert_ptr_eq(kiln_nn_param_value(kiln_nn_layer_param(layer, 0)), before);
+  KT_FAILS(kiln_nn_layer_to(NULL, cpu), KILN_INVALID_ARGUMENT, "layer is NULL");
+  /* Activations as layers (torch.nn.Sigmoid, Tanh): any unary op. */
+  kiln_nn_layer_t *sig = NULL, *bad = NULL;
+  KT_OK(kiln_nn_activation_create(KILN_UNARY_SIGMOID, &sig));
+  ck_assert_str_eq(kiln_nn_layer_describe(sig), "sigmoid");
+  kiln_tensor_t *zero = NULL, *half = NULL;
+  KT_OK(kiln_tensor_zeros(cpu, KILN_F32, 1, (int64_t[]){3}, &zero));
+  KT_OK(kiln_nn_layer_forward(sig, NULL, zero, &half));
+  float h[3];
+  KT_OK(kiln_tensor_read(half, h, sizeof h));
+  ck_assert(h[0] == 0.5f && h[1] == 0.5f && h[2] == 0.5f);
+  KT_FAILS(kiln_nn_activation_create(KILN_UNARY_COUNT_, &bad), KILN_INVALID_ARGUMENT, "is not a kiln_unary_op_t");
+  kiln_tensor_release(zero);
+  kiln_tensor_release(half);
+  kiln_nn_layer_free(sig);
+  KT_FAILS(kiln_nn_param_to(NULL, cpu), KILN_INVALID_ARGUMENT, "param is NULL");
+  kiln_nn_layer_free(layer);
+  free(want);
+  kiln_nn_model_free(model);
+}
+END_TEST
+
 START_TEST(test_save_and_load) {
   kiln_device_t *cpu = kt_nn_cpu();
   kt_nn_tmpdir();
@@ -488,6 +563,7 @@ int main(void) {
   tcase_add_test(models, test_presets_are_pytorchs_sequentials);
   tcase_add_test(models, test_same_seed_same_network_on_every_device);
   tcase_add_test(models, test_save_and_load);
+  tcase_add_test(models, test_models_and_layers_move_between_devices);
   tcase_add_test(models, test_sgd_and_adam_follow_pytorchs_formulas);
   tcase_add_test(models, test_save_refuses_non_finite_parameters);
   tcase_add_test(models, test_diverged_training_is_an_error);

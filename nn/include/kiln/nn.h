@@ -294,6 +294,16 @@ const char *kiln_nn_param_name(const kiln_nn_param_t *param);
 kiln_tensor_t *kiln_nn_param_value(const kiln_nn_param_t *param);
 kiln_tensor_t *kiln_nn_param_grad(const kiln_nn_param_t *param);
 
+/* Move the value to `device` (torch's module.to(device) for one parameter):
+ * a copy there replaces it (the value is then another tensor), the gradient
+ * and a low-precision copy are dropped. Nothing happens when it is there
+ * already. As in PyTorch, move a model before making its optimizer: an
+ * optimizer's state stays where it was made, and a step with it fails with
+ * KILN_DEVICE_MISMATCH. Not while a tape records with the parameter.
+ * Enqueued; does not block. KILN_INVALID_ARGUMENT for NULL; the errors of
+ * kiln_tensor_to (KILN_OUT_OF_MEMORY). */
+kiln_status_t kiln_nn_param_to(kiln_nn_param_t *param, kiln_device_t *device);
+
 /* Drop the gradient (it reads as zero from now on); the memory returns to the
  * device's pool once the work using it is done. Never blocks. */
 void kiln_nn_param_zero_grad(kiln_nn_param_t *param);
@@ -371,6 +381,12 @@ void kiln_nn_tape_clear(kiln_nn_tape_t *tape);
  * operations, with the op and its place in the record named (the record is
  * cleared then too, and gradients may be partly added). */
 kiln_status_t kiln_nn_tape_backward(kiln_nn_tape_t *tape, kiln_tensor_t *y, const kiln_tensor_t *dy);
+
+/* Whether `t` carries a gradient in this recording: a watched parameter's
+ * value (or its low-precision copy) or the result of a recorded op. False for
+ * NULL, for any other tensor, and for everything after a backward pass or a
+ * clear. Never blocks. */
+bool kiln_nn_tape_carries(const kiln_nn_tape_t *tape, const kiln_tensor_t *t);
 
 /* The differentiable operations. Each is the kiln_tensor_ call of the same
  * name; the gradient it records is noted where it is not obvious. */
@@ -456,10 +472,16 @@ kiln_status_t kiln_nn_conv2d_create(kiln_device_t *device, int64_t in_channels, 
  * ([N, ...] -> [N, rest], a view): no parameters, no device of their own. */
 kiln_status_t kiln_nn_max_pool2d_create(const kiln_pool2d_params_t *params, kiln_nn_layer_t **out_layer);
 kiln_status_t kiln_nn_relu_create(kiln_nn_layer_t **out_layer);
+/* An elementwise activation, any kiln_unary_op_t (torch.nn.Sigmoid is
+ * KILN_UNARY_SIGMOID, Tanh KILN_UNARY_TANH); relu_create is this with RELU. */
+kiln_status_t kiln_nn_activation_create(kiln_unary_op_t op, kiln_nn_layer_t **out_layer);
 kiln_status_t kiln_nn_flatten_create(kiln_nn_layer_t **out_layer);
 /* Frees the layer and its parameters; NULL is a no-op. Not for a layer a
  * model owns. */
 void kiln_nn_layer_free(kiln_nn_layer_t *layer);
+
+/* Move the layer's parameters to `device`, all or none (kiln_nn_param_to). */
+kiln_status_t kiln_nn_layer_to(kiln_nn_layer_t *layer, kiln_device_t *device);
 
 /* "linear(784, 1000)", "conv2d(1, 6, 5x5, pad 2)", "relu" ... Owned by the layer. */
 const char *kiln_nn_layer_describe(const kiln_nn_layer_t *layer);
@@ -490,6 +512,10 @@ kiln_nn_layer_t *kiln_nn_model_layer(const kiln_nn_model_t *model, size_t i);
 kiln_nn_param_t *const *kiln_nn_model_params(const kiln_nn_model_t *model, size_t *out_count);
 /* The device of the parameters (NULL for a model without any). */
 kiln_device_t *kiln_nn_model_device(const kiln_nn_model_t *model);
+/* Move every parameter to `device`, all or none (kiln_nn_param_to); the model
+ * lives there from then on. KILN_UNSUPPORTED when the model computes in bf16
+ * or f16 and `device` has no kernels of that dtype. */
+kiln_status_t kiln_nn_model_to(kiln_nn_model_t *model, kiln_device_t *device);
 /* Run the layers in order; recorded on `tape` when not NULL. */
 kiln_status_t kiln_nn_model_forward(kiln_nn_model_t *model, kiln_nn_tape_t *tape, kiln_tensor_t *x,
                                     kiln_tensor_t **out);
