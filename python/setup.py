@@ -21,7 +21,7 @@ import sys
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["src/module.c", "src/device.c", "src/tensor.c", "src/convert.c", "src/ops.c", "src/dlpack.c", "src/methods.c", "src/indexing.c"]
+SOURCES = ["src/module.c", "src/device.c", "src/tensor.c", "src/convert.c", "src/ops.c", "src/dlpack.c", "src/methods.c", "src/indexing.c", "src/autograd.c"]
 NN_SOURCES = ["src/nn_data.c", "src/nn_train.c", "src/nn_model.c"]
 
 
@@ -136,4 +136,4 @@ def extension():
 
 
 check_wheel_support()
-setup(packages=["kiln"], ext_modules=[extension()])
+setup(packages=["kiln", "kiln.nn"], ext_modules=[extension()])

@@ -36,6 +36,86 @@ __version__ = "0.1.0"
 __all__ = [name for name in dir(_kiln) if not name.startswith("_") and name not in ("nn", "HAS_NN", "bool")]
 
 
+class set_grad_enabled:
+    """Turn autograd's recording on or off, as ``torch.set_grad_enabled``:
+    a call, a context manager (the previous state comes back on exit) or a
+    decorator. Ops on tensors that require grad are recorded (on libkiln-nn's
+    tape) only while it is on; it starts on. Process-wide, not per thread."""
+
+    def __init__(self, mode=True):
+        self.mode = True if mode else False  # (kiln.bool is the dtype here)
+        self.prev = _kiln._set_grad_enabled(self.mode)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _kiln._set_grad_enabled(self.prev)
+        return False
+
+    def __call__(self, fn):
+        import functools
+
+        mode = self.mode
+        _kiln._set_grad_enabled(self.prev)
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with set_grad_enabled(mode):
+                return fn(*args, **kwargs)
+
+        return run
+
+
+class no_grad(set_grad_enabled):
+    """``with kiln.no_grad():`` (or ``@kiln.no_grad()``): nothing is recorded, so
+    results require no grad and in-place updates of parameters are allowed
+    (``p -= lr * p.grad``), as in PyTorch."""
+
+    def __init__(self):
+        self.mode = False
+        self.prev = _kiln.is_grad_enabled()
+
+    def __enter__(self):
+        self.prev = _kiln._set_grad_enabled(False)
+        return self
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with no_grad():
+                return fn(*args, **kwargs)
+
+        return run
+
+
+class enable_grad(no_grad):
+    """Recording on again inside a ``kiln.no_grad()`` block."""
+
+    def __init__(self):
+        self.mode = True
+        self.prev = _kiln.is_grad_enabled()
+
+    def __enter__(self):
+        self.prev = _kiln._set_grad_enabled(True)
+        return self
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            with enable_grad():
+                return fn(*args, **kwargs)
+
+        return run
+
+
+__all__ += ["set_grad_enabled", "no_grad", "enable_grad"]
+
+
 class trace:
     """Record every operation, copy and allocation into Trace Event Format JSON (docs/trace.md)::
 
@@ -117,4 +197,4 @@ def _rebuild_tensor(array, selector, dtype=None):
 # Python module that wraps it.
 globals().pop("nn", None)
 if HAS_NN:
-    from . import nn  # noqa: E402,F401
+    from . import nn, optim  # noqa: E402,F401

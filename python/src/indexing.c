@@ -246,15 +246,28 @@ fail:
 
 static int kp_tensor_setitem(PyObject *self, PyObject *key, PyObject *value);
 
-/* x[key] for an advanced key: index_select, then the result's shape. */
-static PyObject *kp_advanced_get(kiln_tensor_t *x, kp_adv_t *a) {
+/* x[key] for an advanced key: index_select, then the result's shape.
+ * Recorded when x requires grad and one index selects along its first axis
+ * (x[idx], an embedding lookup); the other forms are refused then. */
+static PyObject *kp_advanced_get(PyObject *self, kp_adv_t *a) {
   kiln_tensor_t *rows = NULL, *out = NULL;
-  kiln_status_t status = kiln_tensor_index_select(a->base, 0, a->index, &rows);
-  if (status == KILN_OK) status = kiln_tensor_reshape(rows, a->ndim, a->shape, &out);
+  kiln_status_t status;
+  int rec = kp_ag_wanted(self, NULL);
+  if (rec && (rec < 0 || a->base != KP_TENSOR(self))) {
+    if (rec > 0) kp_ag_refuse(self, "x[rows, cols] or x[mask]");
+    kp_adv_free(a);
+    return NULL;
+  }
+  if (rec) {
+    status = KP_AG(kiln_nn_tape_index_select(kp_ag_tape(), kp_ag_in(self), 0, a->index, &rows));
+    if (status == KILN_OK) status = KP_AG(kiln_nn_tape_reshape(kp_ag_tape(), rows, a->ndim, a->shape, &out));
+  } else {
+    status = kiln_tensor_index_select(a->base, 0, a->index, &rows);
+    if (status == KILN_OK) status = kiln_tensor_reshape(rows, a->ndim, a->shape, &out);
+  }
   kiln_tensor_release(rows);
   kp_adv_free(a);
-  if (status != KILN_OK) return kp_raise(status);
-  return kp_tensor_wrap(out);
+  return kp_ag_result(status, &out);
 }
 
 /* The view `key` selects: slices (kiln_tensor_slice) then one reshape that
@@ -404,7 +417,8 @@ static PyObject *kp_tensor_getitem(PyObject *self, PyObject *key) {
   kp_adv_t adv;
   const int r = kp_advanced_plan(KP_TENSOR(self), key, &adv);
   if (r < 0) return NULL;
-  if (r > 0) return kp_advanced_get(KP_TENSOR(self), &adv);
+  if (r > 0) return kp_advanced_get(self, &adv);
+  if (kp_ag_refuse(self, "basic indexing (x[i], x[a:b], x[..., None])") < 0) return NULL;
   if (kp_index_view(KP_TENSOR(self), key, &out) < 0) return NULL;
   return kp_tensor_wrap(out);
 }
@@ -418,6 +432,7 @@ static int kp_tensor_setitem(PyObject *self, PyObject *key, PyObject *value) {
   }
   kiln_tensor_t *view = NULL, *src = NULL;
   kp_adv_t adv;
+  if (kp_ag_refuse(self, "assignment x[...] = v") < 0 || kp_ag_refuse(value, "assignment x[...] = v") < 0) return -1;
   const int adv_r = kp_advanced_plan(KP_TENSOR(self), key, &adv);
   if (adv_r < 0) return -1;
   if (adv_r > 0) {
@@ -535,12 +550,18 @@ static PyObject *kp_m_index_select(PyObject *self, PyObject *args, PyObject *kwa
   kiln_tensor_t *t = kp_index_arg(index, KP_TENSOR(self)), *flat = NULL, *out = NULL;
   if (!t) return NULL;
   const int64_t n = kiln_tensor_numel(t);
-  kiln_status_t st = kiln_tensor_reshape(t, 1, &n, &flat);
-  if (st == KILN_OK) st = kiln_tensor_index_select(KP_TENSOR(self), dim, flat, &out);
+  int rec = kp_ag_wanted(self, NULL);
+  kiln_status_t st = rec < 0 ? KILN_OK : kiln_tensor_reshape(t, 1, &n, &flat);
+  if (rec < 0) {
+    kiln_tensor_release(t);
+    return NULL;
+  }
+  if (st == KILN_OK)
+    st = rec ? KP_AG(kiln_nn_tape_index_select(kp_ag_tape(), kp_ag_in(self), dim, flat, &out))
+             : kiln_tensor_index_select(KP_TENSOR(self), dim, flat, &out);
   kiln_tensor_release(t);
   kiln_tensor_release(flat);
-  if (st != KILN_OK) return kp_raise(st);
-  return kp_tensor_wrap(out);
+  return kp_ag_result(st, &out);
 }
 
 /* source as a tensor of x's dtype on x's device. */
@@ -566,6 +587,9 @@ static PyObject *kp_index_update(PyObject *self, PyObject *args, PyObject *kwarg
   double alpha = 1.0;
   if (copy ? !PyArg_ParseTupleAndKeywords(args, kwargs, "iOO:index_copy_", copy_names, &dim, &index, &source)
            : !PyArg_ParseTupleAndKeywords(args, kwargs, "iOO|$d:index_add_", add_names, &dim, &index, &source, &alpha))
+    return NULL;
+  if (kp_ag_refuse(self, copy ? "index_copy_" : "index_add_") < 0 ||
+      kp_ag_refuse(source, copy ? "index_copy_" : "index_add_") < 0)
     return NULL;
   kiln_tensor_t *t = kp_index_arg(index, KP_TENSOR(self)), *s = t ? kp_source_arg(source, KP_TENSOR(self)) : NULL;
   if (!s) {

@@ -37,6 +37,11 @@ typedef struct kp_tensor_t {
    * had not touched then: exporting it again is not expected to wait for the
    * device, so __dlpack__ keeps the GIL for it (see dlpack.c). */
   bool imported;
+  /* Autograd (autograd.c): a leaf that requires grad holds the
+   * kiln.nn.Parameter over its tensor; a result of a recorded op, the
+   * recording it belongs to (0: none). */
+  PyObject *ag_param;
+  uint64_t ag_recording;
 } kp_tensor_t;
 
 typedef struct kp_dtype_t {
@@ -143,6 +148,12 @@ int kp_pair_arg(PyObject *arg, int32_t fallback, int32_t out[2], const char *wha
  * Python scalars on either side. Returns NotImplemented for other operands. */
 PyObject *kp_binary(kiln_binary_op_t op, PyObject *a, PyObject *b);
 PyObject *kp_matmul(PyObject *a, PyObject *b, bool trans_a, bool trans_b);
+/* The differentiable single-operand operations every spelling shares (the
+ * implicit tape records them when x requires grad): x is a Tensor. */
+PyObject *kp_unary(kiln_unary_op_t op, PyObject *x, kiln_tensor_t **out);
+PyObject *kp_softmax(PyObject *x, bool log);
+PyObject *kp_reshape(PyObject *x, int ndim, const int64_t *shape);
+PyObject *kp_cast(PyObject *x, kiln_dtype_t dtype);
 
 /* ---- PyTorch's spellings (methods.c) -------------------------------------------------------- */
 
@@ -185,6 +196,46 @@ PyObject *kp_tensor_dlpack_device(PyObject *self, PyObject *unused);
 extern PyMethodDef kp_dlpack_methods[];
 /* Interned names and the (1, 0) version tuple; 0 or -1. */
 int kp_dlpack_init(void);
+
+/* ---- autograd on tensors (autograd.c) ---------------------------------------------------------
+ * An op on tensors that require grad, in grad mode, runs as libkiln-nn's tape
+ * op on the implicit tape. Each differentiable entry point does:
+ *
+ *   if ((w = kp_ag_wanted(a, b)) != 0)
+ *     return w < 0 ? NULL : kp_ag_result(KP_AG(kiln_nn_tape_x(kp_ag_tape(), kp_ag_in(a), ..., &out)), &out);
+ *
+ * and an entry point kiln cannot differentiate calls kp_ag_refuse first, so
+ * no op silently cuts a gradient's path. Without libkiln-nn (KILNPY_NO_NN)
+ * nothing requires grad and KP_AG compiles the tape call away. */
+bool kp_ag_requires_grad(PyObject *obj);
+/* -1 with RuntimeError naming `op` when obj requires grad in grad mode. */
+int kp_ag_refuse(PyObject *obj, const char *op);
+/* A tensor's autograd state is dropped (its dealloc). */
+void kp_ag_forget(kp_tensor_t *t);
+/* The kiln.nn.Parameter behind a leaf that requires grad (borrowed), or NULL. */
+PyObject *kp_ag_param_of(PyObject *obj);
+int kp_module_init_autograd(PyObject *module);
+#ifndef KILNPY_NO_NN
+#include <kiln/nn.h>
+/* 1: record (the implicit tape exists then); 0: run the plain op; -1: error
+ * (a stale operand). a or b may be NULL or non-tensors. */
+int kp_ag_wanted(PyObject *a, PyObject *b);
+kiln_nn_tape_t *kp_ag_tape(void);
+/* An operand's kiln tensor; a leaf that requires grad is watched. */
+kiln_tensor_t *kp_ag_in(PyObject *obj);
+/* kp_result, and the result is marked when it carries a gradient. */
+PyObject *kp_ag_result(kiln_status_t status, kiln_tensor_t **out);
+/* The tape a kiln.nn layer or model called without one records on: the
+ * implicit tape in grad mode (x watched when it is a leaf that requires
+ * grad), else None (borrowed); NULL on error. */
+PyObject *kp_ag_layer_tape(PyObject *x);
+#define KP_AG(call) (call)
+#else
+static inline int kp_ag_wanted(PyObject *a, PyObject *b) { return 0; }
+static inline kiln_tensor_t *kp_ag_in(PyObject *obj) { return KP_TENSOR(obj); }
+#define kp_ag_result kp_result
+#define KP_AG(call) KILN_UNSUPPORTED
+#endif
 
 /* ---- libkiln-nn (nn_data.c, nn_train.c) ---------------------------------------------------- */
 

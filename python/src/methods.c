@@ -84,10 +84,16 @@ static PyObject *kp_m_dim(PyObject *self, PyObject *unused) { return PyLong_From
 
 static PyObject *kp_m_clone(PyObject *self, PyObject *unused) {
   kiln_tensor_t *out = NULL;
+  int rec = kp_ag_wanted(self, NULL);
+  if (rec) /* a copy the gradient passes through */
+    return rec < 0 ? NULL
+                   : kp_ag_result(KP_AG(kiln_nn_tape_binary_scalar(kp_ag_tape(), KILN_BINARY_MUL, kp_ag_in(self), 1.0,
+                                                                   &out)),
+                                  &out);
   return kp_result(kiln_tensor_copy(KP_TENSOR(self), kiln_tensor_device(KP_TENSOR(self)), &out), &out);
 }
 
-/* kiln tensors carry no gradient history (the tape does): the same memory, a new object. */
+/* The same memory, a new object that requires no grad (a constant to the tape). */
 static PyObject *kp_m_detach(PyObject *self, PyObject *unused) {
   return kp_tensor_wrap(kiln_tensor_retain(KP_TENSOR(self)));
 }
@@ -95,8 +101,7 @@ static PyObject *kp_m_detach(PyObject *self, PyObject *unused) {
 /* PyTorch's casts return the tensor itself when it already has the dtype. */
 static PyObject *kp_cast_to(PyObject *self, kiln_dtype_t dtype) {
   if (kiln_tensor_dtype(KP_TENSOR(self)) == dtype) return Py_NewRef(self);
-  kiln_tensor_t *out = NULL;
-  return kp_result(kiln_tensor_cast(KP_TENSOR(self), dtype, &out), &out);
+  return kp_cast(self, dtype);
 }
 #define KP_CAST_METHOD(name, DT) \
   static PyObject *kp_m_##name(PyObject *self, PyObject *unused) { return kp_cast_to(self, DT); }
@@ -152,6 +157,10 @@ static PyObject *kp_m_to(PyObject *self, PyObject *args, PyObject *kwargs) {
   if (device_arg && device_arg != Py_None && kp_device_arg(device_arg, &device) < 0) return NULL;
   if (kp_dtype_arg(dtype_arg, dtype, &dtype) < 0) return NULL;
   if (device == kiln_tensor_device(t) && dtype == kiln_tensor_dtype(t) && !copy) return Py_NewRef(self);
+  if (kp_ag_requires_grad(self)) {
+    if (device == kiln_tensor_device(t) && !copy) return kp_cast(self, dtype);
+    if (kp_ag_refuse(self, "to(device) or to(copy=True)") < 0) return NULL;
+  }
   kiln_tensor_t *moved = NULL, *out = NULL;
   kiln_status_t status = device == kiln_tensor_device(t) ? KILN_OK : kiln_tensor_to(t, device, &moved);
   if (status != KILN_OK) return kp_raise(status);
@@ -165,10 +174,6 @@ static PyObject *kp_m_to(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 /* ---- layout ------------------------------------------------------------------------------------ */
 
-static PyObject *kp_reshape_to(kiln_tensor_t *t, int ndim, const int64_t *shape) {
-  kiln_tensor_t *out = NULL;
-  return kp_result(kiln_tensor_reshape(t, ndim, shape, &out), &out);
-}
 
 /* view(*shape): reshape that never copies. */
 static PyObject *kp_m_view(PyObject *self, PyObject *args) {
@@ -186,6 +191,10 @@ static PyObject *kp_m_view(PyObject *self, PyObject *args) {
     return kp_raise_msg(KILN_INVALID_ARGUMENT, "view(): this tensor's strides cannot show that shape without a copy; "
                         "use .reshape(...) (which copies then) or .contiguous().view(...)");
   }
+  if (kp_ag_requires_grad(self)) { /* the same view, recorded */
+    kiln_tensor_release(out);
+    return kp_reshape(self, ndim, shape);
+  }
   return kp_tensor_wrap(out);
 }
 
@@ -193,7 +202,7 @@ static PyObject *kp_m_reshape(PyObject *self, PyObject *args) {
   int64_t shape[KILN_MAX_DIMS];
   int ndim = kp_size_args(args, 0, "reshape", shape, NULL);
   if (ndim < 0) return NULL;
-  return kp_reshape_to(KP_TENSOR(self), ndim, shape);
+  return kp_reshape(self, ndim, shape);
 }
 
 static PyObject *kp_m_squeeze(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -226,7 +235,7 @@ static PyObject *kp_m_squeeze(PyObject *self, PyObject *args, PyObject *kwargs) 
   int64_t shape[KILN_MAX_DIMS];
   for (int i = 0; i < n; i++)
     if (!drop[i]) shape[m++] = s[i];
-  return kp_reshape_to(t, m, shape);
+  return kp_reshape(self, m, shape);
 }
 
 static PyObject *kp_m_unsqueeze(PyObject *self, PyObject *arg) {
@@ -238,14 +247,14 @@ static PyObject *kp_m_unsqueeze(PyObject *self, PyObject *arg) {
   int64_t shape[KILN_MAX_DIMS];
   const int64_t *s = kiln_tensor_shape(t);
   for (int i = 0, j = 0; i <= n; i++) shape[i] = i == d ? 1 : s[j++];
-  return kp_reshape_to(t, n + 1, shape);
+  return kp_reshape(self, n + 1, shape);
 }
 
 /* expand(*sizes): -1 keeps a size. kiln has no stride-0 views yet: a copy (broadcast_to). */
 static PyObject *kp_m_expand(PyObject *self, PyObject *args) {
   int64_t shape[KILN_MAX_DIMS];
   int ndim = kp_size_args(args, 0, "expand", shape, NULL);
-  if (ndim < 0) return NULL;
+  if (ndim < 0 || kp_ag_refuse(self, "expand") < 0) return NULL;
   kiln_tensor_t *t = KP_TENSOR(self), *out = NULL;
   int n = kiln_tensor_ndim(t);
   for (int i = 0; i < ndim; i++) {
@@ -267,6 +276,7 @@ static PyObject *kp_permute_view(kiln_tensor_t *t, const int *perm) {
  * / transpose(*axes) of every axis permute them (NumPy's). */
 static PyObject *kp_m_transpose(PyObject *self, PyObject *args) {
   kiln_tensor_t *t = KP_TENSOR(self);
+  if (kp_ag_refuse(self, "transpose") < 0) return NULL;
   int n = kiln_tensor_ndim(t), perm[KILN_MAX_DIMS];
   Py_ssize_t nargs = PyTuple_GET_SIZE(args);
   if (nargs == 2 && PyIndex_Check(PyTuple_GET_ITEM(args, 0)) && PyIndex_Check(PyTuple_GET_ITEM(args, 1))) {
@@ -314,10 +324,11 @@ static kiln_status_t kp_negate(const kiln_tensor_t *t, kiln_tensor_t **out) {
 }
 
 /* One axis (or KILN_ALL_AXES) of one reduction kind. */
-static kiln_status_t kp_reduce_one(int kind, const kiln_tensor_t *t, int axis, bool keep, kiln_tensor_t **out) {
+static kiln_status_t kp_reduce_one(int kind, kiln_tensor_t *t, int axis, bool keep, kiln_tensor_t **out, int rec) {
   switch (kind) {
-  case KP_SUM: return kiln_tensor_sum(t, axis, keep, out);
-  case KP_MEAN: return kiln_tensor_mean(t, axis, keep, out);
+  case KP_SUM: return rec ? KP_AG(kiln_nn_tape_sum(kp_ag_tape(), t, axis, keep, out)) : kiln_tensor_sum(t, axis, keep, out);
+  case KP_MEAN:
+    return rec ? KP_AG(kiln_nn_tape_mean(kp_ag_tape(), t, axis, keep, out)) : kiln_tensor_mean(t, axis, keep, out);
   case KP_MAX: return kiln_tensor_max(t, axis, keep, out);
   case KP_ARGMAX: return kiln_tensor_argmax(t, axis, keep, out);
   default: break;
@@ -368,10 +379,15 @@ PyObject *kp_reduce_call(PyObject *tensor_obj, PyObject *args, PyObject *kwargs,
     keepdim = keepdim || k;
   }
   kiln_tensor_t *t = KP_TENSOR(tensor_obj), *cur = NULL;
+  /* sum and mean are recorded; max and min of a tensor that requires grad are refused. */
+  int rec = kind == KP_SUM || kind == KP_MEAN ? kp_ag_wanted(tensor_obj, NULL) : 0;
+  if (rec < 0 || ((kind == KP_MAX || kind == KP_MIN) && kp_ag_refuse(tensor_obj, kp_reduce_names[kind]) < 0))
+    return NULL;
+  if (rec) t = kp_ag_in(tensor_obj);
   if (dtype_arg != Py_None) {
     kiln_dtype_t d;
     if (kp_dtype_arg(dtype_arg, KILN_F32, &d) < 0) return NULL;
-    kiln_status_t status = kiln_tensor_cast(t, d, &cur);
+    kiln_status_t status = rec ? KP_AG(kiln_nn_tape_cast(kp_ag_tape(), t, d, &cur)) : kiln_tensor_cast(t, d, &cur);
     if (status != KILN_OK) return kp_raise(status);
   } else {
     cur = kiln_tensor_retain(t);
@@ -417,21 +433,21 @@ PyObject *kp_reduce_call(PyObject *tensor_obj, PyObject *args, PyObject *kwargs,
   }
   if (all || n == 0) {
     kiln_tensor_t *out = NULL;
-    kiln_status_t status = kp_reduce_one(kind, cur, KILN_ALL_AXES, keepdim != 0, &out);
+    kiln_status_t status = kp_reduce_one(kind, cur, KILN_ALL_AXES, keepdim != 0, &out, rec);
     kiln_tensor_release(cur);
-    return kp_result(status, &out);
+    return kp_ag_result(status, &out);
   }
   bool pair = (kind == KP_MAX || kind == KP_MIN) && PyIndex_Check(dim) && axis == Py_None;
   for (int i = 0; i < count; i++) {
     kiln_tensor_t *next = NULL;
-    kiln_status_t status = kp_reduce_one(kind, cur, axes[i], keepdim != 0, &next);
+    kiln_status_t status = kp_reduce_one(kind, cur, axes[i], keepdim != 0, &next, rec);
     if (status != KILN_OK) {
       kiln_tensor_release(cur);
       return kp_raise(status);
     }
     if (pair) {
       kiln_tensor_t *idx = NULL;
-      status = kp_reduce_one(kind == KP_MAX ? KP_ARGMAX : KP_ARGMIN, cur, axes[i], keepdim != 0, &idx);
+      status = kp_reduce_one(kind == KP_MAX ? KP_ARGMAX : KP_ARGMIN, cur, axes[i], keepdim != 0, &idx, 0);
       kiln_tensor_release(cur);
       if (status != KILN_OK) {
         kiln_tensor_release(next);
@@ -452,7 +468,7 @@ PyObject *kp_reduce_call(PyObject *tensor_obj, PyObject *args, PyObject *kwargs,
     kiln_tensor_release(cur);
     cur = next;
   }
-  return kp_tensor_wrap(cur);
+  return kp_ag_result(KILN_OK, &cur);
 fail:
   kiln_tensor_release(cur);
   return NULL;
@@ -507,12 +523,14 @@ static PyObject *kp_cat_impl(PyObject *seq_arg, PyObject *dim_arg, bool stack) {
     kp_raise_msg(KILN_INVALID_ARGUMENT, "%s() of no tensors; pass at least one", call);
     goto done;
   }
-  for (Py_ssize_t i = 0; i < count; i++)
+  for (Py_ssize_t i = 0; i < count; i++) {
     if (!KP_IS_TENSOR(PySequence_Fast_GET_ITEM(seq, i))) {
       PyErr_Format(PyExc_TypeError, "%s(): element %zd is %.100s, not a kiln.Tensor", call, i,
                    Py_TYPE(PySequence_Fast_GET_ITEM(seq, i))->tp_name);
       goto done;
     }
+    if (kp_ag_refuse(PySequence_Fast_GET_ITEM(seq, i), call) < 0) goto done;
+  }
   kiln_tensor_t *first = KP_TENSOR(PySequence_Fast_GET_ITEM(seq, 0));
   const int n = kiln_tensor_ndim(first);
   const int out_n = stack ? n + 1 : n;
@@ -698,6 +716,14 @@ PyObject *kp_nb_power(PyObject *a, PyObject *b, PyObject *mod) {
       Py_RETURN_NOTIMPLEMENTED;
     }
     kiln_tensor_t *t = KP_TENSOR(a);
+    int rec = kp_ag_wanted(a, NULL);
+    if (rec < 0) return NULL;
+    if (rec) {
+      /* The exponents with a recorded form: x*x and sqrt. */
+      if (e == 2) return kp_binary(KILN_BINARY_MUL, a, a);
+      if (e == 0.5) return kp_unary(KILN_UNARY_SQRT, a, &out);
+      if (kp_ag_refuse(a, "x ** (an exponent other than 2 or 0.5)") < 0) return NULL;
+    }
     if (e == floor(e) && fabs(e) <= 64) {
       long long k = (long long)fabs(e);
       if (e < 0 && kiln_dtype_class(kiln_tensor_dtype(t)) != KILN_DTYPE_CLASS_FLOAT) {
@@ -745,6 +771,7 @@ PyObject *kp_nb_power(PyObject *a, PyObject *b, PyObject *mod) {
   }
   /* A tensor exponent: exp(y * log(x)). */
   kiln_tensor_t *ta, *tb, *owned;
+  if (kp_ag_refuse(a, "x ** tensor") < 0 || kp_ag_refuse(b, "x ** tensor") < 0) return NULL;
   r = kp_operands(a, b, &ta, &tb, &owned);
   if (r < 0) return NULL;
   if (r == 0) Py_RETURN_NOTIMPLEMENTED;
@@ -765,6 +792,9 @@ static PyObject *kp_inplace(PyObject *a, PyObject *b, kiln_binary_op_t op) {
   if (!KP_IS_TENSOR(a)) Py_RETURN_NOTIMPLEMENTED;
   kiln_tensor_t *t = KP_TENSOR(a);
   kiln_status_t status;
+  /* PyTorch's rule for leaves, kept for every tensor that requires grad: in
+   * place under kiln.no_grad() only (the optimizer's p -= lr * p.grad). */
+  if (kp_ag_refuse(a, "an in-place operator") < 0 || kp_ag_refuse(b, "an in-place operator") < 0) return NULL;
   if ((op == KILN_BINARY_ADD || op == KILN_BINARY_SUB) && KP_IS_TENSOR(b) && kiln_tensor_dtype(t) == KILN_F32 &&
       kiln_tensor_dtype(KP_TENSOR(b)) == KILN_F32 && kiln_tensor_is_contiguous(t) &&
       kiln_tensor_is_contiguous(KP_TENSOR(b)) && kiln_tensor_buffer(t) != kiln_tensor_buffer(KP_TENSOR(b)) &&

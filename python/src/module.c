@@ -300,7 +300,8 @@ PyMODINIT_FUNC PyInit__kiln(void) {
     goto fail;
   if (kp_errors_init(module) < 0 || kp_dlpack_init() < 0) goto fail;
   if (kp_module_init_devices(module) < 0) goto fail;
-  if (kp_module_init_tensor(module) < 0 || kp_module_init_methods(module) < 0) goto fail;
+  if (kp_module_init_tensor(module) < 0 || kp_module_init_methods(module) < 0 || kp_module_init_autograd(module) < 0)
+    goto fail;
 #ifndef KILNPY_NO_NN
   if (kp_module_init_nn(module) < 0) goto fail;
   if (PyModule_AddIntConstant(module, "HAS_NN", 1) < 0) goto fail;

@@ -41,14 +41,15 @@ static void kp_layer_dealloc(kp_layer_t *l) {
 
 static PyObject *kp_layer_forward(kp_layer_t *l, PyObject *args, PyObject *kwargs) {
   static char *names[] = {"x", "tape", NULL};
-  PyObject *x, *tape_arg = Py_None;
+  PyObject *x, *tape_arg = NULL;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:forward", names, &x, &tape_arg)) return NULL;
   kiln_tensor_t *tx = kp_tensor_arg(x, "x"), *out = NULL;
   kiln_nn_tape_t *tape;
-  if (!tx || kp_tape_arg(tape_arg, &tape) < 0 || kp_layer_alive(l) < 0 || kp_guard_check((PyObject *)l) < 0 ||
-      kp_tape_keep(tape_arg, l->owner) < 0)
+  /* No tape given: autograd's (kiln.no_grad() turns it off), as a torch module records. */
+  if (!tx || (!tape_arg && !(tape_arg = kp_ag_layer_tape(x))) || kp_tape_arg(tape_arg, &tape) < 0 ||
+      kp_layer_alive(l) < 0 || kp_guard_check((PyObject *)l) < 0 || kp_tape_keep(tape_arg, l->owner) < 0)
     return NULL;
-  return kp_result(kiln_nn_layer_forward(l->layer, tape, tx, &out), &out);
+  return kp_ag_result(kiln_nn_layer_forward(l->layer, tape, tx, &out), &out);
 }
 
 static PyObject *kp_layer_parameters(kp_layer_t *l, PyObject *unused) {
@@ -68,7 +69,22 @@ static PyObject *kp_layer_repr(kp_layer_t *l) {
   return PyUnicode_FromFormat("kiln.nn.Layer(%s)", kiln_nn_layer_describe(l->layer));
 }
 
+/* layer.to(device): the parameters move, the object stays (torch's module.to). */
+static PyObject *kp_layer_to(kp_layer_t *l, PyObject *arg) {
+  kiln_device_t *device;
+  if (kp_layer_alive(l) < 0 || kp_guard_check((PyObject *)l) < 0 || kp_device_arg(arg, &device) < 0) return NULL;
+  if (l->in_model)
+    return kp_raise_msg(KILN_INVALID_ARGUMENT, "this layer belongs to a Sequential, whose parameters live on one "
+                        "device: move the model (model.to(device))");
+  kiln_status_t status = kiln_nn_layer_to(l->layer, device);
+  if (status != KILN_OK) return kp_raise(status);
+  return Py_NewRef((PyObject *)l);
+}
+
 static PyMethodDef kp_layer_methods[] = {
+    {"to", (PyCFunction)kp_layer_to, METH_O,
+     "to(device)\n--\n\nMove the parameters to `device` (copies; gradients dropped) and return the layer. Make the "
+     "optimizer after, as in PyTorch."},
     {"forward", (PyCFunction)(void (*)(void))kp_layer_forward, METH_VARARGS | METH_KEYWORDS,
      "forward(x, tape=None)\n--\n\nlayer(x): recorded on `tape` when given (the layer watches its own parameters)."},
     {"parameters", (PyCFunction)kp_layer_parameters, METH_NOARGS, "parameters()\n--\n\n[weight, bias] (or [])."},
@@ -159,6 +175,18 @@ static PyObject *kp_max_pool2d_layer(PyObject *self, PyObject *args, PyObject *k
 static PyObject *kp_relu_layer(PyObject *self, PyObject *unused) {
   kiln_nn_layer_t *layer = NULL;
   kiln_status_t status = kiln_nn_relu_create(&layer);
+  return kp_layer_own(status, layer);
+}
+
+static PyObject *kp_sigmoid_layer(PyObject *self, PyObject *unused) {
+  kiln_nn_layer_t *layer = NULL;
+  kiln_status_t status = kiln_nn_activation_create(KILN_UNARY_SIGMOID, &layer);
+  return kp_layer_own(status, layer);
+}
+
+static PyObject *kp_tanh_layer(PyObject *self, PyObject *unused) {
+  kiln_nn_layer_t *layer = NULL;
+  kiln_status_t status = kiln_nn_activation_create(KILN_UNARY_TANH, &layer);
   return kp_layer_own(status, layer);
 }
 
@@ -259,14 +287,14 @@ static PyObject *kp_model_preset(PyObject *cls, PyObject *args, PyObject *kwargs
 
 static PyObject *kp_model_forward(kp_model_t *m, PyObject *args, PyObject *kwargs) {
   static char *names[] = {"x", "tape", NULL};
-  PyObject *x, *tape_arg = Py_None;
+  PyObject *x, *tape_arg = NULL;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:forward", names, &x, &tape_arg)) return NULL;
   kiln_tensor_t *tx = kp_tensor_arg(x, "x"), *out = NULL;
   kiln_nn_tape_t *tape;
-  if (!tx || kp_tape_arg(tape_arg, &tape) < 0 || kp_guard_check((PyObject *)m) < 0 ||
-      kp_tape_keep(tape_arg, m->owner) < 0)
+  if (!tx || (!tape_arg && !(tape_arg = kp_ag_layer_tape(x))) || kp_tape_arg(tape_arg, &tape) < 0 ||
+      kp_guard_check((PyObject *)m) < 0 || kp_tape_keep(tape_arg, m->owner) < 0)
     return NULL;
-  return kp_result(kiln_nn_model_forward(m->model, tape, tx, &out), &out);
+  return kp_ag_result(kiln_nn_model_forward(m->model, tape, tx, &out), &out);
 }
 
 static PyObject *kp_model_parameters(kp_model_t *m, PyObject *unused) {
@@ -359,7 +387,18 @@ static PyObject *kp_model_repr(kp_model_t *m) {
   return r;
 }
 
+static PyObject *kp_model_to(kp_model_t *m, PyObject *arg) {
+  kiln_device_t *device;
+  if (kp_guard_check((PyObject *)m) < 0 || kp_device_arg(arg, &device) < 0) return NULL;
+  kiln_status_t status = kiln_nn_model_to(m->model, device);
+  if (status != KILN_OK) return kp_raise(status);
+  return Py_NewRef((PyObject *)m);
+}
+
 static PyMethodDef kp_model_methods[] = {
+    {"to", (PyCFunction)kp_model_to, METH_O,
+     "to(device)\n--\n\nMove every parameter to `device` (copies; gradients dropped) and return the model. Make the "
+     "optimizer after, as in PyTorch."},
     {"add", (PyCFunction)kp_model_add, METH_O, "add(layer)\n--\n\nAppend a layer; the model owns it from now on."},
     {"forward", (PyCFunction)(void (*)(void))kp_model_forward, METH_VARARGS | METH_KEYWORDS,
      "forward(x, tape=None)\n--\n\nmodel(x): the layers in order, recorded on `tape` when given."},
@@ -424,7 +463,10 @@ static kiln_nn_param_t **kp_params_arg(PyObject *arg, size_t *out_count, PyObjec
     *out_keep = Py_NewRef(arg);
     return copy;
   }
-  PyObject *seq = PySequence_Tuple(arg);
+  /* A new tuple (PySequence_Tuple would return a caller's tuple itself): its items are replaced below. */
+  PyObject *list = PySequence_List(arg);
+  PyObject *seq = list ? PyList_AsTuple(list) : NULL;
+  Py_XDECREF(list);
   if (!seq) return NULL;
   Py_ssize_t n = PyTuple_GET_SIZE(seq);
   kiln_nn_param_t **params = PyMem_Malloc(((size_t)n + 1) * sizeof *params);
@@ -435,11 +477,20 @@ static kiln_nn_param_t **kp_params_arg(PyObject *arg, size_t *out_count, PyObjec
   }
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject *p = PyTuple_GET_ITEM(seq, i);
+    /* A tensor that requires grad (torch's model.parameters()) is its kiln.nn.Parameter. */
+    PyObject *behind = kp_ag_param_of(p);
+    if (behind) {
+      Py_INCREF(behind);
+      PyTuple_SET_ITEM(seq, i, behind); /* seq is our own new tuple: the parameter is what must live */
+      Py_DECREF(p);
+      p = behind;
+    }
     if (!Py_IS_TYPE(p, &kp_param_type)) {
       PyMem_Free(params);
       Py_DECREF(seq);
-      PyErr_Format(PyExc_TypeError, "params must be a kiln.nn.Sequential or kiln.nn.Parameter objects, not %.100s",
-                   Py_TYPE(p)->tp_name);
+      PyErr_Format(PyExc_TypeError, "params must be a kiln.nn.Sequential, kiln.nn.Parameter objects or tensors that "
+                   "require grad, not %.100s%s", Py_TYPE(p)->tp_name,
+                   KP_IS_TENSOR(p) ? " that does not require grad (x.requires_grad_())" : "");
       return NULL;
     }
     params[i] = ((kp_param_t *)p)->param;
@@ -759,6 +810,8 @@ PyMethodDef kp_nn_model_functions[] = {
     {"MaxPool2d", (PyCFunction)(void (*)(void))kp_max_pool2d_layer, METH_VARARGS | METH_KEYWORDS,
      "MaxPool2d(kernel_size, stride=None, padding=0)\n--\n\nA max-pooling layer."},
     {"ReLU", kp_relu_layer, METH_NOARGS, "ReLU()\n--\n\nA ReLU layer."},
+    {"Sigmoid", kp_sigmoid_layer, METH_NOARGS, "Sigmoid()\n--\n\nA sigmoid layer (torch.nn.Sigmoid)."},
+    {"Tanh", kp_tanh_layer, METH_NOARGS, "Tanh()\n--\n\nA tanh layer (torch.nn.Tanh)."},
     {"Flatten", kp_flatten_layer, METH_NOARGS, "Flatten()\n--\n\n[N, ...] -> [N, rest], a view."},
     {"SGD", (PyCFunction)(void (*)(void))kp_sgd, METH_VARARGS | METH_KEYWORDS,
      "SGD(params, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False)\n--\n\nSGD as "

@@ -184,7 +184,20 @@ static PyObject *kp_param_repr(kp_param_t *p) {
   return r;
 }
 
+static PyObject *kp_param_to(kp_param_t *p, PyObject *arg) {
+  kiln_device_t *device;
+  if (kp_guard_check((PyObject *)p) < 0 || kp_device_arg(arg, &device) < 0) return NULL;
+  if (p->owner)
+    return kp_raise_msg(KILN_INVALID_ARGUMENT, "parameter '%s' belongs to a layer or model: move that (layer.to(device))",
+                        kiln_nn_param_name(p->param));
+  kiln_status_t status = kiln_nn_param_to(p->param, device);
+  if (status != KILN_OK) return kp_raise(status);
+  return Py_NewRef((PyObject *)p);
+}
+
 static PyMethodDef kp_param_methods[] = {
+    {"to", (PyCFunction)kp_param_to, METH_O,
+     "to(device)\n--\n\nMove the value to `device` (a copy; the gradient is dropped) and return the parameter."},
     {"zero_grad", (PyCFunction)kp_param_zero_grad, METH_NOARGS,
      "zero_grad()\n--\n\nDrop the gradient (it reads as zero, as PyTorch's set_to_none)."},
     {"init_uniform", (PyCFunction)(void (*)(void))kp_param_init_uniform, METH_VARARGS | METH_KEYWORDS,

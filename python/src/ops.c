@@ -62,11 +62,41 @@ static int kp_scalar_fits(const kiln_tensor_t *t, double v, PyObject *obj) {
   return 0;
 }
 
+/* kp_binary on the implicit tape (an operand requires grad). */
+static PyObject *kp_binary_recorded(kiln_binary_op_t op, PyObject *a, PyObject *b) {
+  kiln_tensor_t *out = NULL;
+  double v;
+  int r;
+  if (KP_IS_TENSOR(a) && KP_IS_TENSOR(b))
+    return kp_ag_result(KP_AG(kiln_nn_tape_binary(kp_ag_tape(), op, kp_ag_in(a), kp_ag_in(b), &out)), &out);
+  PyObject *t = KP_IS_TENSOR(a) ? a : b, *scalar = t == a ? b : a;
+  if ((r = kp_scalar(scalar, &v)) <= 0) {
+    if (r < 0) return NULL;
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  if (kp_scalar_fits(KP_TENSOR(t), v, scalar) < 0) return NULL;
+  if (t == a || (op != KILN_BINARY_SUB && op != KILN_BINARY_DIV)) /* a (op) v, or v (op) b that commutes */
+    return kp_ag_result(KP_AG(kiln_nn_tape_binary_scalar(kp_ag_tape(), op, kp_ag_in(t), v, &out)), &out);
+  kiln_tensor_t *tb = kp_ag_in(b), *tmp = NULL;
+  kiln_status_t status;
+  if (op == KILN_BINARY_SUB) { /* v - b = (-b) + v */
+    status = KP_AG(kiln_nn_tape_unary(kp_ag_tape(), KILN_UNARY_NEG, tb, &tmp));
+    if (status == KILN_OK) status = KP_AG(kiln_nn_tape_binary_scalar(kp_ag_tape(), KILN_BINARY_ADD, tmp, v, &out));
+  } else { /* v / b = full(v) / b */
+    status = kiln_tensor_full(kiln_tensor_device(tb), kiln_tensor_dtype(tb), kiln_tensor_ndim(tb),
+                              kiln_tensor_shape(tb), v, &tmp);
+    if (status == KILN_OK) status = KP_AG(kiln_nn_tape_binary(kp_ag_tape(), KILN_BINARY_DIV, tmp, tb, &out));
+  }
+  kiln_tensor_release(tmp);
+  return kp_ag_result(status, &out);
+}
+
 PyObject *kp_binary(kiln_binary_op_t op, PyObject *a, PyObject *b) {
   kiln_tensor_t *out = NULL;
   kiln_status_t status;
   double v;
   int r;
+  if ((r = kp_ag_wanted(a, b)) != 0) return r < 0 ? NULL : kp_binary_recorded(op, a, b);
   if (KP_IS_TENSOR(a)) {
     if (KP_IS_TENSOR(b)) return kp_result(kiln_tensor_binary(op, KP_TENSOR(a), KP_TENSOR(b), &out), &out);
     if ((r = kp_scalar(b, &v)) <= 0) {
@@ -113,19 +143,32 @@ PyObject *kp_matmul(PyObject *a, PyObject *b, bool trans_a, bool trans_b) {
   kiln_tensor_t *ta = KP_TENSOR(a), *tb = KP_TENSOR(b), *va = NULL, *vb = NULL, *out = NULL;
   int na = kiln_tensor_ndim(ta), nb = kiln_tensor_ndim(tb);
   kiln_status_t status = KILN_OK;
-  if (na == 1) {
-    int64_t s[2] = {1, kiln_tensor_shape(ta)[0]};
-    status = kiln_tensor_reshape(ta, 2, s, &va);
+  int rec = kp_ag_wanted(a, b);
+  if (rec < 0) return NULL;
+  if (rec) {
+    /* The vector reshapes are recorded too, so the gradient reaches a 1-D operand. */
+    ta = kp_ag_in(a);
+    tb = kp_ag_in(b);
+    if (na == 1) status = KP_AG(kiln_nn_tape_reshape(kp_ag_tape(), ta, 2, (int64_t[]){1, kiln_tensor_shape(ta)[0]}, &va));
+    if (status == KILN_OK && nb == 1)
+      status = KP_AG(kiln_nn_tape_reshape(kp_ag_tape(), tb, 2, (int64_t[]){kiln_tensor_shape(tb)[0], 1}, &vb));
+    if (status == KILN_OK)
+      status = KP_AG(kiln_nn_tape_matmul(kp_ag_tape(), va ? va : ta, vb ? vb : tb, trans_a, trans_b, &out));
+  } else {
+    if (na == 1) {
+      int64_t s[2] = {1, kiln_tensor_shape(ta)[0]};
+      status = kiln_tensor_reshape(ta, 2, s, &va);
+    }
+    if (status == KILN_OK && nb == 1) {
+      int64_t s[2] = {kiln_tensor_shape(tb)[0], 1};
+      status = kiln_tensor_reshape(tb, 2, s, &vb);
+    }
+    if (status == KILN_OK) status = kiln_tensor_matmul(va ? va : ta, vb ? vb : tb, trans_a, trans_b, &out);
   }
-  if (status == KILN_OK && nb == 1) {
-    int64_t s[2] = {kiln_tensor_shape(tb)[0], 1};
-    status = kiln_tensor_reshape(tb, 2, s, &vb);
-  }
-  if (status == KILN_OK) status = kiln_tensor_matmul(va ? va : ta, vb ? vb : tb, trans_a, trans_b, &out);
   kiln_tensor_release(va);
   kiln_tensor_release(vb);
   if (status != KILN_OK) return kp_raise(status);
-  if (na != 1 && nb != 1) return kp_tensor_wrap(out);
+  if (na != 1 && nb != 1) return kp_ag_result(status, &out);
   /* Drop the axes the vectors added. */
   int n = kiln_tensor_ndim(out), m = 0;
   int64_t shape[KILN_MAX_DIMS];
@@ -136,9 +179,9 @@ PyObject *kp_matmul(PyObject *a, PyObject *b, bool trans_a, bool trans_b) {
     shape[m++] = os[i];
   }
   kiln_tensor_t *r = NULL;
-  status = kiln_tensor_reshape(out, m, shape, &r);
+  status = rec ? KP_AG(kiln_nn_tape_reshape(kp_ag_tape(), out, m, shape, &r)) : kiln_tensor_reshape(out, m, shape, &r);
   kiln_tensor_release(out);
-  return kp_result(status, &r);
+  return kp_ag_result(status, &r);
 }
 
 #define KP_BINARY_FN(NAME, name)                                                                    \
@@ -165,11 +208,17 @@ static PyObject *kp_fn_matmul(PyObject *self, PyObject *args, PyObject *kwargs) 
 
 /* ---- unary ---------------------------------------------------------------------------------- */
 
+PyObject *kp_unary(kiln_unary_op_t op, PyObject *x, kiln_tensor_t **out) {
+  int rec = kp_ag_wanted(x, NULL);
+  if (rec) return rec < 0 ? NULL : kp_ag_result(KP_AG(kiln_nn_tape_unary(kp_ag_tape(), op, kp_ag_in(x), out)), out);
+  return kp_result(kiln_tensor_unary(op, KP_TENSOR(x), out), out);
+}
+
 #define KP_UNARY_FN(NAME, name)                                                      \
   static PyObject *kp_fn_##name(PyObject *self, PyObject *arg) {                      \
     kiln_tensor_t *t = kp_tensor_arg(arg, "x"), *out = NULL;                          \
     if (!t) return NULL;                                                             \
-    return kp_result(kiln_tensor_unary(KILN_UNARY_##NAME, t, &out), &out);            \
+    return kp_unary(KILN_UNARY_##NAME, arg, &out);                                   \
   }
 KILN_UNARY_OPS(KP_UNARY_FN)
 
@@ -443,8 +492,19 @@ static PyObject *kp_fn_randn(PyObject *s, PyObject *a, PyObject *k) { return kp_
 
 static PyObject *kp_fn_norm(PyObject *self, PyObject *arg) {
   kiln_tensor_t *t = kp_tensor_arg(arg, "a"), *out = NULL;
-  if (!t) return NULL;
+  if (!t || kp_ag_refuse(arg, "norm") < 0) return NULL;
   return kp_result(kiln_tensor_norm(t, &out), &out);
+}
+
+PyObject *kp_softmax(PyObject *a, bool log) {
+  kiln_tensor_t *out = NULL;
+  int rec = kp_ag_wanted(a, NULL);
+  if (rec)
+    return rec < 0 ? NULL
+                   : kp_ag_result(KP_AG(log ? kiln_nn_tape_log_softmax(kp_ag_tape(), kp_ag_in(a), &out)
+                                            : kiln_nn_tape_softmax(kp_ag_tape(), kp_ag_in(a), &out)),
+                                  &out);
+  return kp_result(log ? kiln_tensor_log_softmax(KP_TENSOR(a), &out) : kiln_tensor_softmax(KP_TENSOR(a), &out), &out);
 }
 
 static PyObject *kp_softmax_common(PyObject *args, PyObject *kwargs, bool log) {
@@ -452,12 +512,12 @@ static PyObject *kp_softmax_common(PyObject *args, PyObject *kwargs, bool log) {
   PyObject *a;
   int axis = -1;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, log ? "O|i:log_softmax" : "O|i:softmax", names, &a, &axis)) return NULL;
-  kiln_tensor_t *t = kp_tensor_arg(a, "a"), *out = NULL;
+  kiln_tensor_t *t = kp_tensor_arg(a, "a");
   if (!t) return NULL;
   if (axis != -1 && axis != kiln_tensor_ndim(t) - 1)
     return kp_raise_msg(KILN_UNSUPPORTED, "%s along axis %d: kiln computes it along the last axis only; move the axis "
                         "last first (swapaxes)", log ? "log_softmax" : "softmax", axis);
-  return kp_result(log ? kiln_tensor_log_softmax(t, &out) : kiln_tensor_softmax(t, &out), &out);
+  return kp_softmax(a, log);
 }
 static PyObject *kp_fn_softmax(PyObject *s, PyObject *a, PyObject *k) { return kp_softmax_common(a, k, false); }
 static PyObject *kp_fn_log_softmax(PyObject *s, PyObject *a, PyObject *k) { return kp_softmax_common(a, k, true); }
@@ -466,7 +526,21 @@ static PyObject *kp_fn_cross_entropy(PyObject *self, PyObject *const *args, Py_s
   if (nargs != 2) return PyErr_Format(PyExc_TypeError, "cross_entropy(logits, labels) takes two tensors");
   kiln_tensor_t *l = kp_tensor_arg(args[0], "logits"), *y = l ? kp_tensor_arg(args[1], "labels") : NULL, *out = NULL;
   if (!y) return NULL;
-  return kp_result(kiln_tensor_cross_entropy(l, y, &out), &out);
+  /* PyTorch's labels are int64: class indices fit int32, kiln's label dtype
+   * (one outside [0, C) is reported by the device as for int32). */
+  kiln_tensor_t *y32 = NULL;
+  kiln_status_t status = KILN_OK;
+  if (kiln_tensor_dtype(y) == KILN_I64 && (status = kiln_tensor_cast(y, KILN_I32, &y32)) != KILN_OK)
+    return kp_raise(status);
+  int rec = kp_ag_wanted(args[0], NULL);
+  if (rec < 0) {
+    kiln_tensor_release(y32);
+    return NULL;
+  }
+  status = rec ? KP_AG(kiln_nn_tape_cross_entropy(kp_ag_tape(), kp_ag_in(args[0]), y32 ? y32 : y, &out))
+               : kiln_tensor_cross_entropy(l, y32 ? y32 : y, &out);
+  kiln_tensor_release(y32);
+  return kp_ag_result(status, &out);
 }
 
 static int kp_conv_params(PyObject *stride, PyObject *padding, PyObject *dilation, kiln_conv2d_params_t *p) {
@@ -487,6 +561,13 @@ static PyObject *kp_fn_conv2d(PyObject *self, PyObject *args, PyObject *kwargs) 
   if (b != Py_None && !(tb = kp_tensor_arg(b, "bias"))) return NULL;
   kiln_conv2d_params_t p;
   if (kp_conv_params(stride, padding, dilation, &p) < 0) return NULL;
+  int rec = kp_ag_wanted(x, w);
+  if (!rec && tb) rec = kp_ag_wanted(b, NULL);
+  if (rec)
+    return rec < 0 ? NULL
+                   : kp_ag_result(KP_AG(kiln_nn_tape_conv2d(kp_ag_tape(), kp_ag_in(x), kp_ag_in(w),
+                                                            tb ? kp_ag_in(b) : NULL, &p, &out)),
+                                  &out);
   return kp_result(kiln_tensor_conv2d(tx, tw, tb, &p, &out), &out);
 }
 
@@ -505,26 +586,46 @@ static PyObject *kp_fn_max_pool2d(PyObject *self, PyObject *args, PyObject *kwar
   if (!tx) return NULL;
   kiln_pool2d_params_t p;
   if (kp_pool_params(kernel, stride, padding, &p) < 0) return NULL;
+  int rec = kp_ag_wanted(x, NULL);
+  if (rec) return rec < 0 ? NULL : kp_ag_result(KP_AG(kiln_nn_tape_max_pool2d(kp_ag_tape(), kp_ag_in(x), &p, &out)), &out);
   return kp_result(kiln_tensor_max_pool2d(tx, &p, &out), &out);
 }
 
 /* ---- movement as functions ---------------------------------------------------------------------- */
 
+PyObject *kp_reshape(PyObject *x, int ndim, const int64_t *shape) {
+  kiln_tensor_t *out = NULL;
+  int rec = kp_ag_wanted(x, NULL);
+  if (rec)
+    return rec < 0 ? NULL : kp_ag_result(KP_AG(kiln_nn_tape_reshape(kp_ag_tape(), kp_ag_in(x), ndim, shape, &out)), &out);
+  return kp_result(kiln_tensor_reshape(KP_TENSOR(x), ndim, shape, &out), &out);
+}
+
+PyObject *kp_cast(PyObject *x, kiln_dtype_t dtype) {
+  kiln_tensor_t *out = NULL;
+  /* To an integer or bool dtype the result is a constant, as in PyTorch. */
+  bool floating = dtype == KILN_F32 || dtype == KILN_F16 || dtype == KILN_BF16 || dtype == KILN_F64;
+  int rec = floating ? kp_ag_wanted(x, NULL) : 0;
+  if (rec)
+    return rec < 0 ? NULL : kp_ag_result(KP_AG(kiln_nn_tape_cast(kp_ag_tape(), kp_ag_in(x), dtype, &out)), &out);
+  return kp_result(kiln_tensor_cast(KP_TENSOR(x), dtype, &out), &out);
+}
+
 static PyObject *kp_fn_reshape(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs != 2) return PyErr_Format(PyExc_TypeError, "reshape(a, shape) takes two arguments");
-  kiln_tensor_t *t = kp_tensor_arg(args[0], "a"), *out = NULL;
+  kiln_tensor_t *t = kp_tensor_arg(args[0], "a");
   int64_t shape[KILN_MAX_DIMS];
   int ndim = t ? kp_shape_arg(args[1], shape, "shape") : -1;
   if (ndim < 0) return NULL;
-  return kp_result(kiln_tensor_reshape(t, ndim, shape, &out), &out);
+  return kp_reshape(args[0], ndim, shape);
 }
 
 static PyObject *kp_fn_astype(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs != 2) return PyErr_Format(PyExc_TypeError, "astype(a, dtype) takes two arguments");
-  kiln_tensor_t *t = kp_tensor_arg(args[0], "a"), *out = NULL;
+  kiln_tensor_t *t = kp_tensor_arg(args[0], "a");
   kiln_dtype_t dtype;
   if (!t || kp_dtype_arg(args[1], KILN_F32, &dtype) < 0) return NULL;
-  return kp_result(kiln_tensor_cast(t, dtype, &out), &out);
+  return kp_cast(args[0], dtype);
 }
 
 /* ---- gradients -------------------------------------------------------------------------------------- */

@@ -348,11 +348,14 @@ PyObject *kp_tensor_wrap(kiln_tensor_t *t) {
   o->tensor = t;
   o->weakrefs = NULL;
   o->imported = false;
+  o->ag_param = NULL;
+  o->ag_recording = 0;
   return (PyObject *)o;
 }
 
 static void kp_tensor_dealloc(kp_tensor_t *o) {
   if (o->weakrefs) PyObject_ClearWeakRefs((PyObject *)o);
+  if (o->ag_param || o->ag_recording) kp_ag_forget(o);
   kiln_tensor_t *t = o->tensor;
   o->tensor = NULL;
   if (kp_free_count < KP_FREE_MAX) kp_free_list[kp_free_count++] = o;
@@ -400,6 +403,7 @@ static PyObject *kp_permute_dims(kiln_tensor_t *t, const int *perm) {
 
 static PyObject *kp_tensor_get_T(kp_tensor_t *o, void *c) {
   int n = kiln_tensor_ndim(o->tensor), perm[KILN_MAX_DIMS];
+  if (kp_ag_refuse((PyObject *)o, "x.T") < 0) return NULL;
   for (int i = 0; i < n; i++) perm[i] = n - 1 - i;
   return kp_permute_dims(o->tensor, perm);
 }
@@ -500,10 +504,25 @@ static PyObject *kp_tensor_cpu(kp_tensor_t *o, PyObject *unused) {
   return kp_result(kiln_tensor_to(o->tensor, cpu, &out), &out);
 }
 
-static PyObject *kp_tensor_flatten(kp_tensor_t *o, PyObject *unused) {
-  int64_t shape[1] = {-1};
-  kiln_tensor_t *out = NULL;
-  return kp_result(kiln_tensor_reshape(o->tensor, 1, shape, &out), &out);
+/* flatten(start_dim=0, end_dim=-1): dims start..end as one (torch's; a view when the layout allows). */
+static PyObject *kp_tensor_flatten(kp_tensor_t *o, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"start_dim", "end_dim", NULL};
+  int start = 0, end = -1, n = kiln_tensor_ndim(o->tensor);
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|ii:flatten", names, &start, &end)) return NULL;
+  int lo = start < 0 ? start + n : start, hi = end < 0 ? end + n : end;
+  if (n == 0) lo = hi = 0;
+  if (n > 0 && (lo < 0 || lo >= n || hi < 0 || hi >= n || lo > hi))
+    return kp_raise_msg(KILN_INVALID_ARGUMENT, "flatten(start_dim=%d, end_dim=%d) of a tensor of %d dimensions: each "
+                        "must be in [-%d, %d) and start_dim <= end_dim", start, end, n, n, n);
+  const int64_t *s = kiln_tensor_shape(o->tensor);
+  int64_t shape[KILN_MAX_DIMS];
+  int m = 0;
+  for (int i = 0; i < lo; i++) shape[m++] = s[i];
+  int64_t merged = 1;
+  for (int i = lo; i <= hi && i < n; i++) merged *= s[i];
+  shape[m++] = merged;
+  for (int i = hi + 1; i < n; i++) shape[m++] = s[i];
+  return kp_reshape((PyObject *)o, m, shape);
 }
 
 /* permute(*dims) / transpose(*axes): a permutation of every axis; transpose()
@@ -511,6 +530,7 @@ static PyObject *kp_tensor_flatten(kp_tensor_t *o, PyObject *unused) {
 static PyObject *kp_permute_args(kp_tensor_t *o, PyObject *args, bool empty_reverses) {
   int n = kiln_tensor_ndim(o->tensor), perm[KILN_MAX_DIMS];
   Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+  if (kp_ag_refuse((PyObject *)o, empty_reverses ? "transpose" : "permute") < 0) return NULL;
   if (nargs == 0 && empty_reverses) return kp_tensor_get_T(o, NULL);
   int32_t dims[KILN_MAX_DIMS];
   int count;
@@ -529,7 +549,7 @@ static PyObject *kp_tensor_permute(kp_tensor_t *o, PyObject *args) { return kp_p
 
 static PyObject *kp_tensor_swapaxes(kp_tensor_t *o, PyObject *args) {
   int a, b;
-  if (!PyArg_ParseTuple(args, "ii:swapaxes", &a, &b)) return NULL;
+  if (!PyArg_ParseTuple(args, "ii:swapaxes", &a, &b) || kp_ag_refuse((PyObject *)o, "swapaxes") < 0) return NULL;
   kiln_tensor_t *out = NULL;
   return kp_result(kiln_tensor_transpose(o->tensor, a, b, &out), &out);
 }
@@ -542,27 +562,31 @@ static PyObject *kp_tensor_contiguous(kp_tensor_t *o, PyObject *unused) {
     kiln_tensor_release(out);
     return Py_NewRef((PyObject *)o);
   }
+  if (kp_ag_refuse((PyObject *)o, "contiguous() of a strided view") < 0) {
+    kiln_tensor_release(out);
+    return NULL;
+  }
   return kp_tensor_wrap(out);
 }
 
 static PyObject *kp_tensor_astype(kp_tensor_t *o, PyObject *arg) {
   kiln_dtype_t dtype;
   if (kp_dtype_arg(arg, KILN_F32, &dtype) < 0) return NULL;
-  kiln_tensor_t *out = NULL;
-  return kp_result(kiln_tensor_cast(o->tensor, dtype, &out), &out);
+  return kp_cast((PyObject *)o, dtype);
 }
 
 /* ---- reductions and the rest as methods ------------------------------------------------------ */
 
 static PyObject *kp_tensor_norm(kp_tensor_t *o, PyObject *unused) {
   kiln_tensor_t *out = NULL;
+  if (kp_ag_refuse((PyObject *)o, "norm") < 0) return NULL;
   return kp_result(kiln_tensor_norm(o->tensor, &out), &out);
 }
 
 #define KP_UNARY_METHOD(NAME, name)                                                       \
   static PyObject *kp_tensor_##name(kp_tensor_t *o, PyObject *unused) {                   \
     kiln_tensor_t *out = NULL;                                                            \
-    return kp_result(kiln_tensor_unary(KILN_UNARY_##NAME, o->tensor, &out), &out);         \
+    return kp_unary(KILN_UNARY_##NAME, (PyObject *)o, &out);                              \
   }
 KILN_UNARY_OPS(KP_UNARY_METHOD)
 
@@ -582,14 +606,12 @@ static int kp_last_axis(PyObject *args, PyObject *kwargs, int ndim, const char *
 
 static PyObject *kp_tensor_softmax(kp_tensor_t *o, PyObject *args, PyObject *kwargs) {
   if (kp_last_axis(args, kwargs, kiln_tensor_ndim(o->tensor), "softmax") < 0) return NULL;
-  kiln_tensor_t *out = NULL;
-  return kp_result(kiln_tensor_softmax(o->tensor, &out), &out);
+  return kp_softmax((PyObject *)o, false);
 }
 
 static PyObject *kp_tensor_log_softmax(kp_tensor_t *o, PyObject *args, PyObject *kwargs) {
   if (kp_last_axis(args, kwargs, kiln_tensor_ndim(o->tensor), "log_softmax") < 0) return NULL;
-  kiln_tensor_t *out = NULL;
-  return kp_result(kiln_tensor_log_softmax(o->tensor, &out), &out);
+  return kp_softmax((PyObject *)o, true);
 }
 
 /* In place: self += alpha * other (f32, contiguous, same shape and device). */
@@ -599,7 +621,7 @@ static PyObject *kp_tensor_add_(kp_tensor_t *o, PyObject *args, PyObject *kwargs
   double alpha = 1.0;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|d:add_", names, &other, &alpha)) return NULL;
   kiln_tensor_t *b = kp_tensor_arg(other, "other");
-  if (!b) return NULL;
+  if (!b || kp_ag_refuse((PyObject *)o, "in-place add_") < 0 || kp_ag_refuse(other, "in-place add_") < 0) return NULL;
   kiln_status_t status = kiln_tensor_accumulate(o->tensor, alpha, b);
   if (status != KILN_OK) return kp_raise(status);
   return Py_NewRef((PyObject *)o);
@@ -613,7 +635,8 @@ static PyObject *kp_tensor_copy_from(kp_tensor_t *o, PyObject *args, PyObject *k
   long long offset = 0;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|L:copy_from", names, &src, &offset)) return NULL;
   kiln_tensor_t *s = kp_tensor_arg(src, "src"), *d = o->tensor;
-  if (!s) return NULL;
+  if (!s || kp_ag_refuse((PyObject *)o, "in-place copy_from") < 0 || kp_ag_refuse(src, "in-place copy_from") < 0)
+    return NULL;
   if (kiln_tensor_dtype(s) != kiln_tensor_dtype(d))
     return kp_raise_msg(KILN_DTYPE_MISMATCH, "copy_from: src is %s, this tensor %s; convert with astype first",
                         kiln_dtype_name(kiln_tensor_dtype(s)), kiln_dtype_name(kiln_tensor_dtype(d)));
@@ -652,11 +675,11 @@ static PyObject *kp_nb_matmul(PyObject *a, PyObject *b) {
 
 static PyObject *kp_nb_neg(PyObject *a) {
   kiln_tensor_t *out = NULL;
-  return kp_result(kiln_tensor_neg(KP_TENSOR(a), &out), &out);
+  return kp_unary(KILN_UNARY_NEG, a, &out);
 }
 static PyObject *kp_nb_abs(PyObject *a) {
   kiln_tensor_t *out = NULL;
-  return kp_result(kiln_tensor_abs(KP_TENSOR(a), &out), &out);
+  return kp_unary(KILN_UNARY_ABS, a, &out);
 }
 static PyObject *kp_nb_pos(PyObject *a) { return Py_NewRef(a); }
 
@@ -751,7 +774,8 @@ static PyMethodDef kp_tensor_methods[] = {
     {"tolist", (PyCFunction)kp_tensor_tolist, METH_NOARGS, "tolist()\n--\n\nThe values as nested lists (blocks)."},
     {"item", (PyCFunction)kp_tensor_item, METH_NOARGS,
      "item()\n--\n\nThe value of a one-element tensor as a float or int (blocks)."},
-    {"flatten", (PyCFunction)kp_tensor_flatten, METH_NOARGS, "flatten()\n--\n\nreshape(-1)."},
+    {"flatten", (PyCFunction)(void (*)(void))kp_tensor_flatten, METH_VARARGS | METH_KEYWORDS,
+     "flatten(start_dim=0, end_dim=-1)\n--\n\nDims start_dim..end_dim as one (a view when the layout allows)."},
     {"permute", (PyCFunction)kp_tensor_permute, METH_VARARGS, "permute(*dims)\n--\n\nA view with the axes permuted."},
     {"swapaxes", (PyCFunction)kp_tensor_swapaxes, METH_VARARGS, "swapaxes(a, b)\n--\n\nA view with two axes swapped."},
     {"contiguous", (PyCFunction)kp_tensor_contiguous, METH_NOARGS,
