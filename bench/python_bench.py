@@ -11,6 +11,11 @@ Tasks (seconds per operation, timed as bench/torch_peer.py times):
   numpy_roundtrip   np.from_dlpack(x): NumPy -> NumPy
   kiln_import       kiln.from_dlpack(x) alone
   kiln_export       np.from_dlpack(t) of a kiln tensor alone
+  kiln_oci_net      one step of examples/oci_net.py's loop (the GPU tutorial's Net and
+                    loop: zero_grad, forward, CrossEntropyLoss, loss.backward(),
+                    SGD step, loss.item()) on Fashion-MNIST batches of 4 on --device
+  torch_oci_net     the same step with PyTorch's same Net (torch.nn), batches
+                    sliced from the data set in memory (no DataLoader workers)
 Each answer: {"task", "ok", "median_s", "min_s", "max_s", "q1_s", "q3_s",
 "samples", "iters", "info"}, or {"task", "ok": false, "error"}. The round
 trip's answer also says whether it copied: "zero_copy" is true when the
@@ -194,12 +199,92 @@ def main():
                 np.asarray(a)
         return run
 
+    # The GPU tutorial's training step, both ways; one operation = one step of 4 images.
+    def oci_data():
+        from kiln import nn
+        train = nn.FashionMNIST("train")
+        return nn, train
+
+    def kiln_oci_net():
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+        import oci_net
+        nn, train = oci_data()
+        d = kiln.device(args.device)
+        loader = nn.Loader(train, d, batch_size=4, shuffle=True, seed=1)
+        net = oci_net.Net().to(d)
+        criterion = nn.CrossEntropyLoss()
+        optimizer = kiln.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
+        batches = iter(loader)
+
+        def run(iters):
+            nonlocal batches
+            for _ in range(iters):
+                try:
+                    inputs, labels = next(batches)
+                except StopIteration:
+                    batches = iter(loader)
+                    inputs, labels = next(batches)
+                optimizer.zero_grad()
+                loss = criterion(net(inputs), labels)
+                loss.backward()
+                optimizer.step()
+                loss.item()
+        return run
+
+    def torch_oci_net():
+        import torch.nn as tnn
+        import torch.nn.functional as tF
+        _, train = oci_data()
+        pixels, labels_np = train.arrays()
+        images = torch.from_numpy(pixels.astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
+        labels = torch.from_numpy(labels_np.astype(np.int64))
+
+        class Net(tnn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv1 = tnn.Conv2d(1, 6, 5)
+                self.pool = tnn.MaxPool2d(2, 2)
+                self.conv2 = tnn.Conv2d(6, 16, 5)
+                self.fc1 = tnn.Linear(16 * 4 * 4, 120)
+                self.fc2 = tnn.Linear(120, 84)
+                self.fc3 = tnn.Linear(84, 10)
+
+            def forward(self, x):
+                x = self.pool(tF.relu(self.conv1(x)))
+                x = self.pool(tF.relu(self.conv2(x)))
+                x = x.view(-1, 16 * 4 * 4)
+                x = tF.relu(self.fc1(x))
+                x = tF.relu(self.fc2(x))
+                return self.fc3(x)
+
+        net = Net()
+        criterion = tnn.CrossEntropyLoss()
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
+        order = torch.randperm(images.shape[0])
+        at = 0
+
+        def run(iters):
+            nonlocal at
+            for _ in range(iters):
+                if at + 4 > images.shape[0]:
+                    at = 0
+                idx = order[at:at + 4]
+                at += 4
+                inputs, targets = images[idx], labels[idx]
+                optimizer.zero_grad()
+                loss = criterion(net(inputs), targets)
+                loss.backward()
+                optimizer.step()
+                loss.item()
+        return run
+
     tasks = {
         "kiln_add16": kiln_add16, "torch_add16": torch_add16, "numpy_add16": numpy_add16,
         "kiln_roundtrip": lambda: roundtrip(kiln.from_dlpack),
         "torch_roundtrip": lambda: roundtrip(torch.from_dlpack),
         "numpy_roundtrip": lambda: roundtrip(lambda a: a),
         "kiln_import": kiln_import, "kiln_export": kiln_export,
+        "kiln_oci_net": kiln_oci_net, "torch_oci_net": torch_oci_net,
     }
     for lib in ("kiln", "torch", "numpy"):
         tasks[lib + "_read_sum"] = lambda lib=lib: read_sum(lib)

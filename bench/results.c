@@ -26,7 +26,7 @@ static const char *const bench_titles[BENCH_SECTION_COUNT] = {
     "6. first matmul with a cold and a warm kernel cache",
     "7. GPU peers (cuBLAS, raw CUDA)",
     "8. training (kiln-train's models) side by side with PyTorch",
-    "9. kiln from Python beside PyTorch and NumPy (a tiny add, the DLPack round trip, host reads)",
+    "9. kiln from Python beside PyTorch and NumPy (a tiny add, the DLPack round trip, host reads, the GPU tutorial's training step)",
     "10. low precision: f16/bf16 matmul, conv2d and add vs f32",
 };
 

@@ -12,7 +12,7 @@
 #define KILN_BENCH_PYTHON_EXT_DIR ""
 #endif
 
-enum { PY_TASKS = 17 };
+enum { PY_TASKS = 19 };
 
 /* What python_bench.py answered for one task. */
 typedef struct py_result_t {
@@ -152,13 +152,18 @@ static void py_run(const bench_options_t *opts, const char *device, const char *
   free(text);
 }
 
-static bench_row_t py_row(const py_result_t *r, const char *name, const char *device, const char *who, bool peer) {
-  bench_row_t row = bench_row_make(BENCH_SECTION_PYTHON, name, device, who, "16 floats", "us", false);
+static bench_row_t py_row_sized(const py_result_t *r, const char *name, const char *device, const char *who, bool peer,
+                                const char *size) {
+  bench_row_t row = bench_row_make(BENCH_SECTION_PYTHON, name, device, who, size, "us", false);
   row.is_peer = peer;
   row.valid = r->valid;
   if (r->valid) row.st = r->us;
   else bench_row_note(&row, "%s", r->why);
   return row;
+}
+
+static bench_row_t py_row(const py_result_t *r, const char *name, const char *device, const char *who, bool peer) {
+  return py_row_sized(r, name, device, who, peer, "16 floats");
 }
 
 void bench_section_python(const bench_options_t *opts) {
@@ -167,7 +172,8 @@ void bench_section_python(const bench_options_t *opts) {
                                      "torch_roundtrip", "numpy_roundtrip", "kiln_import", "kiln_export",
                                      "kiln_read_sum",   "torch_read_sum",  "numpy_read_sum",
                                      "kiln_read_item",  "torch_read_item", "numpy_read_item",
-                                     "kiln_read_asarray", "torch_read_asarray", "numpy_read_asarray"};
+                                     "kiln_read_asarray", "torch_read_asarray", "numpy_read_asarray",
+                                     "kiln_oci_net",    "torch_oci_net"};
   tasks[PY_TASKS] = NULL;
   py_result_t r[PY_TASKS];
   bench_progress("python: kiln, PyTorch and NumPy from one Python process (%s)", bench_python());
@@ -234,4 +240,14 @@ void bench_section_python(const bench_options_t *opts) {
     bench_row_target_ratio(&read, 1.0 / 1.5); /* at most 1.5x PyTorch's time */
     bench_add(&read);
   }
+
+  /* The GPU tutorial's training step as PyTorch users write it (examples/oci_net.py): at least PyTorch's speed. */
+  bench_row_t torch_net =
+      py_row_sized(&r[18], "tutorial Net step (Python)", "host", "torch.nn Module, 1 thread", true, "4 images");
+  bench_add(&torch_net);
+  bench_row_t net = py_row_sized(&r[17], "tutorial Net step (Python)", "cpu:0", "kiln.nn.Module", false, "4 images");
+  bench_row_compare(&net, "torch.nn Module, 1 thread", torch_net.valid ? torch_net.st.median : NAN);
+  bench_row_target_ratio(&net, 1.0);
+  bench_row_note(&net, "one step: zero_grad, forward, CrossEntropyLoss, loss.backward(), SGD step, loss.item()");
+  bench_add(&net);
 }
