@@ -791,35 +791,114 @@ static PyObject *kp_fn_unscale(PyObject *self, PyObject *args, PyObject *kwargs)
 #define KP_KW(fn) (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS
 #define KP_FAST(fn) (PyCFunction)(void (*)(void))(fn), METH_FASTCALL
 
+/* The calls kiln has no recorded form of (the gradient formulas, the
+ * optimizers' updates, sum_to, broadcast_to): refused in grad mode when an
+ * argument requires grad, as every other unrecorded op. */
+static int kp_refuse_any(PyObject *const *items, Py_ssize_t n, PyObject *kwargs, const char *op) {
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (kp_ag_refuse(items[i], op) < 0) return -1;
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (kwargs && PyDict_Next(kwargs, &pos, &key, &value))
+    if (kp_ag_refuse(value, op) < 0) return -1;
+  return 0;
+}
+#define KP_UNRECORDED_KW(name)                                                                              \
+  static PyObject *kp_fn_##name##_ng(PyObject *s, PyObject *a, PyObject *k) {                                \
+    if (kp_refuse_any(&PyTuple_GET_ITEM(a, 0), PyTuple_GET_SIZE(a), k, #name) < 0) return NULL;              \
+    return kp_fn_##name(s, a, k);                                                                            \
+  }
+#define KP_UNRECORDED_FAST(name)                                                                            \
+  static PyObject *kp_fn_##name##_ng(PyObject *s, PyObject *const *a, Py_ssize_t n) {                        \
+    if (kp_refuse_any(a, n, NULL, #name) < 0) return NULL;                                                   \
+    return kp_fn_##name(s, a, n);                                                                            \
+  }
+KP_UNRECORDED_KW(softmax_backward)
+KP_UNRECORDED_KW(cross_entropy_backward)
+KP_UNRECORDED_KW(conv2d_backward_input)
+KP_UNRECORDED_KW(conv2d_backward_weight)
+KP_UNRECORDED_KW(max_pool2d_backward)
+KP_UNRECORDED_KW(sgd_update)
+KP_UNRECORDED_KW(adam_update)
+KP_UNRECORDED_KW(unscale)
+KP_UNRECORDED_FAST(unary_backward)
+KP_UNRECORDED_FAST(sum_to)
+KP_UNRECORDED_FAST(broadcast_to)
+static PyObject *kp_fn_conv2d_backward_bias_ng(PyObject *s, PyObject *a) {
+  return kp_ag_refuse(a, "conv2d_backward_bias") < 0 ? NULL : kp_fn_conv2d_backward_bias(s, a);
+}
+#undef KP_UNRECORDED_KW
+#undef KP_UNRECORDED_FAST
+
+/* PyTorch's requires_grad= on every creation call: taken out of the
+ * keywords before the call parses them, applied to the new tensor (a float32
+ * leaf, else the error requires_grad_ gives). */
+static PyObject *kp_creation(PyObject *(*make)(PyObject *, PyObject *, PyObject *), PyObject *self, PyObject *args,
+                             PyObject *kwargs) {
+  PyObject *flag = kwargs ? PyDict_GetItemString(kwargs, "requires_grad") : NULL;
+  if (!flag) return make(self, args, kwargs);
+  int on = PyObject_IsTrue(flag);
+  PyObject *rest = on < 0 ? NULL : PyDict_Copy(kwargs);
+  if (!rest || PyDict_DelItemString(rest, "requires_grad") < 0) {
+    Py_XDECREF(rest);
+    return NULL;
+  }
+  PyObject *r = make(self, args, rest);
+  Py_DECREF(rest);
+  if (r && on) {
+    PyObject *same = PyObject_CallMethod(r, "requires_grad_", NULL);
+    Py_DECREF(r);
+    r = same;
+  }
+  return r;
+}
+#define KP_CREATION(name) \
+  static PyObject *kp_fn_##name##_rg(PyObject *s, PyObject *a, PyObject *k) { return kp_creation(kp_fn_##name, s, a, k); }
+KP_CREATION(empty)
+KP_CREATION(zeros)
+KP_CREATION(ones)
+KP_CREATION(full)
+KP_CREATION(empty_like)
+KP_CREATION(zeros_like)
+KP_CREATION(ones_like)
+KP_CREATION(full_like)
+KP_CREATION(arange)
+KP_CREATION(tensor)
+KP_CREATION(uniform)
+KP_CREATION(rand)
+KP_CREATION(normal)
+KP_CREATION(randn)
+#undef KP_CREATION
+
 PyMethodDef kp_ops_methods[] = {
-    {"empty", KP_KW(kp_fn_empty), "empty(*size, dtype=None, device=None)\n--\n\nA tensor of undefined values."},
-    {"zeros", KP_KW(kp_fn_zeros), "zeros(*size, dtype=None, device=None)\n--\n\nA tensor of zeros."},
-    {"ones", KP_KW(kp_fn_ones), "ones(*size, dtype=None, device=None)\n--\n\nA tensor of ones."},
-    {"full", KP_KW(kp_fn_full), "full(shape, fill_value, dtype=None, *, device=None)\n--\n\nA tensor of one value."},
-    {"empty_like", KP_KW(kp_fn_empty_like), "empty_like(a, dtype=None, *, device=None)\n--\n\nempty() of a's shape, dtype and device."},
-    {"zeros_like", KP_KW(kp_fn_zeros_like), "zeros_like(a, dtype=None, *, device=None)\n--\n\nzeros() of a's shape, dtype and device."},
-    {"ones_like", KP_KW(kp_fn_ones_like), "ones_like(a, dtype=None, *, device=None)\n--\n\nones() of a's shape, dtype and device."},
-    {"full_like", KP_KW(kp_fn_full_like), "full_like(a, fill_value, dtype=None, *, device=None)\n--\n\nfull() of a's shape, dtype and device."},
-    {"arange", KP_KW(kp_fn_arange),
-     "arange(start, stop=None, step=1, dtype=None, *, device=None)\n--\n\nEvenly spaced values in [start, stop), as "
+    {"empty", KP_KW(kp_fn_empty_rg), "empty(*size, dtype=None, device=None, requires_grad=False)\n--\n\nA tensor of undefined values."},
+    {"zeros", KP_KW(kp_fn_zeros_rg), "zeros(*size, dtype=None, device=None, requires_grad=False)\n--\n\nA tensor of zeros."},
+    {"ones", KP_KW(kp_fn_ones_rg), "ones(*size, dtype=None, device=None, requires_grad=False)\n--\n\nA tensor of ones."},
+    {"full", KP_KW(kp_fn_full_rg), "full(shape, fill_value, dtype=None, *, device=None, requires_grad=False)\n--\n\nA tensor of one value."},
+    {"empty_like", KP_KW(kp_fn_empty_like_rg), "empty_like(a, dtype=None, *, device=None, requires_grad=False)\n--\n\nempty() of a's shape, dtype and device."},
+    {"zeros_like", KP_KW(kp_fn_zeros_like_rg), "zeros_like(a, dtype=None, *, device=None, requires_grad=False)\n--\n\nzeros() of a's shape, dtype and device."},
+    {"ones_like", KP_KW(kp_fn_ones_like_rg), "ones_like(a, dtype=None, *, device=None, requires_grad=False)\n--\n\nones() of a's shape, dtype and device."},
+    {"full_like", KP_KW(kp_fn_full_like_rg), "full_like(a, fill_value, dtype=None, *, device=None, requires_grad=False)\n--\n\nfull() of a's shape, dtype and device."},
+    {"arange", KP_KW(kp_fn_arange_rg),
+     "arange(start, stop=None, step=1, dtype=None, *, device=None, requires_grad=False)\n--\n\nEvenly spaced values in [start, stop), as "
      "NumPy's: int32 when the bounds are ints, else float32."},
-    {"tensor", KP_KW(kp_fn_tensor),
-     "tensor(data, dtype=None, *, device=None)\n--\n\nA new tensor holding a copy of `data`: numbers, nested lists, a "
+    {"tensor", KP_KW(kp_fn_tensor_rg),
+     "tensor(data, dtype=None, *, device=None, requires_grad=False)\n--\n\nA new tensor holding a copy of `data`: numbers, nested lists, a "
      "NumPy array or anything with the buffer protocol, or another kiln tensor. Floats become float32 and integers "
      "int32 unless dtype says otherwise. Blocks until the data has left host memory."},
     {"asarray", KP_KW(kp_fn_tensor), "asarray(data, dtype=None, *, device=None)\n--\n\nkiln.tensor(data, ...): a copy."},
-    {"uniform", KP_KW(kp_fn_uniform),
-     "uniform(*size, low=0.0, high=1.0, seed=None, dtype=None, device=None)\n--\n\nUniform numbers in [low, "
+    {"uniform", KP_KW(kp_fn_uniform_rg),
+     "uniform(*size, low=0.0, high=1.0, seed=None, dtype=None, device=None, requires_grad=False)\n--\n\nUniform numbers in [low, "
      "high) from Philox with key `seed` (the same numbers on every device); seed None takes the next of "
      "kiln.manual_seed's counter. The size as ints or one tuple; the rest keyword-only."},
-    {"rand", KP_KW(kp_fn_rand),
-     "rand(*size, low=0.0, high=1.0, seed=None, dtype=None, device=None)\n--\n\nkiln.uniform: rand(2, 3) or "
+    {"rand", KP_KW(kp_fn_rand_rg),
+     "rand(*size, low=0.0, high=1.0, seed=None, dtype=None, device=None, requires_grad=False)\n--\n\nkiln.uniform: rand(2, 3) or "
      "rand((2, 3))."},
-    {"normal", KP_KW(kp_fn_normal),
-     "normal(*size, mean=0.0, std=1.0, seed=None, dtype=None, device=None)\n--\n\nNormal numbers (Philox, as "
+    {"normal", KP_KW(kp_fn_normal_rg),
+     "normal(*size, mean=0.0, std=1.0, seed=None, dtype=None, device=None, requires_grad=False)\n--\n\nNormal numbers (Philox, as "
      "uniform)."},
-    {"randn", KP_KW(kp_fn_randn),
-     "randn(*size, mean=0.0, std=1.0, seed=None, dtype=None, device=None)\n--\n\nkiln.normal: randn(2, 3)."},
+    {"randn", KP_KW(kp_fn_randn_rg),
+     "randn(*size, mean=0.0, std=1.0, seed=None, dtype=None, device=None, requires_grad=False)\n--\n\nkiln.normal: randn(2, 3)."},
     {"manual_seed", kp_fn_manual_seed, METH_O,
      "manual_seed(seed)\n--\n\nRestart the counter that gives random tensors their seed when none is given."},
 #define KP_BINARY_ENTRY(NAME, name) {#name, KP_FAST(kp_fn_##name), #name "(a, b)\n--\n\nElementwise " #name " with NumPy's broadcasting; either side may be a number."},
@@ -845,34 +924,34 @@ PyMethodDef kp_ops_methods[] = {
      "kernel_size."},
     {"reshape", KP_FAST(kp_fn_reshape), "reshape(a, shape)\n--\n\na.reshape(shape)."},
     {"astype", KP_FAST(kp_fn_astype), "astype(a, dtype)\n--\n\na.astype(dtype)."},
-    {"unary_backward", KP_FAST(kp_fn_unary_backward),
+    {"unary_backward", KP_FAST(kp_fn_unary_backward_ng),
      "unary_backward(op, x, dy)\n--\n\ndy * op'(x) for a unary op named as kiln names it ('relu', 'tanh', ...)."},
-    {"sum_to", KP_FAST(kp_fn_sum_to),
+    {"sum_to", KP_FAST(kp_fn_sum_to_ng),
      "sum_to(a, shape)\n--\n\nThe sum of `a` over the axes along which `shape` broadcasts to a's shape."},
-    {"broadcast_to", KP_FAST(kp_fn_broadcast_to), "broadcast_to(a, shape)\n--\n\n`a` broadcast to `shape` (a new tensor)."},
-    {"softmax_backward", KP_KW(kp_fn_softmax_backward),
+    {"broadcast_to", KP_FAST(kp_fn_broadcast_to_ng), "broadcast_to(a, shape)\n--\n\n`a` broadcast to `shape` (a new tensor)."},
+    {"softmax_backward", KP_KW(kp_fn_softmax_backward_ng),
      "softmax_backward(y, dy, log=False)\n--\n\nThe gradient of softmax (log_softmax when log) from its result y."},
-    {"cross_entropy_backward", KP_KW(kp_fn_cross_entropy_backward),
+    {"cross_entropy_backward", KP_KW(kp_fn_cross_entropy_backward_ng),
      "cross_entropy_backward(logits, labels, dloss=None)\n--\n\n(softmax(logits) - onehot(labels)) / N, times dloss."},
-    {"conv2d_backward_input", KP_KW(kp_fn_conv2d_backward_input),
+    {"conv2d_backward_input", KP_KW(kp_fn_conv2d_backward_input_ng),
      "conv2d_backward_input(dy, weight, x_shape, stride=1, padding=0, dilation=1)\n--\n\nconv2d's gradient for x."},
-    {"conv2d_backward_weight", KP_KW(kp_fn_conv2d_backward_weight),
+    {"conv2d_backward_weight", KP_KW(kp_fn_conv2d_backward_weight_ng),
      "conv2d_backward_weight(x, dy, w_shape, stride=1, padding=0, dilation=1)\n--\n\nconv2d's gradient for weight."},
-    {"conv2d_backward_bias", kp_fn_conv2d_backward_bias, METH_O,
+    {"conv2d_backward_bias", kp_fn_conv2d_backward_bias_ng, METH_O,
      "conv2d_backward_bias(dy)\n--\n\nconv2d's gradient for bias: dy summed over N, P and Q."},
-    {"max_pool2d_backward", KP_KW(kp_fn_max_pool2d_backward),
+    {"max_pool2d_backward", KP_KW(kp_fn_max_pool2d_backward_ng),
      "max_pool2d_backward(x, dy, kernel_size, stride=None, padding=0)\n--\n\nmax_pool2d's gradient for x."},
-    {"sgd_update", KP_KW(kp_fn_sgd_update),
+    {"sgd_update", KP_KW(kp_fn_sgd_update_ng),
      "sgd_update(param, grad, momentum_buffer, *, lr, momentum=0, dampening=0, weight_decay=0, nesterov=False, "
      "first_step=False, copy=None)\n--\n\nOne fused SGD step in place, as torch.optim.SGD (momentum_buffer None "
      "when momentum is 0; first_step: the buffer's first update, buf = g whatever the dampening, as torch does). grad "
      "may be float32, float16 or bfloat16; copy (float16 or bfloat16, param's shape) receives the new param rounded, "
      "in the same pass (mixed precision)."},
-    {"adam_update", KP_KW(kp_fn_adam_update),
+    {"adam_update", KP_KW(kp_fn_adam_update_ng),
      "adam_update(param, grad, m, v, step, *, lr, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0, copy=None)"
      "\n--\n\nOne fused Adam step in place, as torch.optim.Adam (step counts from 1); grad and copy as "
      "sgd_update's."},
-    {"unscale", KP_KW(kp_fn_unscale),
+    {"unscale", KP_KW(kp_fn_unscale_ng),
      "unscale(grad, scale, found_inf)\n--\n\ngrad * scale in float32, and found_inf (one float32 element) set to "
      "1 when grad holds an inf or a NaN, in one pass: a loss scaler's check and unscale."},
     {NULL, NULL, 0, NULL},

@@ -489,6 +489,7 @@ static PyObject *kp_tensor_copy(kp_tensor_t *o, PyObject *const *args, Py_ssize_
     else return PyErr_Format(PyExc_TypeError, "copy() takes one argument, the device");
   }
   if (nargs > 1) return PyErr_Format(PyExc_TypeError, "copy(device=None) takes at most one device");
+  if (kp_ag_refuse((PyObject *)o, "copy() (clone() is recorded)") < 0) return NULL;
   kiln_device_t *device = kiln_tensor_device(o->tensor);
   if (dev_arg && dev_arg != Py_None && kp_device_arg(dev_arg, &device) < 0) return NULL;
   kiln_tensor_t *out = NULL;
@@ -500,6 +501,7 @@ static PyObject *kp_tensor_cpu(kp_tensor_t *o, PyObject *unused) {
   kiln_status_t status = kiln_device_find("cpu", &cpu);
   if (status != KILN_OK) return kp_raise(status);
   if (kiln_tensor_device(o->tensor) == cpu) return Py_NewRef((PyObject *)o);
+  if (kp_ag_refuse((PyObject *)o, "cpu() of a tensor on another device") < 0) return NULL;
   kiln_tensor_t *out = NULL;
   return kp_result(kiln_tensor_to(o->tensor, cpu, &out), &out);
 }

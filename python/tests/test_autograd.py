@@ -152,6 +152,9 @@ def test_no_grad_enable_grad_and_in_place_updates():
     ("assignment", lambda w: w.__setitem__(0, 1.0)),
     ("index_add_", lambda w: kiln.zeros(2, 2).index_add_(0, [0, 1], w)),
     ("x\\[rows, cols\\]", lambda w: w[[0, 1], [1, 0]]),
+    ("copy", lambda w: w.copy()),
+    ("broadcast_to", lambda w: kiln.broadcast_to(w, (3, 2, 2))),
+    ("sgd_update", lambda w: kiln.sgd_update(w, kiln.ones(2, 2), None, lr=0.1)),
 ])
 def test_an_op_without_a_gradient_is_refused_not_cut(what, op):
     w = leaf(rnd(14, 2, 2))
@@ -184,6 +187,14 @@ def test_backward_errors_name_the_fix():
         w.grad = kiln.ones(3)
     with pytest.raises(kiln.Error, match="non-scalar|one element|dy"):
         (w * 2).backward()
+
+
+def test_creation_takes_requires_grad():
+    x = kiln.randn(2, 3, requires_grad=True)
+    assert x.requires_grad and x.is_leaf and not kiln.zeros(2, requires_grad=False).requires_grad
+    assert kiln.tensor([1.0, 2.0], requires_grad=True).requires_grad
+    with pytest.raises(kiln.DtypeMismatchError, match="int32"):
+        kiln.ones(3, dtype=kiln.int32, requires_grad=True)
 
 
 def test_the_record_ends_with_its_last_tensor():
