@@ -75,7 +75,7 @@ def test(net, loader):
     with kiln.no_grad():
         for images, labels in loader:
             outputs = net(images)
-            predicted = outputs.argmax(dim=1)
+            _, predicted = kiln.max(outputs.data, 1)
             total += labels.shape[0]
             correct += int((predicted == labels).sum().item())
     return correct / total

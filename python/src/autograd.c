@@ -178,6 +178,9 @@ static PyObject *kp_ag_get_requires_grad(kp_tensor_t *t, void *c) { return PyBoo
 
 static PyObject *kp_ag_get_is_leaf(kp_tensor_t *t, void *c) { return PyBool_FromLong(!t->ag_recording); }
 
+/* torch's x.data: the same memory as a tensor that requires no grad (x.detach()). */
+static PyObject *kp_ag_get_data(kp_tensor_t *t, void *c) { return kp_tensor_wrap(kiln_tensor_retain(t->tensor)); }
+
 static PyObject *kp_ag_get_grad(kp_tensor_t *t, void *c) {
   if (!t->ag_param) Py_RETURN_NONE;
   kiln_tensor_t *g = kiln_nn_param_grad(((kp_param_t *)t->ag_param)->param);
@@ -244,6 +247,7 @@ PyGetSetDef kp_autograd_getset[] = {
     {"grad", (getter)kp_ag_get_grad, (setter)kp_ag_set_grad,
      "the gradient backward() added to this leaf (None before, and after x.grad = None)", NULL},
     {"is_leaf", (getter)kp_ag_get_is_leaf, NULL, "False for the result of a recorded op", NULL},
+    {"data", (getter)kp_ag_get_data, NULL, "the same memory as a tensor that requires no grad (x.detach())", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -289,6 +293,7 @@ static PyObject *kp_ag_unavailable(void) {
 static PyObject *kp_ag_get_false(PyObject *t, void *c) { Py_RETURN_FALSE; }
 static PyObject *kp_ag_get_true(PyObject *t, void *c) { Py_RETURN_TRUE; }
 static PyObject *kp_ag_get_none(PyObject *t, void *c) { Py_RETURN_NONE; }
+static PyObject *kp_ag_get_data(PyObject *t, void *c) { return kp_tensor_wrap(kiln_tensor_retain(KP_TENSOR(t))); }
 static int kp_ag_set_unavailable(PyObject *t, PyObject *v, void *c) {
   kp_ag_unavailable();
   return -1;
@@ -305,6 +310,7 @@ PyGetSetDef kp_autograd_getset[] = {
     {"requires_grad", kp_ag_get_false, kp_ag_set_unavailable, NULL, NULL},
     {"grad", kp_ag_get_none, kp_ag_set_unavailable, NULL, NULL},
     {"is_leaf", kp_ag_get_true, NULL, NULL, NULL},
+    {"data", kp_ag_get_data, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
