@@ -405,6 +405,12 @@ kiln_status_t kiln_nn_tape_backward(kiln_nn_tape_t *tape, kiln_tensor_t *y, cons
     return kiln_set_error(KILN_SHAPE_MISMATCH, "%s: dy has %d dims and %lld elements, y %d and %lld; pass dy of y's shape",
                           call, kiln_tensor_ndim(dy), (long long)kiln_tensor_numel(dy), kiln_tensor_ndim(y),
                           (long long)kiln_tensor_numel(y));
+  if (dy && kiln_tensor_dtype(dy) != kiln_tensor_dtype(y))
+    return kiln_set_error(KILN_DTYPE_MISMATCH, "%s: dy is %s and y %s; pass dy of y's dtype (kiln_tensor_cast)", call,
+                          kiln_dtype_name(kiln_tensor_dtype(dy)), kiln_dtype_name(kiln_tensor_dtype(y)));
+  if (dy && kiln_tensor_device(dy) != kiln_tensor_device(y))
+    return kiln_set_error(KILN_DEVICE_MISMATCH, "%s: dy lives on %s and y on %s; move dy there first (kiln_tensor_to)",
+                          call, kiln_device_selector(kiln_tensor_device(dy)), kiln_device_selector(kiln_tensor_device(y)));
   if (tape->grad_capacity < k + 1) {
     size_t cap = tape->capacity > k + 1 ? tape->capacity : k + 1;
     kiln_nn__grad_t *grown = realloc(tape->grads, cap * sizeof *grown);

@@ -217,6 +217,10 @@ static PyObject *kp_ag_backward(kp_tensor_t *t, PyObject *args, PyObject *kwargs
                         "records no gradient of a gradient; compute the forward again for a second backward",
                         create ? "create_graph" : "retain_graph");
   if (kp_ag_stale(t) < 0) return NULL;
+  if (t->ag_param)
+    return PyErr_Format(PyExc_RuntimeError,
+                        "backward() of a leaf: its gradient with respect to itself is `gradient` (or 1); kiln "
+                        "differentiates results of recorded ops (compute the loss from this tensor first)");
   if (t->ag_recording != kp_ag_recording || !kp_ag_tape_obj)
     return PyErr_Format(PyExc_RuntimeError,
                         "this tensor does not require grad, so backward() has nothing to differentiate: none of the "

@@ -187,6 +187,10 @@ def test_backward_errors_name_the_fix():
         w.grad = kiln.ones(3)
     with pytest.raises(kiln.Error, match="non-scalar|one element|dy"):
         (w * 2).backward()
+    with pytest.raises(kiln.DtypeMismatchError, match="pass dy of y's dtype"):
+        (w * 2).backward(kiln.ones(3, dtype=kiln.int32))
+    with pytest.raises(RuntimeError, match="backward\\(\\) of a leaf"):
+        w.backward()
 
 
 def test_creation_takes_requires_grad():

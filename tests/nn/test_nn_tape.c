@@ -411,6 +411,12 @@ START_TEST(test_only_what_carries_a_gradient_is_recorded) {
   ck_assert_uint_eq(kiln_nn_tape_size(tape), 1);
   /* More than one element needs dy. */
   KT_FAILS(kiln_nn_tape_backward(tape, z, NULL), KILN_INVALID_ARGUMENT, "pass dy of y's shape");
+  /* dy of y's shape but another dtype: refused before anything runs. */
+  kiln_tensor_t *dy_int = NULL;
+  KT_OK(kiln_tensor_ones(kt_dev(), KILN_I32, 2, (int64_t[]){2, 3}, &dy_int));
+  KT_FAILS(kiln_nn_tape_backward(tape, z, dy_int), KILN_DTYPE_MISMATCH, "dy is i32 and y f32; pass dy of y's dtype");
+  kiln_tensor_release(dy_int);
+  ck_assert_uint_eq(kiln_nn_tape_size(tape), 1);
   /* dz = exp(x) given as dy: dw = exp(x) * x. */
   KT_OK(kiln_nn_tape_backward(tape, z, y));
   ck_assert_uint_eq(kiln_nn_tape_size(tape), 0);

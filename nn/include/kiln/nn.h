@@ -377,7 +377,9 @@ void kiln_nn_tape_clear(kiln_nn_tape_t *tape);
  * tape is ready for the next step). Does not block. KILN_INVALID_ARGUMENT
  * when y was not recorded on this tape (it carries no gradient, or the record
  * was cleared), or when dy is NULL for a y of more than one element;
- * KILN_SHAPE_MISMATCH for a dy of another shape; the errors of the gradient
+ * KILN_SHAPE_MISMATCH for a dy of another shape, KILN_DTYPE_MISMATCH for one of
+ * another dtype, KILN_DEVICE_MISMATCH for one on another device (nothing is
+ * enqueued or cleared then); the errors of the gradient
  * operations, with the op and its place in the record named (the record is
  * cleared then too, and gradients may be partly added). */
 kiln_status_t kiln_nn_tape_backward(kiln_nn_tape_t *tape, kiln_tensor_t *y, const kiln_tensor_t *dy);
