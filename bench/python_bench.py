@@ -11,6 +11,7 @@ Tasks (seconds per operation, timed as bench/torch_peer.py times):
   numpy_roundtrip   np.from_dlpack(x): NumPy -> NumPy
   kiln_import       kiln.from_dlpack(x) alone
   kiln_export       np.from_dlpack(t) of a kiln tensor alone
+  kiln_xp_add16     xp.add(a, b) through the Array API namespace (kiln.array_api) on --device
   kiln_oci_net      one step of examples/oci_net.py's loop (the GPU tutorial's Net and
                     loop: zero_grad, forward, CrossEntropyLoss, loss.backward(),
                     SGD step, loss.item()) on Fashion-MNIST batches of 4 on --device
@@ -121,6 +122,17 @@ def main():
         def run(iters):
             for _ in range(iters):
                 a + b
+            d.synchronize()
+        return run
+
+    def kiln_xp_add16():
+        import kiln.array_api as xp
+        d = kiln.device(args.device)
+        a, b = xp.ones(16, device=d), xp.ones(16, device=d)
+
+        def run(iters):
+            for _ in range(iters):
+                xp.add(a, b)
             d.synchronize()
         return run
 
@@ -285,6 +297,7 @@ def main():
         "numpy_roundtrip": lambda: roundtrip(lambda a: a),
         "kiln_import": kiln_import, "kiln_export": kiln_export,
         "kiln_oci_net": kiln_oci_net, "torch_oci_net": torch_oci_net,
+        "kiln_xp_add16": kiln_xp_add16,
     }
     for lib in ("kiln", "torch", "numpy"):
         tasks[lib + "_read_sum"] = lambda lib=lib: read_sum(lib)

@@ -12,7 +12,7 @@
 #define KILN_BENCH_PYTHON_EXT_DIR ""
 #endif
 
-enum { PY_TASKS = 19 };
+enum { PY_TASKS = 20 };
 
 /* What python_bench.py answered for one task. */
 typedef struct py_result_t {
@@ -173,7 +173,7 @@ void bench_section_python(const bench_options_t *opts) {
                                      "kiln_read_sum",   "torch_read_sum",  "numpy_read_sum",
                                      "kiln_read_item",  "torch_read_item", "numpy_read_item",
                                      "kiln_read_asarray", "torch_read_asarray", "numpy_read_asarray",
-                                     "kiln_oci_net",    "torch_oci_net"};
+                                     "kiln_oci_net",    "torch_oci_net",   "kiln_xp_add16"};
   tasks[PY_TASKS] = NULL;
   py_result_t r[PY_TASKS];
   bench_progress("python: kiln, PyTorch and NumPy from one Python process (%s)", bench_python());
@@ -198,6 +198,11 @@ void bench_section_python(const bench_options_t *opts) {
   bench_row_compare(&add, "torch eager a + b", torch_add.valid ? torch_add.st.median : NAN);
   bench_row_target_ratio(&add, 1.0);
   bench_add(&add);
+  /* The same add through the Array API namespace: one Python function call more. */
+  bench_row_t xp_add = py_row(&r[19], "add 16 floats from Python", "cpu:0", "kiln.array_api add(a, b)", false);
+  bench_row_compare(&xp_add, "numpy a + b", numpy_add.valid ? numpy_add.st.median : NAN);
+  bench_row_compare(&xp_add, "torch eager a + b", torch_add.valid ? torch_add.st.median : NAN);
+  bench_add(&xp_add);
 
   /* The round trip: under a microsecond, and nothing copied. */
   bench_row_t torch_rt = py_row(&r[4], "DLPack round trip from NumPy", "host", "NumPy -> torch -> NumPy", true);

@@ -847,7 +847,31 @@ PyObject *kp_nb_idiv(PyObject *a, PyObject *b) { return kp_inplace(a, b, KILN_BI
   #name "(dim=None, keepdim=False, *, axis=None, keepdims=None, dtype=None)\n--\n\n" what " along dim (an int, a "    \
   "tuple of ints, or None for every axis); axis/keepdims are NumPy's names for dim/keepdim."
 
+/* The Array API's array protocol: its namespace (kiln.array_api) and to_device. */
+static PyObject *kp_m_array_namespace(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"api_version", NULL};
+  PyObject *version = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O:__array_namespace__", names, &version)) return NULL;
+  if (version != Py_None && !(PyUnicode_Check(version) && PyUnicode_CompareWithASCIIString(version, "2021.12") == 0))
+    return PyErr_Format(PyExc_ValueError, "kiln.array_api implements the Array API's 2021.12 revision, not %R",
+                        version);
+  return PyImport_ImportModule("kiln.array_api");
+}
+
+static PyObject *kp_m_to_device(PyObject *self, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"device", "stream", NULL};
+  PyObject *device, *stream = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$O:to_device", names, &device, &stream)) return NULL;
+  if (stream != Py_None)
+    return PyErr_Format(PyExc_ValueError, "to_device(stream=...): kiln orders work by queue, not by stream");
+  return PyObject_CallMethod(self, "to", "O", device);
+}
+
 PyMethodDef kp_tensor_torch_methods[] = {
+    {"__array_namespace__", (PyCFunction)(void (*)(void))kp_m_array_namespace, METH_VARARGS | METH_KEYWORDS,
+     "__array_namespace__(*, api_version=None)\n--\n\nkiln.array_api, the Array API namespace of kiln's tensors."},
+    {"to_device", (PyCFunction)(void (*)(void))kp_m_to_device, METH_VARARGS | METH_KEYWORDS,
+     "to_device(device, /, *, stream=None)\n--\n\nThe Array API's spelling of to(device)."},
     {"size", (PyCFunction)(void (*)(void))kp_m_size, METH_FASTCALL | METH_KEYWORDS,
      "size(dim=None)\n--\n\nThe shape as a tuple, or the size of one dim (PyTorch's; .shape is the same tuple)."},
     {"numel", KP_NOARGS(kp_m_numel), "numel()\n--\n\nThe number of elements."},

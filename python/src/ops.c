@@ -628,6 +628,21 @@ static PyObject *kp_fn_astype(PyObject *self, PyObject *const *args, Py_ssize_t 
   return kp_cast(args[0], dtype);
 }
 
+/* where(cond, a, b): a where cond holds, else b (kiln_tensor_where; a bool
+ * or integer cond is taken as int32, nonzero true). Not recorded. */
+static PyObject *kp_fn_where(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 3) return PyErr_Format(PyExc_TypeError, "where(cond, a, b) takes three tensors");
+  kiln_tensor_t *c = kp_tensor_arg(args[0], "cond"), *a = c ? kp_tensor_arg(args[1], "a") : NULL,
+                *b = a ? kp_tensor_arg(args[2], "b") : NULL, *c32 = NULL, *out = NULL;
+  if (!b || kp_ag_refuse(args[1], "where") < 0 || kp_ag_refuse(args[2], "where") < 0) return NULL;
+  kiln_dtype_t cd = kiln_tensor_dtype(c);
+  kiln_status_t status = KILN_OK;
+  if (cd != KILN_F32 && cd != KILN_I32) status = kiln_tensor_cast(c, KILN_I32, &c32);
+  if (status == KILN_OK) status = kiln_tensor_where(c32 ? c32 : c, a, b, &out);
+  kiln_tensor_release(c32);
+  return kp_result(status, &out);
+}
+
 /* ---- gradients -------------------------------------------------------------------------------------- */
 
 static PyObject *kp_fn_unary_backward(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -924,6 +939,8 @@ PyMethodDef kp_ops_methods[] = {
      "kernel_size."},
     {"reshape", KP_FAST(kp_fn_reshape), "reshape(a, shape)\n--\n\na.reshape(shape)."},
     {"astype", KP_FAST(kp_fn_astype), "astype(a, dtype)\n--\n\na.astype(dtype)."},
+    {"where", KP_FAST(kp_fn_where),
+     "where(cond, a, b)\n--\n\na where cond holds (nonzero), else b, broadcast together; a and b of one dtype."},
     {"unary_backward", KP_FAST(kp_fn_unary_backward_ng),
      "unary_backward(op, x, dy)\n--\n\ndy * op'(x) for a unary op named as kiln names it ('relu', 'tanh', ...)."},
     {"sum_to", KP_FAST(kp_fn_sum_to_ng),
