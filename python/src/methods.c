@@ -429,7 +429,7 @@ PyObject *kp_reduce_call(PyObject *tensor_obj, PyObject *args, PyObject *kwargs,
     /* Highest first, so that the lower axes keep their numbers. */
     for (int a = n - 1; a >= 0; a--)
       if (seen[a]) axes[count++] = a;
-    if (count == 0) all = true; /* () reduces everything, as NumPy's */
+    if (count == 0) all = true; /* () reduces everything, as PyTorch's dim=() (NumPy's axis=() reduces nothing: kiln.array_api answers that itself) */
   }
   if (all || n == 0) {
     kiln_tensor_t *out = NULL;
