@@ -169,7 +169,7 @@ def test_every_signature_reads_in_help():
             fn = getattr(owner, name)
             if callable(fn) and getattr(fn, "__text_signature__", None):
                 inspect.signature(fn)  # ValueError when help() could not show it
-    assert str(inspect.signature(kiln.rand)) == "(*size, low=0.0, high=1.0, seed=None, dtype=None, device=None)"
+    assert str(inspect.signature(kiln.rand)) == "(*size, low=0.0, high=1.0, seed=None, dtype=None, device=None, requires_grad=False)"
 
 
 def test_repr_shows_values_dtype_and_device():
