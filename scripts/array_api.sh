@@ -7,7 +7,8 @@
 # the tests) and, in a venv it makes there, pytest, pytest-json-report,
 # hypothesis >= 6.151 and ndindex from PyPI (Debian's hypothesis is too old).
 # The suite comes from ARRAY_API_TESTS_DIR (a checkout with its array-api
-# submodule) or is fetched at the commits pinned below into BUILD_DIR. Tests
+# submodule), from shared/array-api-tests beside kiln's checkout, or is
+# fetched at the commits pinned below into BUILD_DIR. Tests
 # kiln cannot pass yet are in python/tests/array_api/xfails.txt, each group
 # with its reason. Exit 0 when every other test passed on every device; 3
 # when the suite or its packages could not be had (nothing was run).
@@ -40,6 +41,10 @@ fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/kiln-array-api-XXXXXX")"
 trap 'rm -rf "$work"' EXIT
+# The suite: ARRAY_API_TESTS_DIR, else an unmodified copy in shared/ beside
+# kiln's checkout (where a workspace keeps read-only references), else fetched.
+[ -n "${ARRAY_API_TESTS_DIR:-}" ] || [ ! -d "$KILN_ROOT/../shared/array-api-tests/array_api_tests" ] ||
+  ARRAY_API_TESTS_DIR="$KILN_ROOT/../shared/array-api-tests"
 if [ -n "${ARRAY_API_TESTS_DIR:-}" ]; then
   cp -r "$ARRAY_API_TESTS_DIR" "$work/suite"
 else
