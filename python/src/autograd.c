@@ -34,13 +34,15 @@ static const char kp_ag_ops[] =
     "and kiln.nn's layers";
 
 static void kp_ag_end_recording(void) {
-  if (kp_ag_tape_obj) {
-    kp_tape_t *t = (kp_tape_t *)kp_ag_tape_obj;
-    kiln_nn_tape_clear(t->tape);
-    if (PyList_GET_SIZE(t->watched)) PyList_SetSlice(t->watched, 0, PyList_GET_SIZE(t->watched), NULL);
-  }
+  if (kp_ag_tape_obj) kp_tape_end((kp_tape_t *)kp_ag_tape_obj);
   kp_ag_recording++;
   kp_ag_live = 0;
+}
+
+/* The implicit tape, made at the first recording; 0 or -1. */
+static int kp_ag_tape_ready(void) {
+  if (!kp_ag_tape_obj) kp_ag_tape_obj = PyObject_CallNoArgs((PyObject *)&kp_tape_type);
+  return kp_ag_tape_obj ? 0 : -1;
 }
 
 bool kp_ag_requires_grad(PyObject *obj) {
@@ -69,11 +71,7 @@ int kp_ag_wanted(PyObject *a, PyObject *b) {
     if (kp_ag_stale(t) < 0) return -1;
     want = 1;
   }
-  if (want && !kp_ag_tape_obj) {
-    kp_ag_tape_obj = PyObject_CallNoArgs((PyObject *)&kp_tape_type);
-    if (!kp_ag_tape_obj) return -1;
-  }
-  return want;
+  return want && kp_ag_tape_ready() < 0 ? -1 : want;
 }
 
 int kp_ag_refuse(PyObject *obj, const char *op) {
@@ -90,22 +88,18 @@ kiln_nn_tape_t *kp_ag_tape(void) { return ((kp_tape_t *)kp_ag_tape_obj)->tape; }
 kiln_tensor_t *kp_ag_in(PyObject *obj) {
   if (!obj || !KP_IS_TENSOR(obj)) return NULL;
   kp_tensor_t *t = (kp_tensor_t *)obj;
-  if (t->ag_param && kp_ag_tape_obj) {
-    kp_tape_t *tape = (kp_tape_t *)kp_ag_tape_obj;
-    kiln_tensor_t *value = NULL;
-    /* Kept before the C tape records the parameter's address (the tape's own rule). */
-    if (PySequence_Contains(tape->watched, t->ag_param) == 0 && PyList_Append(tape->watched, t->ag_param) < 0) {
-      PyErr_Clear();
-      return t->tensor;
-    }
-    if (kiln_nn_tape_watch(tape->tape, ((kp_param_t *)t->ag_param)->param, &value) != KILN_OK) return t->tensor;
-  }
+  kiln_tensor_t *value = NULL;
+  /* Watching fails only without memory: the leaf then counts as a constant,
+   * and the op's result says so (requires_grad False). */
+  if (t->ag_param && kp_ag_tape_obj && kp_tape_watch_param((kp_tape_t *)kp_ag_tape_obj, t->ag_param, &value) < 0)
+    PyErr_Clear();
   return t->tensor;
 }
 
-PyObject *kp_ag_result(kiln_status_t status, kiln_tensor_t **out) {
+PyObject *kp_ag_result(int rec, kiln_status_t status, kiln_tensor_t **out) {
   if (status != KILN_OK) return kp_raise(status);
-  bool carries = kp_ag_tape_obj && kiln_nn_tape_carries(kp_ag_tape(), *out);
+  /* Only a recorded op's result is looked up (the newest entry: found first). */
+  bool carries = rec && kp_ag_tape_obj && kiln_nn_tape_carries(kp_ag_tape(), *out);
   PyObject *r = kp_tensor_wrap(*out);
   if (r && carries) {
     ((kp_tensor_t *)r)->ag_recording = kp_ag_recording;
@@ -124,10 +118,7 @@ PyObject *kp_ag_layer_tape(PyObject *x) {
   int want = kp_ag_wanted(x, NULL);
   if (want < 0) return NULL;
   if (!kp_ag_enabled) return Py_None;
-  if (!kp_ag_tape_obj) {
-    kp_ag_tape_obj = PyObject_CallNoArgs((PyObject *)&kp_tape_type);
-    if (!kp_ag_tape_obj) return NULL;
-  }
+  if (kp_ag_tape_ready() < 0) return NULL;
   if (want) kp_ag_in(x);
   return kp_ag_tape_obj;
 }

@@ -267,7 +267,7 @@ static PyObject *kp_advanced_get(PyObject *self, kp_adv_t *a) {
   }
   kiln_tensor_release(rows);
   kp_adv_free(a);
-  return kp_ag_result(status, &out);
+  return kp_ag_result(rec, status, &out);
 }
 
 /* The view `key` selects: slices (kiln_tensor_slice) then one reshape that
@@ -561,7 +561,7 @@ static PyObject *kp_m_index_select(PyObject *self, PyObject *args, PyObject *kwa
              : kiln_tensor_index_select(KP_TENSOR(self), dim, flat, &out);
   kiln_tensor_release(t);
   kiln_tensor_release(flat);
-  return kp_ag_result(st, &out);
+  return kp_ag_result(rec, st, &out);
 }
 
 /* source as a tensor of x's dtype on x's device. */

@@ -112,6 +112,11 @@ extern PyMethodDef kp_nn_data_functions[], kp_nn_train_functions[], kp_nn_model_
 
 /* A Parameter object over `param`, borrowed from `owner` (NULL: owned). */
 PyObject *kp_param_wrap(kiln_nn_param_t *param, kp_owner_t *owner);
+/* Watch a kiln.nn.Parameter on the tape, keeping it alive as long as the
+ * record (Tape.watch, and autograd's leaves); 0, or -1 with the error. */
+int kp_tape_watch_param(kp_tape_t *t, PyObject *param, kiln_tensor_t **out_value);
+/* Drop the record and what it kept alive (Tape.clear). */
+void kp_tape_end(kp_tape_t *t);
 /* The kiln tape of a tape argument: a Tape, or None for no tape (NULL). */
 int kp_tape_arg(PyObject *arg, kiln_nn_tape_t **out);
 /* A layer or model about to run on the tape `tape_arg` (None: no tape) has

@@ -201,8 +201,9 @@ int kp_dlpack_init(void);
  * An op on tensors that require grad, in grad mode, runs as libkiln-nn's tape
  * op on the implicit tape. Each differentiable entry point does:
  *
- *   if ((w = kp_ag_wanted(a, b)) != 0)
- *     return w < 0 ? NULL : kp_ag_result(KP_AG(kiln_nn_tape_x(kp_ag_tape(), kp_ag_in(a), ..., &out)), &out);
+ *   int rec = kp_ag_wanted(a, b);
+ *   return KP_AG_OP(rec, kiln_nn_tape_x(kp_ag_tape(), kp_ag_in(a), ..., &out),
+ *                   kiln_tensor_x(KP_TENSOR(a), ..., &out), &out);
  *
  * and an entry point kiln cannot differentiate calls kp_ag_refuse first, so
  * no op silently cuts a gradient's path. Without libkiln-nn (KILNPY_NO_NN)
@@ -223,19 +224,25 @@ int kp_ag_wanted(PyObject *a, PyObject *b);
 kiln_nn_tape_t *kp_ag_tape(void);
 /* An operand's kiln tensor; a leaf that requires grad is watched. */
 kiln_tensor_t *kp_ag_in(PyObject *obj);
-/* kp_result, and the result is marked when it carries a gradient. */
-PyObject *kp_ag_result(kiln_status_t status, kiln_tensor_t **out);
+/* kp_result of an op; when `rec` (it ran on the implicit tape), the result
+ * is marked if it carries a gradient. */
+PyObject *kp_ag_result(int rec, kiln_status_t status, kiln_tensor_t **out);
 /* The tape a kiln.nn layer or model called without one records on: the
  * implicit tape in grad mode (x watched when it is a leaf that requires
  * grad), else None (borrowed); NULL on error. */
 PyObject *kp_ag_layer_tape(PyObject *x);
 #define KP_AG(call) (call)
 #else
+static inline PyObject *kp_ag_result(int rec, kiln_status_t status, kiln_tensor_t **out) { return kp_result(status, out); }
 static inline int kp_ag_wanted(PyObject *a, PyObject *b) { return 0; }
 static inline kiln_tensor_t *kp_ag_in(PyObject *obj) { return KP_TENSOR(obj); }
-#define kp_ag_result kp_result
 #define KP_AG(call) KILN_UNSUPPORTED
 #endif
+/* The one shape of a differentiable entry point: `rec`, a variable holding
+ * kp_ag_wanted's answer (it is read more than once); the tape's call when 1,
+ * the plain one when 0, NULL when -1 (its error is set). Both fill *out. */
+#define KP_AG_OP(rec, tape_call, plain_call, out) \
+  ((rec) < 0 ? NULL : kp_ag_result((rec), (rec) ? KP_AG(tape_call) : (plain_call), (out)))
 
 /* ---- libkiln-nn (nn_data.c, nn_train.c) ---------------------------------------------------- */
 

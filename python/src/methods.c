@@ -84,13 +84,9 @@ static PyObject *kp_m_dim(PyObject *self, PyObject *unused) { return PyLong_From
 
 static PyObject *kp_m_clone(PyObject *self, PyObject *unused) {
   kiln_tensor_t *out = NULL;
-  int rec = kp_ag_wanted(self, NULL);
-  if (rec) /* a copy the gradient passes through */
-    return rec < 0 ? NULL
-                   : kp_ag_result(KP_AG(kiln_nn_tape_binary_scalar(kp_ag_tape(), KILN_BINARY_MUL, kp_ag_in(self), 1.0,
-                                                                   &out)),
-                                  &out);
-  return kp_result(kiln_tensor_copy(KP_TENSOR(self), kiln_tensor_device(KP_TENSOR(self)), &out), &out);
+  int rec = kp_ag_wanted(self, NULL); /* recorded: a copy (x * 1) the gradient passes through */
+  return KP_AG_OP(rec, kiln_nn_tape_binary_scalar(kp_ag_tape(), KILN_BINARY_MUL, kp_ag_in(self), 1.0, &out),
+                  kiln_tensor_copy(KP_TENSOR(self), kiln_tensor_device(KP_TENSOR(self)), &out), &out);
 }
 
 /* The same memory, a new object that requires no grad (a constant to the tape). */
@@ -435,7 +431,7 @@ PyObject *kp_reduce_call(PyObject *tensor_obj, PyObject *args, PyObject *kwargs,
     kiln_tensor_t *out = NULL;
     kiln_status_t status = kp_reduce_one(kind, cur, KILN_ALL_AXES, keepdim != 0, &out, rec);
     kiln_tensor_release(cur);
-    return kp_ag_result(status, &out);
+    return kp_ag_result(rec, status, &out);
   }
   bool pair = (kind == KP_MAX || kind == KP_MIN) && PyIndex_Check(dim) && axis == Py_None;
   for (int i = 0; i < count; i++) {
@@ -468,7 +464,7 @@ PyObject *kp_reduce_call(PyObject *tensor_obj, PyObject *args, PyObject *kwargs,
     kiln_tensor_release(cur);
     cur = next;
   }
-  return kp_ag_result(KILN_OK, &cur);
+  return kp_ag_result(rec, KILN_OK, &cur);
 fail:
   kiln_tensor_release(cur);
   return NULL;

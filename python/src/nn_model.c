@@ -45,11 +45,12 @@ static PyObject *kp_layer_forward(kp_layer_t *l, PyObject *args, PyObject *kwarg
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:forward", names, &x, &tape_arg)) return NULL;
   kiln_tensor_t *tx = kp_tensor_arg(x, "x"), *out = NULL;
   kiln_nn_tape_t *tape;
+  const bool implicit = !tape_arg;
   /* No tape given: autograd's (kiln.no_grad() turns it off), as a torch module records. */
   if (!tx || (!tape_arg && !(tape_arg = kp_ag_layer_tape(x))) || kp_tape_arg(tape_arg, &tape) < 0 ||
       kp_layer_alive(l) < 0 || kp_guard_check((PyObject *)l) < 0 || kp_tape_keep(tape_arg, l->owner) < 0)
     return NULL;
-  return kp_ag_result(kiln_nn_layer_forward(l->layer, tape, tx, &out), &out);
+  return kp_ag_result(implicit && tape, kiln_nn_layer_forward(l->layer, tape, tx, &out), &out);
 }
 
 static PyObject *kp_layer_parameters(kp_layer_t *l, PyObject *unused) {
@@ -291,10 +292,11 @@ static PyObject *kp_model_forward(kp_model_t *m, PyObject *args, PyObject *kwarg
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O:forward", names, &x, &tape_arg)) return NULL;
   kiln_tensor_t *tx = kp_tensor_arg(x, "x"), *out = NULL;
   kiln_nn_tape_t *tape;
+  const bool implicit = !tape_arg;
   if (!tx || (!tape_arg && !(tape_arg = kp_ag_layer_tape(x))) || kp_tape_arg(tape_arg, &tape) < 0 ||
       kp_guard_check((PyObject *)m) < 0 || kp_tape_keep(tape_arg, m->owner) < 0)
     return NULL;
-  return kp_ag_result(kiln_nn_model_forward(m->model, tape, tx, &out), &out);
+  return kp_ag_result(implicit && tape, kiln_nn_model_forward(m->model, tape, tx, &out), &out);
 }
 
 static PyObject *kp_model_parameters(kp_model_t *m, PyObject *unused) {

@@ -294,15 +294,27 @@ static void kp_tape_forget(kp_tape_t *t) {
   if (PyList_GET_SIZE(t->watched)) PyList_SetSlice(t->watched, 0, PyList_GET_SIZE(t->watched), NULL);
 }
 
+void kp_tape_end(kp_tape_t *t) {
+  kiln_nn_tape_clear(t->tape);
+  kp_tape_forget(t);
+}
+
+int kp_tape_watch_param(kp_tape_t *t, PyObject *param, kiln_tensor_t **out_value) {
+  /* Kept before the C tape records the parameter's address. */
+  if (kp_tape_keep_object(t, param) < 0) return -1;
+  kiln_status_t status = kiln_nn_tape_watch(t->tape, ((kp_param_t *)param)->param, out_value);
+  if (status != KILN_OK) {
+    kp_raise(status);
+    return -1;
+  }
+  return 0;
+}
+
 static PyObject *kp_tape_watch(kp_tape_t *t, PyObject *arg) {
   if (!Py_IS_TYPE(arg, &kp_param_type))
     return PyErr_Format(PyExc_TypeError, "watch() takes a kiln.nn.Parameter, not %.100s", Py_TYPE(arg)->tp_name);
-  if (kp_guard_check(arg) < 0) return NULL;
-  /* Kept before the C tape records the parameter's address. */
-  if (kp_tape_keep_object(t, arg) < 0) return NULL;
   kiln_tensor_t *value = NULL;
-  kiln_status_t status = kiln_nn_tape_watch(t->tape, ((kp_param_t *)arg)->param, &value);
-  if (status != KILN_OK) return kp_raise(status);
+  if (kp_guard_check(arg) < 0 || kp_tape_watch_param(t, arg, &value) < 0) return NULL;
   return kp_tensor_wrap(kiln_tensor_retain(value));
 }
 
@@ -323,8 +335,7 @@ static PyObject *kp_tape_backward(kp_tape_t *t, PyObject *args, PyObject *kwargs
 }
 
 static PyObject *kp_tape_clear(kp_tape_t *t, PyObject *unused) {
-  kiln_nn_tape_clear(t->tape);
-  kp_tape_forget(t);
+  kp_tape_end(t);
   Py_RETURN_NONE;
 }
 
@@ -333,8 +344,7 @@ static Py_ssize_t kp_tape_len(PyObject *o) { return (Py_ssize_t)kiln_nn_tape_siz
 static PyObject *kp_tape_enter(PyObject *self, PyObject *unused) { return Py_NewRef(self); }
 static PyObject *kp_tape_exit(kp_tape_t *t, PyObject *args) {
   /* Leaving a `with` block drops a record no backward pass consumed. */
-  kiln_nn_tape_clear(t->tape);
-  kp_tape_forget(t);
+  kp_tape_end(t);
   Py_RETURN_FALSE;
 }
 

@@ -68,7 +68,7 @@ static PyObject *kp_binary_recorded(kiln_binary_op_t op, PyObject *a, PyObject *
   double v;
   int r;
   if (KP_IS_TENSOR(a) && KP_IS_TENSOR(b))
-    return kp_ag_result(KP_AG(kiln_nn_tape_binary(kp_ag_tape(), op, kp_ag_in(a), kp_ag_in(b), &out)), &out);
+    return kp_ag_result(1, KP_AG(kiln_nn_tape_binary(kp_ag_tape(), op, kp_ag_in(a), kp_ag_in(b), &out)), &out);
   PyObject *t = KP_IS_TENSOR(a) ? a : b, *scalar = t == a ? b : a;
   if ((r = kp_scalar(scalar, &v)) <= 0) {
     if (r < 0) return NULL;
@@ -76,7 +76,7 @@ static PyObject *kp_binary_recorded(kiln_binary_op_t op, PyObject *a, PyObject *
   }
   if (kp_scalar_fits(KP_TENSOR(t), v, scalar) < 0) return NULL;
   if (t == a || (op != KILN_BINARY_SUB && op != KILN_BINARY_DIV)) /* a (op) v, or v (op) b that commutes */
-    return kp_ag_result(KP_AG(kiln_nn_tape_binary_scalar(kp_ag_tape(), op, kp_ag_in(t), v, &out)), &out);
+    return kp_ag_result(1, KP_AG(kiln_nn_tape_binary_scalar(kp_ag_tape(), op, kp_ag_in(t), v, &out)), &out);
   kiln_tensor_t *tb = kp_ag_in(b), *tmp = NULL;
   kiln_status_t status;
   if (op == KILN_BINARY_SUB) { /* v - b = (-b) + v */
@@ -88,7 +88,7 @@ static PyObject *kp_binary_recorded(kiln_binary_op_t op, PyObject *a, PyObject *
     if (status == KILN_OK) status = KP_AG(kiln_nn_tape_binary(kp_ag_tape(), KILN_BINARY_DIV, tmp, tb, &out));
   }
   kiln_tensor_release(tmp);
-  return kp_ag_result(status, &out);
+  return kp_ag_result(1, status, &out);
 }
 
 PyObject *kp_binary(kiln_binary_op_t op, PyObject *a, PyObject *b) {
@@ -168,7 +168,7 @@ PyObject *kp_matmul(PyObject *a, PyObject *b, bool trans_a, bool trans_b) {
   kiln_tensor_release(va);
   kiln_tensor_release(vb);
   if (status != KILN_OK) return kp_raise(status);
-  if (na != 1 && nb != 1) return kp_ag_result(status, &out);
+  if (na != 1 && nb != 1) return kp_ag_result(rec, status, &out);
   /* Drop the axes the vectors added. */
   int n = kiln_tensor_ndim(out), m = 0;
   int64_t shape[KILN_MAX_DIMS];
@@ -181,7 +181,7 @@ PyObject *kp_matmul(PyObject *a, PyObject *b, bool trans_a, bool trans_b) {
   kiln_tensor_t *r = NULL;
   status = rec ? KP_AG(kiln_nn_tape_reshape(kp_ag_tape(), out, m, shape, &r)) : kiln_tensor_reshape(out, m, shape, &r);
   kiln_tensor_release(out);
-  return kp_ag_result(status, &r);
+  return kp_ag_result(rec, status, &r);
 }
 
 #define KP_BINARY_FN(NAME, name)                                                                    \
@@ -210,8 +210,8 @@ static PyObject *kp_fn_matmul(PyObject *self, PyObject *args, PyObject *kwargs) 
 
 PyObject *kp_unary(kiln_unary_op_t op, PyObject *x, kiln_tensor_t **out) {
   int rec = kp_ag_wanted(x, NULL);
-  if (rec) return rec < 0 ? NULL : kp_ag_result(KP_AG(kiln_nn_tape_unary(kp_ag_tape(), op, kp_ag_in(x), out)), out);
-  return kp_result(kiln_tensor_unary(op, KP_TENSOR(x), out), out);
+  return KP_AG_OP(rec, kiln_nn_tape_unary(kp_ag_tape(), op, kp_ag_in(x), out), kiln_tensor_unary(op, KP_TENSOR(x), out),
+                  out);
 }
 
 #define KP_UNARY_FN(NAME, name)                                                      \
@@ -499,12 +499,10 @@ static PyObject *kp_fn_norm(PyObject *self, PyObject *arg) {
 PyObject *kp_softmax(PyObject *a, bool log) {
   kiln_tensor_t *out = NULL;
   int rec = kp_ag_wanted(a, NULL);
-  if (rec)
-    return rec < 0 ? NULL
-                   : kp_ag_result(KP_AG(log ? kiln_nn_tape_log_softmax(kp_ag_tape(), kp_ag_in(a), &out)
-                                            : kiln_nn_tape_softmax(kp_ag_tape(), kp_ag_in(a), &out)),
-                                  &out);
-  return kp_result(log ? kiln_tensor_log_softmax(KP_TENSOR(a), &out) : kiln_tensor_softmax(KP_TENSOR(a), &out), &out);
+  return KP_AG_OP(rec,
+                  log ? kiln_nn_tape_log_softmax(kp_ag_tape(), kp_ag_in(a), &out)
+                      : kiln_nn_tape_softmax(kp_ag_tape(), kp_ag_in(a), &out),
+                  log ? kiln_tensor_log_softmax(KP_TENSOR(a), &out) : kiln_tensor_softmax(KP_TENSOR(a), &out), &out);
 }
 
 static PyObject *kp_softmax_common(PyObject *args, PyObject *kwargs, bool log) {
@@ -540,7 +538,7 @@ static PyObject *kp_fn_cross_entropy(PyObject *self, PyObject *const *args, Py_s
   status = rec ? KP_AG(kiln_nn_tape_cross_entropy(kp_ag_tape(), kp_ag_in(args[0]), y32 ? y32 : y, &out))
                : kiln_tensor_cross_entropy(l, y32 ? y32 : y, &out);
   kiln_tensor_release(y32);
-  return kp_ag_result(status, &out);
+  return kp_ag_result(rec, status, &out);
 }
 
 static int kp_conv_params(PyObject *stride, PyObject *padding, PyObject *dilation, kiln_conv2d_params_t *p) {
@@ -563,12 +561,8 @@ static PyObject *kp_fn_conv2d(PyObject *self, PyObject *args, PyObject *kwargs) 
   if (kp_conv_params(stride, padding, dilation, &p) < 0) return NULL;
   int rec = kp_ag_wanted(x, w);
   if (!rec && tb) rec = kp_ag_wanted(b, NULL);
-  if (rec)
-    return rec < 0 ? NULL
-                   : kp_ag_result(KP_AG(kiln_nn_tape_conv2d(kp_ag_tape(), kp_ag_in(x), kp_ag_in(w),
-                                                            tb ? kp_ag_in(b) : NULL, &p, &out)),
-                                  &out);
-  return kp_result(kiln_tensor_conv2d(tx, tw, tb, &p, &out), &out);
+  return KP_AG_OP(rec, kiln_nn_tape_conv2d(kp_ag_tape(), kp_ag_in(x), kp_ag_in(w), tb ? kp_ag_in(b) : NULL, &p, &out),
+                  kiln_tensor_conv2d(tx, tw, tb, &p, &out), &out);
 }
 
 static int kp_pool_params(PyObject *kernel, PyObject *stride, PyObject *padding, kiln_pool2d_params_t *p) {
@@ -587,8 +581,8 @@ static PyObject *kp_fn_max_pool2d(PyObject *self, PyObject *args, PyObject *kwar
   kiln_pool2d_params_t p;
   if (kp_pool_params(kernel, stride, padding, &p) < 0) return NULL;
   int rec = kp_ag_wanted(x, NULL);
-  if (rec) return rec < 0 ? NULL : kp_ag_result(KP_AG(kiln_nn_tape_max_pool2d(kp_ag_tape(), kp_ag_in(x), &p, &out)), &out);
-  return kp_result(kiln_tensor_max_pool2d(tx, &p, &out), &out);
+  return KP_AG_OP(rec, kiln_nn_tape_max_pool2d(kp_ag_tape(), kp_ag_in(x), &p, &out), kiln_tensor_max_pool2d(tx, &p, &out),
+                  &out);
 }
 
 /* ---- movement as functions ---------------------------------------------------------------------- */
@@ -596,9 +590,8 @@ static PyObject *kp_fn_max_pool2d(PyObject *self, PyObject *args, PyObject *kwar
 PyObject *kp_reshape(PyObject *x, int ndim, const int64_t *shape) {
   kiln_tensor_t *out = NULL;
   int rec = kp_ag_wanted(x, NULL);
-  if (rec)
-    return rec < 0 ? NULL : kp_ag_result(KP_AG(kiln_nn_tape_reshape(kp_ag_tape(), kp_ag_in(x), ndim, shape, &out)), &out);
-  return kp_result(kiln_tensor_reshape(KP_TENSOR(x), ndim, shape, &out), &out);
+  return KP_AG_OP(rec, kiln_nn_tape_reshape(kp_ag_tape(), kp_ag_in(x), ndim, shape, &out),
+                  kiln_tensor_reshape(KP_TENSOR(x), ndim, shape, &out), &out);
 }
 
 PyObject *kp_cast(PyObject *x, kiln_dtype_t dtype) {
@@ -606,9 +599,8 @@ PyObject *kp_cast(PyObject *x, kiln_dtype_t dtype) {
   /* To an integer or bool dtype the result is a constant, as in PyTorch. */
   bool floating = dtype == KILN_F32 || dtype == KILN_F16 || dtype == KILN_BF16 || dtype == KILN_F64;
   int rec = floating ? kp_ag_wanted(x, NULL) : 0;
-  if (rec)
-    return rec < 0 ? NULL : kp_ag_result(KP_AG(kiln_nn_tape_cast(kp_ag_tape(), kp_ag_in(x), dtype, &out)), &out);
-  return kp_result(kiln_tensor_cast(KP_TENSOR(x), dtype, &out), &out);
+  return KP_AG_OP(rec, kiln_nn_tape_cast(kp_ag_tape(), kp_ag_in(x), dtype, &out), kiln_tensor_cast(KP_TENSOR(x), dtype, &out),
+                  &out);
 }
 
 static PyObject *kp_fn_reshape(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
