@@ -36,81 +36,58 @@ __version__ = "0.1.0"
 __all__ = [name for name in dir(_kiln) if not name.startswith("_") and name not in ("nn", "HAS_NN", "bool")]
 
 
-class set_grad_enabled:
-    """Turn autograd's recording on or off, as ``torch.set_grad_enabled``:
-    a call, a context manager (the previous state comes back on exit) or a
-    decorator. Ops on tensors that require grad are recorded (on libkiln-nn's
-    tape) only while it is on; it starts on. Process-wide, not per thread."""
+class no_grad:
+    """``with kiln.no_grad():`` (or ``@kiln.no_grad()``): nothing is recorded, so
+    results require no grad and in-place updates of parameters are allowed
+    (``p -= lr * p.grad``), as in PyTorch. The mode is process-wide, not per
+    thread; the previous one comes back on exit."""
 
-    def __init__(self, mode=True):
-        self.mode = True if mode else False  # (kiln.bool is the dtype here)
-        self.prev = _kiln._set_grad_enabled(self.mode)
+    mode = False
 
     def __enter__(self):
+        self._prev = _kiln._set_grad_enabled(self.mode)
         return self
 
     def __exit__(self, *exc):
-        _kiln._set_grad_enabled(self.prev)
+        _kiln._set_grad_enabled(self._prev)
         return False
 
     def __call__(self, fn):
         import functools
 
         mode = self.mode
-        _kiln._set_grad_enabled(self.prev)
 
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            with set_grad_enabled(mode):
+            prev = _kiln._set_grad_enabled(mode)
+            try:
                 return fn(*args, **kwargs)
-
-        return run
-
-
-class no_grad(set_grad_enabled):
-    """``with kiln.no_grad():`` (or ``@kiln.no_grad()``): nothing is recorded, so
-    results require no grad and in-place updates of parameters are allowed
-    (``p -= lr * p.grad``), as in PyTorch."""
-
-    def __init__(self):
-        self.mode = False
-        self.prev = _kiln.is_grad_enabled()
-
-    def __enter__(self):
-        self.prev = _kiln._set_grad_enabled(False)
-        return self
-
-    def __call__(self, fn):
-        import functools
-
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            with no_grad():
-                return fn(*args, **kwargs)
+            finally:
+                _kiln._set_grad_enabled(prev)
 
         return run
 
 
 class enable_grad(no_grad):
-    """Recording on again inside a ``kiln.no_grad()`` block."""
+    """Recording on again inside a ``kiln.no_grad()`` block (a context manager or decorator)."""
 
-    def __init__(self):
-        self.mode = True
-        self.prev = _kiln.is_grad_enabled()
+    mode = True
+
+
+class set_grad_enabled(no_grad):
+    """``torch.set_grad_enabled(mode)``: takes effect at the call, and as a context
+    manager or decorator puts the previous mode back after."""
+
+    def __init__(self, mode=True):
+        self.mode = True if mode else False  # (kiln.bool is the dtype here)
+        self._prev = _kiln._set_grad_enabled(self.mode)
 
     def __enter__(self):
-        self.prev = _kiln._set_grad_enabled(True)
         return self
 
     def __call__(self, fn):
-        import functools
-
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            with enable_grad():
-                return fn(*args, **kwargs)
-
-        return run
+        _kiln._set_grad_enabled(self._prev)  # as a decorator it applies per call only
+        return super().__call__(fn)
 
 
 __all__ += ["set_grad_enabled", "no_grad", "enable_grad"]

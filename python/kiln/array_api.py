@@ -103,7 +103,7 @@ def isdtype(dtype, kind):
 
 def _promote(a, b):
     """The standard's promotion for two dtypes (kiln_result_dtype's table, which follows it)."""
-    return (_kiln.zeros((), dtype=a) + _kiln.zeros((), dtype=b)).dtype if a != b else a
+    return _kiln.result_type(a, b)
 
 
 def result_type(*arrays_and_dtypes):
@@ -179,12 +179,13 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
         if dtype is not None and obj.dtype != dtype:
             return _kiln.astype(obj, dtype)
         return obj.copy() if copy else obj
-    if dtype is None and isinstance(obj, float) or (isinstance(obj, (list, tuple)) and _has_float(obj)):
-        dtype = float32 if dtype is None else dtype
-    if dtype is None and isinstance(obj, _b.bool):
-        dtype = bool
-    elif dtype is None and isinstance(obj, int):
-        dtype = int64
+    if dtype is None:  # the standard's defaults for Python data
+        if isinstance(obj, float) or (isinstance(obj, (list, tuple)) and _has_float(obj)):
+            dtype = float32
+        elif isinstance(obj, _b.bool):
+            dtype = bool
+        elif isinstance(obj, int):
+            dtype = int64
     return _kiln.tensor(obj, dtype=dtype, device=device)
 
 

@@ -620,6 +620,20 @@ static PyObject *kp_fn_astype(PyObject *self, PyObject *const *args, Py_ssize_t 
   return kp_cast(args[0], dtype);
 }
 
+/* result_type(a, b): the dtype two operands of these dtypes (or tensors)
+ * compute in (kiln_result_dtype, the table every binary op uses). */
+static PyObject *kp_fn_result_type(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "result_type(a, b) takes two dtypes or tensors");
+  kiln_dtype_t d[2], out;
+  for (int i = 0; i < 2; i++) {
+    if (KP_IS_TENSOR(args[i])) d[i] = kiln_tensor_dtype(KP_TENSOR(args[i]));
+    else if (kp_dtype_arg(args[i], KILN_F32, &d[i]) < 0) return NULL;
+  }
+  kiln_status_t status = kiln_result_dtype(d[0], d[1], &out);
+  if (status != KILN_OK) return kp_raise(status);
+  return Py_NewRef(kp_dtype_object(out));
+}
+
 /* where(cond, a, b): a where cond holds, else b (kiln_tensor_where; a bool
  * or integer cond is taken as int32, nonzero true). Not recorded. */
 static PyObject *kp_fn_where(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -931,6 +945,8 @@ PyMethodDef kp_ops_methods[] = {
      "kernel_size."},
     {"reshape", KP_FAST(kp_fn_reshape), "reshape(a, shape)\n--\n\na.reshape(shape)."},
     {"astype", KP_FAST(kp_fn_astype), "astype(a, dtype)\n--\n\na.astype(dtype)."},
+    {"result_type", KP_FAST(kp_fn_result_type),
+     "result_type(a, b)\n--\n\nThe dtype a binary op of these two dtypes (or tensors) computes in."},
     {"where", KP_FAST(kp_fn_where),
      "where(cond, a, b)\n--\n\na where cond holds (nonzero), else b, broadcast together; a and b of one dtype."},
     {"unary_backward", KP_FAST(kp_fn_unary_backward_ng),

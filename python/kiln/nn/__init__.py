@@ -25,6 +25,7 @@ A step written out::
         optimizer.zero_grad()
 """
 from .. import _kiln
+from .. import no_grad
 
 if not _kiln.HAS_NN:  # pragma: no cover - depends on the build
     raise ImportError("kiln was built without libkiln-nn (kiln.nn): build kiln with zlib and json-c "
@@ -184,7 +185,7 @@ class Module:
         if strict and (missing or unexpected):
             raise KeyError(f"load_state_dict: missing {missing}, unexpected {unexpected} (strict=False loads the "
                            "names both have)")
-        with _no_grad():
+        with no_grad():
             for name, p in own.items():
                 if name not in state_dict:
                     continue
@@ -230,11 +231,6 @@ class Module:
     def __repr__(self):
         lines = [f"  ({name}): {m!r}".replace("\n", "\n  ") for name, m in self.named_children()]
         return f"{type(self).__name__}(" + ("\n" + "\n".join(lines) + "\n" if lines else "") + ")"
-
-
-def _no_grad():
-    from .. import no_grad
-    return no_grad()
 
 
 class CrossEntropyLoss(Module):
